@@ -1,0 +1,95 @@
+// device.cu — the CUDA runtime behind device.h.
+#include "device.h"
+#include "cuda_check.h"
+#include <string.h>
+
+extern "C" int tdm_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no device / no driver" */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int tdm_cuda_device_info(int dev, struct tdm_device_info *info)
+{
+    cudaDeviceProp p;
+    TDM_CUDA_TRY(cudaGetDeviceProperties(&p, dev));
+    memset(info, 0, sizeof *info);
+    strncpy(info->name, p.name, sizeof info->name - 1);
+    info->sm_major = p.major;
+    info->sm_minor = p.minor;
+    info->sm_count = p.multiProcessorCount;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    info->global_bytes = p.totalGlobalMem;
+    info->max_smem_per_block_optin = (int)p.sharedMemPerBlockOptin;
+    return 0;
+}
+
+extern "C" int tdm_cuda_malloc(void **p, size_t bytes)
+{
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        (void)cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        return tdm_errf("CUDA: out of device memory: %zu MiB asked, %zu of %zu MiB free (%s)", bytes >> 20,
+                        fr >> 20, tot >> 20, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" void tdm_cuda_free(void *p) { if (p) cudaFree(p); }
+extern "C" int tdm_cuda_h2d(void *d, const void *s, size_t n) { TDM_CUDA_TRY(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice)); return 0; }
+extern "C" int tdm_cuda_d2h(void *d, const void *s, size_t n) { TDM_CUDA_TRY(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); return 0; }
+extern "C" int tdm_cuda_memset(void *p, int b, size_t n) { TDM_CUDA_TRY(cudaMemset(p, b, n)); return 0; }
+extern "C" int tdm_cuda_sync(void) { TDM_CUDA_TRY(cudaDeviceSynchronize()); return 0; }
+extern "C" int tdm_cuda_mem_info(size_t *f, size_t *t) { TDM_CUDA_TRY(cudaMemGetInfo(f, t)); return 0; }
+
+extern "C" int tdm_stream_create(tdm_stream *s)
+{
+    cudaStream_t st;
+    TDM_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    *s = st;
+    return 0;
+}
+extern "C" void tdm_stream_destroy(tdm_stream s) { if (s) cudaStreamDestroy((cudaStream_t)s); }
+extern "C" int tdm_stream_sync(tdm_stream s) { TDM_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)s)); return 0; }
+
+extern "C" int tdm_event_create(tdm_event *e)
+{
+    cudaEvent_t ev;
+    TDM_CUDA_TRY(cudaEventCreate(&ev));
+    *e = ev;
+    return 0;
+}
+extern "C" void tdm_event_destroy(tdm_event e) { if (e) cudaEventDestroy((cudaEvent_t)e); }
+extern "C" int tdm_event_record(tdm_event e, tdm_stream s) { TDM_CUDA_TRY(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s)); return 0; }
+extern "C" int tdm_event_ms(tdm_event a, tdm_event b, float *ms)
+{
+    TDM_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)b));
+    TDM_CUDA_TRY(cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b));
+    return 0;
+}
+
+extern "C" int tdm_graph_begin(tdm_stream s)
+{
+    TDM_CUDA_TRY(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal));
+    return 0;
+}
+extern "C" int tdm_graph_end(tdm_stream s, tdm_graph *g)
+{
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    TDM_CUDA_TRY(cudaStreamEndCapture((cudaStream_t)s, &graph));
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return tdm_errf("CUDA: cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    *g = exec;
+    return 0;
+}
+extern "C" int tdm_graph_launch(tdm_graph g, tdm_stream s) { TDM_CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)g, (cudaStream_t)s)); return 0; }
+extern "C" void tdm_graph_destroy(tdm_graph g) { if (g) cudaGraphExecDestroy((cudaGraphExec_t)g); }

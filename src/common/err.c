@@ -1,0 +1,42 @@
+#include "err.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char msg[1024];
+
+int tdm_errf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int tdm_err_prefix(const char *fmt, ...)
+{
+    char pre[512], old[sizeof msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    memcpy(old, msg, sizeof old);
+    size_t n = strlen(pre);
+    if (n > sizeof msg - 3) n = sizeof msg - 3;
+    memcpy(msg, pre, n);
+    msg[n] = ':';
+    msg[n + 1] = ' ';
+    size_t rest = sizeof msg - n - 2;
+    memcpy(msg + n + 2, old, rest - 1);
+    msg[sizeof msg - 1] = 0;
+    return -1;
+}
+
+const char *tdm_err(void) { return msg[0] ? msg : "unknown error"; }
+
+void tdm_die_input(const char *prog)
+{
+    fprintf(stderr, "%s: %s\n", prog, tdm_err());
+    exit(TDM_EXIT_USAGE);
+}

@@ -1,0 +1,24 @@
+/* err.h — one error message per thread: library calls return -1 (or NULL) after tdm_errf()
+ * recorded why; a tool prints tdm_err() as one line and exits 2. */
+#ifndef TDM_ERR_H
+#define TDM_ERR_H
+#include <stdio.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Records a formatted message ("FILE: fault") and returns -1. */
+int tdm_errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prefixes the recorded message with "prefix: " (adds context on the way up); returns -1. */
+int tdm_err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *tdm_err(void);
+
+/* Exit codes shared by every tool. */
+enum { TDM_EXIT_OK = 0, TDM_EXIT_CHECK = 1, TDM_EXIT_USAGE = 2 };
+
+/* Prints "prog: message" to stderr and exits 2 (bad usage or bad input). */
+__attribute__((noreturn)) void tdm_die_input(const char *prog);
+#ifdef __cplusplus
+}
+#endif
+#endif

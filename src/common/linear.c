@@ -1,0 +1,91 @@
+#include "linear.h"
+#include "formats.h"
+#include <stdlib.h>
+
+const char *tdm_wfmt_name(enum tdm_wfmt f)
+{
+    static const char *names[TDM_W_COUNT] = {"bf16", "f32", "fp8", "nvfp4"};
+    return f < TDM_W_COUNT ? names[f] : "?";
+}
+
+int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
+{
+    const int64_t B = TDM_FP8_BLOCK;
+    switch (w->fmt) {
+    case TDM_W_BF16: return w->n * w->k * 2;
+    case TDM_W_F32: return w->n * w->k * 4;
+    case TDM_W_FP8: return w->n * w->k + ((w->n + B - 1) / B) * ((w->k + B - 1) / B) *
+                           (int64_t)tdm_dtype_size(w->scale_dt);
+    case TDM_W_NVFP4: return w->n * w->k / 2 + w->n * w->k / TDM_NVFP4_GROUP;
+    default: return 0;
+    }
+}
+
+void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out)
+{
+    const int64_t k = w->k, row = w->row0 + r;
+    switch (w->fmt) {
+    case TDM_W_BF16: {
+        const uint16_t *p = (const uint16_t *)w->w + row * k;
+        for (int64_t c = 0; c < k; c++) out[c] = tdm_bf16_to_f32(p[c]);
+        break;
+    }
+    case TDM_W_F32: {
+        const float *p = (const float *)w->w + row * k;
+        for (int64_t c = 0; c < k; c++) out[c] = p[c];
+        break;
+    }
+    case TDM_W_FP8: {
+        const uint8_t *p = (const uint8_t *)w->w + row * k;
+        const int64_t nb = (k + TDM_FP8_BLOCK - 1) / TDM_FP8_BLOCK, sb = row / TDM_FP8_BLOCK * nb;
+        for (int64_t c = 0; c < k; c++)
+            out[c] = tdm_e4m3_to_f32(p[c]) * tdm_scale_at(w->scale, w->scale_dt, sb + c / TDM_FP8_BLOCK);
+        break;
+    }
+    case TDM_W_NVFP4: {
+        const uint8_t *p = (const uint8_t *)w->w + row * (k / 2);
+        const uint8_t *s = (const uint8_t *)w->scale + row * (k / TDM_NVFP4_GROUP);
+        for (int64_t c = 0; c < k; c += 2) {
+            /* e2m1 x e4m3 is exact in FP32; scale2 applies to the product (as the kernels do). */
+            float sc = tdm_e4m3_to_f32(s[c / TDM_NVFP4_GROUP]);
+            out[c] = tdm_e2m1_to_f32(p[c / 2] & 15) * sc * w->scale2;
+            out[c + 1] = tdm_e2m1_to_f32(p[c / 2] >> 4) * sc * w->scale2;
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+struct tdm_qweight tdm_qweight_rows(const struct tdm_qweight *w, int64_t r0, int64_t n)
+{
+    struct tdm_qweight v = *w;
+    v.row0 = w->row0 + r0;
+    v.n = n;
+    return v;
+}
+
+float tdm_dot(const float *a, const float *b, int64_t n)
+{
+    /* Eight interleaved partial sums, added in a fixed order: deterministic and vectorisable. */
+    float p[8] = {0};
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int j = 0; j < 8; j++) p[j] += a[c + j] * b[c + j];
+    for (; c < n; c++) p[0] += a[c] * b[c];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, float *y)
+{
+    float *row = malloc((size_t)w->k * sizeof *row);
+    if (!row) abort();
+    for (int64_t r = 0; r < w->n; r++) {
+        tdm_qweight_row(w, r, row);
+        for (int64_t i = 0; i < m; i++) {
+            const float *xi = x + i * w->k;
+            y[i * w->n + r] = tdm_dot(xi, row, w->k);
+        }
+    }
+    free(row);
+}

@@ -1,0 +1,93 @@
+#include "settings.h"
+#include "err.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+const struct tdm_setting_def tdm_settings[] = {
+    {"TANDEM_BACKEND", "auto", "auto|cpu|cuda",
+     "compute backend when --backend is not given: auto takes cuda when a device is visible"},
+    {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
+    {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
+    {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
+};
+const int tdm_nsettings = (int)(sizeof tdm_settings / sizeof tdm_settings[0]);
+
+static const struct tdm_setting_def *find(const char *name)
+{
+    for (int i = 0; i < tdm_nsettings; i++)
+        if (strcmp(tdm_settings[i].name, name) == 0) return &tdm_settings[i];
+    return NULL;
+}
+
+const char *tdm_setting(const char *name)
+{
+    const struct tdm_setting_def *d = find(name);
+    if (!d) {
+        fprintf(stderr, "internal error: setting %s is not in the table\n", name);
+        abort();
+    }
+    const char *v = getenv(name);
+    return v && *v ? v : d->def;
+}
+
+int tdm_setting_int(const char *name, long *out)
+{
+    const char *v = tdm_setting(name);
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 0) return tdm_errf("%s=%s: not a non-negative integer", name, v);
+    *out = x;
+    return 0;
+}
+
+static int in_choice(const char *allowed, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = allowed; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+int tdm_settings_check(void)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "TANDEM_", 7) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        char name[128];
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (n >= sizeof name) n = sizeof name - 1;
+        memcpy(name, *e, n);
+        name[n] = 0;
+        const struct tdm_setting_def *d = find(name);
+        if (!d) return tdm_errf("environment: unknown switch %s (tandem-run --settings lists them)", name);
+        const char *v = eq ? eq + 1 : "";
+        if (!*v) continue;
+        if (strcmp(d->allowed, "int") == 0) {
+            long x;
+            if (tdm_setting_int(name, &x) != 0) return tdm_err_prefix("environment");
+        } else if (strcmp(d->allowed, "path") != 0 && !in_choice(d->allowed, v)) {
+            return tdm_errf("environment: %s=%s: expected one of %s", name, v, d->allowed);
+        }
+    }
+    return 0;
+}
+
+void tdm_settings_print(FILE *f)
+{
+    for (int i = 0; i < tdm_nsettings; i++) {
+        const struct tdm_setting_def *d = &tdm_settings[i];
+        const char *v = getenv(d->name);
+        int from_env = v && *v;
+        fprintf(f, "%-24s %-20s %-8s %s (default %s; %s)\n", d->name, from_env ? v : d->def,
+                from_env ? "env" : "default", d->meaning, d->def, d->allowed);
+    }
+}
