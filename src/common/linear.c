@@ -38,8 +38,10 @@ void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out)
     case TDM_W_FP8: {
         const uint8_t *p = (const uint8_t *)w->w + row * k;
         const int64_t nb = (k + TDM_FP8_BLOCK - 1) / TDM_FP8_BLOCK, sb = row / TDM_FP8_BLOCK * nb;
-        for (int64_t c = 0; c < k; c++)
-            out[c] = tdm_e4m3_to_f32(p[c]) * tdm_scale_at(w->scale, w->scale_dt, sb + c / TDM_FP8_BLOCK);
+        for (int64_t c0 = 0; c0 < k; c0 += TDM_FP8_BLOCK) {
+            const float sc = tdm_scale_at(w->scale, w->scale_dt, sb + c0 / TDM_FP8_BLOCK);
+            for (int64_t c = c0; c < k && c < c0 + TDM_FP8_BLOCK; c++) out[c] = tdm_e4m3_to_f32(p[c]) * sc;
+        }
         break;
     }
     case TDM_W_NVFP4: {

@@ -1,0 +1,81 @@
+/* model.h — a checkpoint bound to the model it describes: every tensor found by its hub name,
+ * checked against the shape the config implies, its storage format detected per tensor.
+ * Projection weights stay in the mapped files (struct tdm_qweight); small vectors (norms, gates,
+ * conv taps) are converted to FP32 at load. */
+#ifndef TDM_MODEL_H
+#define TDM_MODEL_H
+#include "ckpt.h"
+#include "config.h"
+#include "linear.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tdm_gdn {
+    int grouped;                      /* qwen3_next: qkvz and ba grouped per key head */
+    struct tdm_qweight qkvz, ba;      /* grouped: [2HkDk + 2HvDv, H], [2Hv, H] */
+    struct tdm_qweight qkv, z, b, a;  /* separate (qwen3_5): [2HkDk + HvDv, H], [HvDv, H], [Hv, H] x2 */
+    float *conv_w;                    /* [conv_dim][conv_kernel] */
+    float *A_log, *dt_bias;           /* [Hv] */
+    float *norm_w;                    /* [Dv], shared by the heads */
+    struct tdm_qweight out;           /* [H, HvDv] */
+};
+
+struct tdm_attn {
+    struct tdm_qweight q;             /* [2 Hq D, H]: per head the query, then the output gate */
+    struct tdm_qweight k, v;          /* [Hkv D, H] */
+    struct tdm_qweight o;             /* [H, Hq D] */
+    float *q_norm, *k_norm;           /* [D] */
+};
+
+struct tdm_mlp { struct tdm_qweight gate, up, down; };  /* [I, H], [I, H], [H, I] */
+
+struct tdm_moe {
+    struct tdm_qweight router;        /* [E, H] */
+    struct tdm_mlp *experts;          /* [E] */
+    struct tdm_mlp shared;
+    struct tdm_qweight shared_gate;   /* [1, H] */
+};
+
+struct tdm_layer {
+    enum tdm_mixer mixer;
+    float *in_norm, *post_norm;       /* [H] */
+    struct tdm_gdn gdn;
+    struct tdm_attn attn;
+    int is_moe;
+    struct tdm_mlp mlp;
+    struct tdm_moe moe;
+};
+
+struct tdm_mtp {
+    float *pre_fc_norm_embedding, *pre_fc_norm_hidden, *norm; /* [H] */
+    struct tdm_qweight fc;            /* [H, 2H]: embedding half first */
+    struct tdm_layer layer;           /* a full-attention decoder layer */
+};
+
+struct tdm_model {
+    char *dir;
+    struct tdm_config cfg;
+    struct tdm_ckpt *ck;
+    struct tdm_qweight embed;         /* [V, H] */
+    struct tdm_qweight head;          /* [V, H]; the embedding when tied */
+    float *final_norm;                /* [H] */
+    struct tdm_layer *layers;         /* [L] */
+    int has_mtp;
+    struct tdm_mtp mtp;
+    int nowned, capowned;
+    void **owned;                     /* everything allocated at load */
+};
+
+/* Loads config and checkpoint; returns NULL with tdm_err() naming the file and the fault. */
+struct tdm_model *tdm_model_load(const char *dir);
+void tdm_model_free(struct tdm_model *m);
+/* Total bytes of projection weights (what a decode step streams), head included. */
+int64_t tdm_model_projection_bytes(const struct tdm_model *m);
+/* Calls fn for every projection weight of the main model (not the MTP layer), in forward order. */
+void tdm_model_each_projection(const struct tdm_model *m, void (*fn)(void *ctx, const char *what,
+                               const struct tdm_qweight *w), void *ctx);
+#ifdef __cplusplus
+}
+#endif
+#endif
