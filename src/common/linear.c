@@ -47,11 +47,15 @@ void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out)
     case TDM_W_NVFP4: {
         const uint8_t *p = (const uint8_t *)w->w + row * (k / 2);
         const uint8_t *s = (const uint8_t *)w->scale + row * (k / TDM_NVFP4_GROUP);
-        for (int64_t c = 0; c < k; c += 2) {
-            /* e2m1 x e4m3 is exact in FP32; scale2 applies to the product (as the kernels do). */
-            float sc = tdm_e4m3_to_f32(s[c / TDM_NVFP4_GROUP]);
-            out[c] = tdm_e2m1_to_f32(p[c / 2] & 15) * sc * w->scale2;
-            out[c + 1] = tdm_e2m1_to_f32(p[c / 2] >> 4) * sc * w->scale2;
+        for (int64_t g = 0; g < k / TDM_NVFP4_GROUP; g++) {
+            /* e2m1 x e4m3 is exact in FP32; scale2 applies to that product (as the kernels do).
+             * One table of the 16 codes' values per group. */
+            float sc = tdm_e4m3_to_f32(s[g]), val[16];
+            for (int i = 0; i < 16; i++) val[i] = tdm_e2m1_to_f32((uint8_t)i) * sc * w->scale2;
+            for (int64_t c = g * TDM_NVFP4_GROUP; c < (g + 1) * TDM_NVFP4_GROUP; c += 2) {
+                out[c] = val[p[c / 2] & 15];
+                out[c + 1] = val[p[c / 2] >> 4];
+            }
         }
         break;
     }

@@ -220,6 +220,7 @@ struct tdm_st_writer {
     struct tdm_atomic out;
     const struct tdm_st_desc *d;
     int n, next;
+    size_t done;   /* bytes of tensor `next` written so far */
 };
 
 size_t tdm_st_desc_bytes(const struct tdm_st_desc *d)
@@ -262,17 +263,19 @@ struct tdm_st_writer *tdm_stw_begin(const char *path, const struct tdm_st_desc *
 
 int tdm_stw_put(struct tdm_st_writer *w, const void *data, size_t nbytes)
 {
-    if (w->next >= w->n || nbytes != tdm_st_desc_bytes(&w->d[w->next]))
-        return tdm_errf("%s: tensor %d: %zu bytes given, %zu expected", w->out.path, w->next, nbytes,
-                        w->next < w->n ? tdm_st_desc_bytes(&w->d[w->next]) : 0);
+    while (w->next < w->n && tdm_st_desc_bytes(&w->d[w->next]) == w->done) { w->next++; w->done = 0; }
+    size_t left = w->next < w->n ? tdm_st_desc_bytes(&w->d[w->next]) - w->done : 0;
+    if (nbytes > left)
+        return tdm_errf("%s: tensor %d: %zu bytes given, %zu left", w->out.path, w->next, nbytes, left);
     if (nbytes && fwrite(data, 1, nbytes, w->out.f) != nbytes) return tdm_errf("%s: write failed", w->out.path);
-    w->next++;
+    w->done += nbytes;
     return 0;
 }
 
 int tdm_stw_finish(struct tdm_st_writer *w)
 {
     int rc;
+    while (w->next < w->n && tdm_st_desc_bytes(&w->d[w->next]) == w->done) { w->next++; w->done = 0; }
     if (w->next != w->n) {
         rc = tdm_errf("%s: %d of %d tensors written", w->out.path, w->next, w->n);
         tdm_atomic_abort(&w->out);

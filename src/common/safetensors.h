@@ -54,7 +54,7 @@ struct tdm_st_desc {
 };
 struct tdm_st_writer;
 struct tdm_st_writer *tdm_stw_begin(const char *path, const struct tdm_st_desc *d, int n);
-int tdm_stw_put(struct tdm_st_writer *w, const void *data, size_t nbytes); /* next tensor's bytes */
+int tdm_stw_put(struct tdm_st_writer *w, const void *data, size_t nbytes); /* more bytes, in order; may span a tensor in pieces */
 int tdm_stw_finish(struct tdm_st_writer *w);                               /* atomic rename */
 void tdm_stw_abort(struct tdm_st_writer *w);
 int tdm_st_write(const char *path, const struct tdm_st_desc *d, int n);
