@@ -7,7 +7,8 @@ CC       ?= gcc
 # Both targets every time: Hopper (the H200 we run on) and GB10 (the seed's board, e2m1 converter).
 GENCODE  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_121a,code=sm_121a
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Isrc/common -Ikernels -MMD -MP
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Isrc/common -Ikernels
+DEPFLAGS := -MMD -MP
 NVFLAGS  ?= -O3 -g -lineinfo
 NVFLAGS  += -std=c++17 $(GENCODE) -Isrc/common -Ikernels -Xcompiler -Wall,-Wextra -MMD -MP
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -38,7 +39,7 @@ build/.setup-ok: scripts/setup
 
 build/common/%.o: src/common/%.c build/.setup-ok
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 build/kernels/%.o: kernels/%.cu build/.setup-ok
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
@@ -47,24 +48,28 @@ build/libtandem.a: $(COMMON_OBJ) $(KERNEL_OBJ)
 	ar rcs $@ $^
 bin/%: src/cmd/%.c build/libtandem.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< -o $@ build/libtandem.a $(LDLIBS)
+	@mkdir -p build/dep
+	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d $< -o $@ build/libtandem.a $(LDLIBS)
 build/t/%: t/unit/%.c build/libtandem.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -It $< -o $@ build/libtandem.a $(LDLIBS)
+	@mkdir -p build/dep
+	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d -It $< -o $@ build/libtandem.a $(LDLIBS)
 
 # Sanitized host code for the CPU tests (the CUDA objects are shared: device code is not instrumented).
 build/san/common/%.o: src/common/%.c build/.setup-ok
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SANFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(SANFLAGS) -c $< -o $@
 build/san/libtandem.a: $(SAN_OBJ) $(KERNEL_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 build/san/bin/%: src/cmd/%.c build/san/libtandem.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SANFLAGS) $< -o $@ build/san/libtandem.a $(LDLIBS)
+	@mkdir -p build/dep
+	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d $(SANFLAGS) $< -o $@ build/san/libtandem.a $(LDLIBS)
 build/san/t/%: t/unit/%.c build/san/libtandem.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SANFLAGS) -It $< -o $@ build/san/libtandem.a $(LDLIBS)
+	@mkdir -p build/dep
+	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d $(SANFLAGS) -It $< -o $@ build/san/libtandem.a $(LDLIBS)
 
 # libFuzzer targets for the safetensors and token-file parsers (clang).
 FUZZ_SRC := $(wildcard t/fuzz/*.c)
@@ -77,7 +82,7 @@ build/fuzz/%: t/fuzz/%.c $(COMMON_SRC) build/.setup-ok
 fuzz: $(FUZZERS)
 
 test: all $(SAN_TOOLS) $(SAN_UNITS) $(FUZZERS)
-	prove -j2 t/ t/gpu/
+	prove -j2 -r t/
 test-gpu: all
 	prove t/gpu/
 
@@ -87,4 +92,4 @@ demo: all
 clean:
 	rm -rf build bin
 
--include $(COMMON_OBJ:.o=.d) $(KERNEL_OBJ:.o=.d) $(SAN_OBJ:.o=.d)
+-include $(COMMON_OBJ:.o=.d) $(KERNEL_OBJ:.o=.d) $(SAN_OBJ:.o=.d) $(wildcard build/dep/*.d)

@@ -334,7 +334,28 @@ static int emit(struct plan *p, struct out *o)
     for (int i = 0; i < p->n; i++) {
         const struct item *it = &p->it[i];
         const uint64_t st = hash_name(p->seed, it->name);
-        if (it->gen == G_PROJ || it->gen == G_FUSED) {
+        if (it->gen == G_FUSED) {
+            /* Rows from the per-expert tensors' streams, so that fused and per-expert checkpoints
+             * of one seed hold the same weights: gate_up = [gate_e; up_e], down = down_e. */
+            const int64_t E = p->c.n_experts, per = it->n / E, k = it->k;
+            const int gate_up = strstr(it->name, "gate_up_proj") != NULL;
+            char stem[256], nm[300];
+            snprintf(stem, sizeof stem, "%.*s", (int)(strstr(it->name, gate_up ? "gate_up_proj" : "down_proj") - it->name), it->name);
+            float *row = malloc((size_t)k * sizeof(float));
+            if (!row) return tdm_errf("out of memory");
+            int rc = 0;
+            for (int64_t e = 0; e < E && !rc; e++)
+                for (int64_t r = 0; r < per && !rc; r++) {
+                    const char *part = !gate_up ? "down_proj" : r < per / 2 ? "gate_proj" : "up_proj";
+                    snprintf(nm, sizeof nm, "%s%lld.%s", stem, (long long)e, part);
+                    normal_row(hash_name(p->seed, nm), gate_up ? r % (per / 2) : r, it->std, row, k);
+                    rc = put_bf16_rows(o, row, k);
+                }
+            free(row);
+            if (rc) return -1;
+            continue;
+        }
+        if (it->gen == G_PROJ) {
             const int64_t n = it->n, k = it->k;
             float *rows = malloc((size_t)(B * k) * sizeof(float));
             if (!rows) return tdm_errf("out of memory");

@@ -148,6 +148,9 @@ int main(int argc, char **argv)
     if (ctx < need) {
         fprintf(stderr, "%s: context overflow: %d prompt tokens + %ld new need %ld positions, --ctx is %ld\n", prog,
                 n_prompt, n_new, need, ctx);
+        free(prompt);
+        free(force);
+        tdm_model_free(m);
         return TDM_EXIT_USAGE;
     }
     if (c->max_positions > 0 && need > c->max_positions)

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Every tool: a true --help (exit 0), bad usage exits 2; the parts not built yet say so and exit 2;
+# tandem-run --settings lists every switch with its value and origin.
+n=0
+t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+for tool in build/san/bin/tandem-*; do
+    name=$(basename "$tool")
+    t "$name --help exits 0 and shows usage" "$tool --help 2>&1 | grep -q '^usage: $name'"
+    t "$name --bogus-option exits 2" "$tool --bogus-option >/dev/null 2>&1; [ \$? -eq 2 ]"
+done
+t "tandem-exactcheck says it is not built yet" \
+  "build/san/bin/tandem-exactcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-exactcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
+t "tandem-prefillcheck says it is not built yet" \
+  "build/san/bin/tandem-prefillcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-prefillcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
+t "tandem-run --backend cuda: not built yet, exit 2" \
+  "build/san/bin/tandem-run -m x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet'"
+t "--settings lists TANDEM_BACKEND with its default" \
+  "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
+t "--settings shows a value from the environment" \
+  "TANDEM_PREFILL_CHUNK=7 build/san/bin/tandem-run --settings | grep -q '^TANDEM_PREFILL_CHUNK  *7  *env'"
+t "every switch in the table is listed" \
+  "[ \$(build/san/bin/tandem-run --settings | grep -c '^TANDEM_') -eq \$(grep -c '^    {\"TANDEM_' src/common/settings.c) ]"
+echo "1..$n"
