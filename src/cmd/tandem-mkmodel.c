@@ -72,15 +72,15 @@ static uint64_t hash_name(uint64_t seed, const char *name)
     return h;
 }
 
-/* n normal(0, std) values, rounded to BF16 (the model's true weights are BF16). */
+/* n bell-shaped values of mean 0 and deviation std (a sum of four uniforms: only arithmetic, so
+ * every machine makes the same bits), rounded to BF16 (the model's true weights are BF16). */
 static void normal_row(uint64_t stream, int64_t row, float std, float *out, int64_t n)
 {
     uint64_t s = stream ^ (0x632be59bd9b4e019ull * (uint64_t)(row + 1));
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix(&s) >> 11) + 1) * 0x1.0p-53, u2 = (splitmix(&s) >> 11) * 0x1.0p-53;
-        double r = sqrt(-2.0 * log(u1));
-        out[i] = tdm_bf16r((float)(std * r * cos(2 * M_PI * u2)));
-        if (i + 1 < n) out[i + 1] = tdm_bf16r((float)(std * r * sin(2 * M_PI * u2)));
+    for (int64_t i = 0; i < n; i++) {
+        double u = 0.0;
+        for (int j = 0; j < 4; j++) u += (double)(splitmix(&s) >> 11) * 0x1.0p-53;
+        out[i] = tdm_bf16r((float)(std * (u - 2.0) * 1.7320508075688772));
     }
 }
 
@@ -221,7 +221,9 @@ static void plan_model(struct plan *p)
     const int64_t H = c->hidden, V = c->vocab;
     char b[256];
     snprintf(b, sizeof b, "%sembed_tokens", p->prefix);
-    add(p, G_PROJ, V, H, 1.0f, "%s", b);
+    /* Embedding rows of unit deviation; a tied head reads them too, so then logits would spread
+     * by sqrt(H): scale to a deviation of about 3 instead. */
+    add(p, G_PROJ, V, H, p->tied ? 3.0f / sqrtf((float)H) : 1.0f, "%s", b);
     if (p->fmt != TDM_W_BF16) json_array_append_new(p->excluded, json_string(b));
     for (int i = 0; i < c->n_layers; i++) {
         snprintf(b, sizeof b, "%slayers.%d", p->prefix, i);

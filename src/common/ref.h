@@ -29,6 +29,12 @@ int tdm_ref_forward(struct tdm_ref *r, const int32_t *ids, int T, int logits_fro
  * position pos = the drafter's own count so far; logits [T][V] predict the token at pos+2. */
 int tdm_ref_mtp(struct tdm_ref *r, const int32_t *next_ids, const float *h, int T, float *logits);
 
+/* Per position (main model, or the MTP drafter's positions when mtp), the smallest router margin
+ * of any MoE layer: the k-th chosen expert's router logit minus the best expert left out
+ * (+infinity without MoE). A small margin is a routing near tie: another implementation may
+ * choose differently there, and that position's output then differs by far more than rounding. */
+const float *tdm_ref_router_gaps(const struct tdm_ref *r, int mtp);
+
 /* Greedy choice: the largest logit, ties to the lower id. */
 int tdm_argmax(const float *logits, int n);
 /* Top-1 minus top-2 logit. */

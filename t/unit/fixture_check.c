@@ -11,11 +11,18 @@
 #include "safetensors.h"
 #include "tap.h"
 #include "tokens.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define REL_BOUND 2e-2
 #define CLEAR_MARGIN 0.25f
+/* A routing near tie: the k-th chosen expert's router logit within 4 BF16 steps (at magnitude 2)
+ * of the best one left out. Another implementation may route that row differently, and the row
+ * then differs by far more than rounding: a row whose own relative error exceeds the bound is
+ * excused only where our forward saw such a near tie; it is reported with its margin and left out
+ * of the matrix's relative error (at most one row in eight). */
+#define ROUTER_NEAR_TIE 0.0625f
 
 static const struct tdm_tensor *get(const struct tdm_stfile *f, const char *name, int64_t numel)
 {
@@ -27,13 +34,49 @@ static const struct tdm_tensor *get(const struct tdm_stfile *f, const char *name
     return t;
 }
 
-static void check_logits(const char *what, const float *got, const float *ref, int rows, int V)
+/* Rows kept for the relative error: those not marked in skip[]. */
+static double rel_err_rows(const float *got, const float *ref, int rows, int width, const int *skip)
 {
-    double e = tdm_rel_err(got, ref, (int64_t)rows * V);
-    ok(e <= REL_BOUND, "%s: relative error %.2e <= %.0e", what, e, REL_BOUND);
+    double num = 0, den = 0;
+    for (int i = 0; i < rows; i++) {
+        if (skip && skip[i]) continue;
+        for (int j = 0; j < width; j++) {
+            double d = (double)got[(size_t)i * width + j] - ref[(size_t)i * width + j];
+            num += d * d;
+            den += (double)ref[(size_t)i * width + j] * ref[(size_t)i * width + j];
+        }
+    }
+    return isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check_logits(const char *what, const float *got, const float *ref, int rows, int V, const float *gaps,
+                         const float *gaps2)
+{
+    int *skip = calloc((size_t)rows, sizeof *skip), nskip = 0;
+    for (int i = 0; gaps && i < rows; i++) {
+        float g = gaps[i];
+        if (gaps2 && gaps2[i] < g) g = gaps2[i];
+        double e = tdm_rel_err(got + (size_t)i * V, ref + (size_t)i * V, V);
+        if (e > REL_BOUND && g < ROUTER_NEAR_TIE) {
+            skip[i] = 1;
+            nskip++;
+            printf("# %s row %d: relative error %.2e at a routing near tie (router margin %.4f): reported, left out\n",
+                   what, i, e, g);
+        }
+    }
+    double e = rel_err_rows(got, ref, rows, V, skip);
+    ok(e <= REL_BOUND && nskip * 8 <= rows, "%s: relative error %.2e <= %.0e (%d of %d rows excused at routing near ties)",
+       what, e, REL_BOUND, nskip, rows);
+    if (nskip) printf("#   with those rows: relative error %.2e\n", tdm_rel_err(got, ref, (int64_t)rows * V));
     struct tdm_top1 t = tdm_top1_compare(got, ref, rows, V, CLEAR_MARGIN);
-    ok(t.clear_differ == 0, "%s: top-1 equal on all %d of %d rows with margin >= %.2f (first differing row %d)", what,
-       t.clear, t.rows, CLEAR_MARGIN, t.first_differ);
+    int differ = t.clear_differ;
+    for (int i = 0; i < rows; i++) /* an excused row's top-1 is excused with it */
+        if (skip[i] && tdm_margin(ref + (size_t)i * V, V) >= CLEAR_MARGIN &&
+            tdm_argmax(got + (size_t)i * V, V) != tdm_argmax(ref + (size_t)i * V, V))
+            differ--;
+    ok(differ == 0, "%s: top-1 equal on all %d of %d rows with margin >= %.2f, excused rows aside (first differing row %d)",
+       what, t.clear, t.rows, CLEAR_MARGIN, t.first_differ);
+    free(skip);
 }
 
 int main(int argc, char **argv)
@@ -54,21 +97,28 @@ int main(int argc, char **argv)
     const struct tdm_tensor *rh = get(ref, "hidden_states", (int64_t)(L + 2) * T * H);
     const struct tdm_tensor *rm = get(ref, "mtp_logits", (int64_t)(T - 1) * V);
 
-    /* 1. prompt logits from tandem-run -n 0 --dump-logits */
-    struct tdm_stfile *d = tdm_st_open(argv[3]);
-    if (!d) { printf("Bail out! %s\n", tdm_err()); return 1; }
-    check_logits("prompt logits (tandem-run -n 0)", get(d, "logits", (int64_t)T * V)->data, rl->data, T, V);
-
-    /* 2. greedy ids from tandem-run -n S, up to the first reference near tie */
-    int32_t *ids, *prompt;
-    int n, np;
+    /* the in-process forward: hidden states, final-norm output, router margins */
+    int32_t *prompt;
+    int np;
     snprintf(path, sizeof path, "%s/prompt.tok", fix);
-    if (tdm_tokens_read(argv[4], V, 0, &ids, &n) || tdm_tokens_read(path, V, 0, &prompt, &np)) {
+    if (tdm_tokens_read(path, V, 0, &prompt, &np) || np != T) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    struct tdm_ref *r = tdm_ref_new(m, T + 1);
+    float *hid = malloc((size_t)(L + 2) * T * H * sizeof(float)), *lg = malloc((size_t)T * V * sizeof(float));
+    float *hfin = malloc((size_t)T * H * sizeof(float));
+    if (tdm_ref_forward(r, prompt, T, T, NULL, hid, hfin) || tdm_ref_mtp(r, prompt + 1, hfin, T - 1, lg)) {
         printf("Bail out! %s\n", tdm_err());
         return 1;
     }
-    int32_t *gref;
-    int ng;
+
+    /* 1. prompt logits from tandem-run -n 0 --dump-logits */
+    struct tdm_stfile *d = tdm_st_open(argv[3]);
+    if (!d) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    check_logits("prompt logits (tandem-run -n 0)", get(d, "logits", (int64_t)T * V)->data, rl->data, T, V, tdm_ref_router_gaps(r, 0), NULL);
+
+    /* 2. greedy ids from tandem-run -n S, up to the first reference near tie */
+    int32_t *ids, *gref;
+    int n, ng;
+    if (tdm_tokens_read(argv[4], V, 0, &ids, &n)) { printf("Bail out! %s\n", tdm_err()); return 1; }
     snprintf(path, sizeof path, "%s/greedy-%s.tok", fix, fmt);
     if (tdm_tokens_read(path, V, 0, &gref, &ng)) { printf("Bail out! %s\n", tdm_err()); return 1; }
     float *margins = malloc((size_t)S * sizeof *margins);
@@ -80,28 +130,23 @@ int main(int argc, char **argv)
     /* 3. step logits under teacher forcing */
     struct tdm_stfile *fd = tdm_st_open(argv[5]);
     if (!fd) { printf("Bail out! %s\n", tdm_err()); return 1; }
-    check_logits("step logits under teacher forcing", get(fd, "logits", (int64_t)S * V)->data, rs->data, S, V);
+    check_logits("step logits under teacher forcing", get(fd, "logits", (int64_t)S * V)->data, rs->data, S, V, NULL, NULL);
 
-    /* 4. per-layer hidden states, in process */
-    struct tdm_ref *r = tdm_ref_new(m, T + 1);
-    float *hid = malloc((size_t)(L + 2) * T * H * sizeof(float)), *lg = malloc((size_t)T * V * sizeof(float));
-    if (tdm_ref_forward(r, prompt, T, T, lg, hid, NULL)) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    /* 4. per-layer hidden states: the rows excused for the logits are excused here too */
+    const float *gaps = tdm_ref_router_gaps(r, 0);
+    int *skip = calloc((size_t)T, sizeof *skip);
+    for (int t = 0; t < T; t++)
+        skip[t] = gaps[t] < ROUTER_NEAR_TIE &&
+                  tdm_rel_err(hid + ((size_t)(L + 1) * T + t) * H, (const float *)rh->data + ((size_t)(L + 1) * T + t) * H, H) > REL_BOUND;
     for (int i = 0; i < L + 2; i++) {
-        double e = tdm_rel_err(hid + (size_t)i * T * H, (const float *)rh->data + (size_t)i * T * H, (int64_t)T * H);
+        double e = rel_err_rows(hid + (size_t)i * T * H, (const float *)rh->data + (size_t)i * T * H, T, H, skip);
         ok(e <= REL_BOUND, "hidden state %d (%s): relative error %.2e <= %.0e", i,
            i == 0 ? "embedding" : i == L + 1 ? "final norm" : "layer output", e, REL_BOUND);
     }
     /* 5. the MTP drafter at positions 0..T-2: (token p+1, final-norm hidden at p) */
-    tdm_ref_free(r);
-    r = tdm_ref_new(m, T + 1);
-    float *hfin = malloc((size_t)T * H * sizeof(float));
-    if (tdm_ref_forward(r, prompt, T, T, NULL, NULL, hfin) || tdm_ref_mtp(r, prompt + 1, hfin, T - 1, lg)) {
-        printf("Bail out! %s\n", tdm_err());
-        return 1;
-    }
-    check_logits("MTP drafter logits", lg, rm->data, T - 1, V);
+    check_logits("MTP drafter logits", lg, rm->data, T - 1, V, tdm_ref_router_gaps(r, 0), tdm_ref_router_gaps(r, 1));
 
-    free(hid); free(lg); free(hfin); free(margins); free(ids); free(prompt); free(gref);
+    free(hid); free(lg); free(hfin); free(margins); free(ids); free(prompt); free(gref); free(skip);
     tdm_ref_free(r);
     tdm_st_close(d); tdm_st_close(fd); tdm_st_close(ref);
     tdm_model_free(m);
