@@ -91,10 +91,14 @@ def build_model(cfg, tensors, device):
     else:
         sys.exit(f"make-fixture: model_type {arch} is not supported")
     conf._attn_implementation = "sdpa"
-    with torch.device("meta"):
+    # Parameters in BF16, as from_pretrained(dtype=bfloat16) gives them (F32-stored A_log and
+    # gated-norm weights included: their values are exact in BF16); buffers such as the rotary
+    # inverse frequencies are computed in FP32 by the model's own constructor.
+    torch.set_default_dtype(torch.bfloat16)
+    try:
         model = cls(conf)
-    model = model.to_empty(device=device).to(torch.bfloat16)
-    # Parameters kept in FP32 by the checkpoint (A_log, gated-norm weights) stay as stored.
+    finally:
+        torch.set_default_dtype(torch.float32)
     sd = {}
     experts = {}
     for name, w in tensors.items():
@@ -107,7 +111,7 @@ def build_model(cfg, tensors, device):
             e, proj, _ = rest.split(".")
             experts.setdefault(head, {}).setdefault(int(e), {})[proj] = w
             continue
-        sd[key] = w
+        sd[key] = w.to(torch.bfloat16) if w.is_floating_point() else w
     for head, ex in experts.items():
         E = len(ex)
         sd[head + ".mlp.experts.gate_up_proj"] = torch.stack([torch.cat([ex[e]["gate_proj"], ex[e]["up_proj"]], 0) for e in range(E)])
@@ -118,13 +122,9 @@ def build_model(cfg, tensors, device):
     missing = [m for m in missing if not (conf.tie_word_embeddings and m == "lm_head.weight")]
     if missing or unexpected:
         sys.exit(f"make-fixture: state dict mismatch: missing {missing[:5]} unexpected {unexpected[:5]}")
-    for name, p in model.named_parameters():
-        src = sd.get(name)
-        if src is not None and src.dtype == torch.float32:
-            p.data = src.to(device)
     if conf.tie_word_embeddings:
         model.tie_weights()
-    model.rotary = getattr(model.model, "rotary_emb", None)
+    model = model.to(device)
     return model.eval(), conf
 
 
@@ -183,7 +183,8 @@ def mtp_logits(model, conf, cfg, tensors, ids, hfin, device):
     emb = model.model.embed_tokens(ids[:, 1:])
     x = fc(torch.cat([pre_e(emb), pre_h(hfin[:, : T - 1])], dim=-1))
     pos = torch.arange(T - 1, device=device)[None]
-    pe = model.model.rotary_emb(x, pos)
+    # qwen3_5's rotary takes (3, batch, T) position ids (mrope; text positions are the same in all three)
+    pe = model.model.rotary_emb(x, pos[None].expand(3, -1, -1) if arch != "qwen3_next" else pos)
     out = layer(x, position_embeddings=pe, attention_mask=None, position_ids=pos)
     out = out[0] if isinstance(out, tuple) else out
     return model.lm_head(norm(out))[0].float()
@@ -238,16 +239,16 @@ def main():
             if n:
                 hooks.append(mod.register_forward_hook(keep("l0." + n)))
     with torch.no_grad():
-        out = model(ids_t, use_cache=False)
-        logits = out.logits[0].float().cpu()
+        # The prompt goes through the cache, as generate() sends it; decoding continues from it.
+        cache = transformers.DynamicCache(config=conf)
+        o = model(ids_t, past_key_values=cache, use_cache=True)
+        logits = o.logits[0].float().cpu()
         hidden = torch.stack([captured["embed"]] + [captured[f"layer{i}"] for i in range(L)] + [captured["final_norm"]])
         hfin = captured["final_norm"].to(a.device, torch.bfloat16)[None]
         inter = {k: v.contiguous() for k, v in captured.items() if k.startswith("l0.")}
         for h in hooks:
             h.remove()
-        # greedy decoding with the cache, logits at every step
-        cache = transformers.DynamicCache(config=conf)
-        o = model(ids_t, past_key_values=cache, use_cache=True)
+        # greedy decoding, logits at every step
         steps, greedy = [], []
         nxt = o.logits[0, -1]
         for s in range(a.steps):

@@ -47,7 +47,10 @@ static void usage(FILE *f)
             "      --no-mtp               no MTP layer\n"
             "storage:\n"
             "      --fp8-scales f32|bf16  dtype of the block-FP8 scales (default f32)\n"
-            "      --pow2-scales          round FP8 block scales and the NVFP4 global scale to powers of two\n"
+            "      --pow2-scales          round FP8 block scales and the NVFP4 global scale up to powers of two\n"
+            "      --bf16-exact-scales    round FP8 block scales up to 4 significant bits and the NVFP4 global\n"
+            "                             scale up to 2, so that every dequantized weight is exact in BF16 (and a\n"
+            "                             BF16 reference model computes the same function); not powers of two\n"
             "      --fused-experts        store experts as experts.gate_up_proj / experts.down_proj (BF16)\n"
             "      --shard-mb N           split into shards of about N MB with an index\n"
             "  -h, --help                 this text\n"
@@ -108,7 +111,8 @@ struct plan {
     int n, cap;
     struct tdm_config c;
     enum tdm_wfmt fmt;
-    int fp8_bf16_scales, pow2, fused, tied;
+    int fp8_bf16_scales, fused, tied;
+    int fp8_scale_bits, nvfp4_scale2_bits; /* 0: as computed; 1: powers of two; else significant bits */
     char prefix[32];
     json_t *excluded;     /* module names left in BF16 */
     uint64_t seed;
@@ -375,7 +379,7 @@ static int emit(struct plan *p, struct out *o)
                 for (int64_t r0 = 0; r0 < n && !rc; r0 += B) {
                     int64_t m = n - r0 < B ? n - r0 : B;
                     for (int64_t r = 0; r < m; r++) normal_row(st, r0 + r, it->std, rows + r * k, k);
-                    tdm_fp8_quantize(rows, m, k, p->pow2, codes, scales + (r0 / B) * nb * es,
+                    tdm_fp8_quantize(rows, m, k, p->fp8_scale_bits, codes, scales + (r0 / B) * nb * es,
                                      p->fp8_bf16_scales ? TDM_DT_BF16 : TDM_DT_F32);
                     rc = put(o, codes, (size_t)(m * k));
                 }
@@ -390,7 +394,7 @@ static int emit(struct plan *p, struct out *o)
                     for (int64_t j = 0; j < k; j++) amax = fmaxf(amax, fabsf(rows[j]));
                 }
                 s2 = amax > 0 ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
-                if (p->pow2) s2 = ldexpf(1.0f, (int)ceilf(log2f(s2)));
+                s2 = tdm_round_up_bits(s2, p->nvfp4_scale2_bits);
                 uint8_t *packed = malloc((size_t)(k / 2)), *scales = malloc((size_t)(n * (k / G)));
                 if (!packed || !scales) return tdm_errf("out of memory");
                 for (int64_t r = 0; r < n && !rc; r++) {
@@ -528,7 +532,7 @@ static long num(const char *opt, const char *v, long lo, long hi)
 
 enum { O_LAYOUT = 256, O_SHAPE, O_FORMAT, O_SEED, O_LAYERS, O_ATTN_EVERY, O_LAYER_TYPES, O_HIDDEN, O_VOCAB, O_QH, O_KVH,
        O_HD, O_ROT, O_GKH, O_GVH, O_GKD, O_GVD, O_INTER, O_EXPERTS, O_TOPK, O_MOEI, O_SHI, O_MLPONLY, O_NONORM, O_TIE,
-       O_NOMTP, O_FP8S, O_POW2, O_FUSED, O_SHARD };
+       O_NOMTP, O_FP8S, O_POW2, O_FUSED, O_SHARD, O_EXACT };
 
 int main(int argc, char **argv)
 {
@@ -542,11 +546,12 @@ int main(int argc, char **argv)
         {"top-k", 1, 0, O_TOPK}, {"moe-intermediate", 1, 0, O_MOEI}, {"shared-intermediate", 1, 0, O_SHI},
         {"mlp-only-layers", 1, 0, O_MLPONLY}, {"no-norm-topk", 0, 0, O_NONORM}, {"tie", 0, 0, O_TIE},
         {"no-mtp", 0, 0, O_NOMTP}, {"fp8-scales", 1, 0, O_FP8S}, {"pow2-scales", 0, 0, O_POW2},
-        {"fused-experts", 0, 0, O_FUSED}, {"shard-mb", 1, 0, O_SHARD}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"fused-experts", 0, 0, O_FUSED}, {"shard-mb", 1, 0, O_SHARD}, {"bf16-exact-scales", 0, 0, O_EXACT},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *out_dir = NULL, *layout = "qwen3_5", *shape = "tiny", *format = "bf16", *layer_types = NULL,
                *mlp_only_s = NULL;
-    long seed = 1, shard_mb = 0, ov[O_SHARD + 1];
-    for (int i = 0; i <= O_SHARD; i++) ov[i] = -1;
+    long seed = 1, shard_mb = 0, ov[O_EXACT + 1];
+    for (int i = 0; i <= O_EXACT; i++) ov[i] = -1;
     struct plan p = {0};
     int o;
     const long BIG = 1L << 24;
@@ -569,7 +574,8 @@ int main(int argc, char **argv)
             }
             p.fp8_bf16_scales = strcmp(optarg, "bf16") == 0;
             break;
-        case O_POW2: p.pow2 = 1; break;
+        case O_POW2: p.fp8_scale_bits = p.nvfp4_scale2_bits = 1; break;
+        case O_EXACT: p.fp8_scale_bits = 4; p.nvfp4_scale2_bits = 2; break;
         case O_FUSED: p.fused = 1; break;
         case O_SHARD: shard_mb = num("--shard-mb", optarg, 1, BIG); break;
         case 'h': usage(stdout); return 0;

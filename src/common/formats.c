@@ -87,7 +87,16 @@ static void scale_store(void *scales, enum tdm_dtype dt, int64_t i, float v)
     }
 }
 
-void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int pow2,
+float tdm_round_up_bits(float x, int bits)
+{
+    if (bits <= 0 || x == 0.0f || !isfinite(x)) return x;
+    int e;
+    float m = frexpf(fabsf(x), &e);              /* x = m * 2^e, m in [0.5, 1) */
+    float q = ceilf(ldexpf(m, bits)), r = ldexpf(q, e - bits);
+    return x < 0 ? -r : r;
+}
+
+void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int scale_bits,
                       uint8_t *codes, void *scales, enum tdm_dtype scale_dt)
 {
     const int64_t B = TDM_FP8_BLOCK, nb = (k + B - 1) / B;
@@ -98,7 +107,7 @@ void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int pow2,
             for (int64_t r = bi * B; r < r1; r++)
                 for (int64_t c = bj * B; c < c1; c++) amax = fmaxf(amax, fabsf(w[r * k + c]));
             float s = amax > 0.0f ? amax / TDM_E4M3_MAX : 1.0f;
-            if (pow2) s = ldexpf(1.0f, (int)ceilf(log2f(s)));
+            s = tdm_round_up_bits(s, scale_bits);
             scale_store(scales, scale_dt, bi * nb + bj, s);
             s = tdm_scale_at(scales, scale_dt, bi * nb + bj); /* the scale as stored */
             for (int64_t r = bi * B; r < r1; r++)

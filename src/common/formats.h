@@ -44,9 +44,15 @@ uint8_t tdm_f32_to_e2m1(float f);      /* saturates to +-6 */
 /* Reads element i of a scale tensor stored as F32 or BF16. */
 float tdm_scale_at(const void *scales, enum tdm_dtype dt, int64_t i);
 
+/* x rounded up (away from zero) to `bits` significant bits; bits <= 0 returns x. With bits = 1 a
+ * power of two. A scale of 4 bits times an e4m3 code (4 bits), or of 2 bits times e2m1 x e4m3
+ * (6 bits), is exact in BF16 (8 bits). */
+float tdm_round_up_bits(float x, int bits);
+
 /* Block FP8: codes [n,k] e4m3, scales [ceil(n/128), ceil(k/128)] (value = code * scale).
- * pow2 != 0 rounds each scale up to a power of two (as some releases store them). */
-void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int pow2,
+ * scale_bits > 0 rounds each scale up to that many significant bits (1: powers of two, as some
+ * releases store them). */
+void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int scale_bits,
                       uint8_t *codes, void *scales, enum tdm_dtype scale_dt);
 
 /* NVFP4: packed [n, k/2] (even k in the low nibble), scales [n, k/16] e4m3, global scale2

@@ -52,7 +52,7 @@ int main(void)
     static uint8_t codes[N * K];
     static float scales[3 * 2];
     for (int pow2 = 0; pow2 < 2; pow2++) {
-        tdm_fp8_quantize(w, N, K, pow2, codes, scales, TDM_DT_F32);
+        tdm_fp8_quantize(w, N, K, pow2 ? 1 : 0, codes, scales, TDM_DT_F32);
         struct tdm_qweight q = {.fmt = TDM_W_FP8, .n = N, .k = K, .w = codes, .scale = scales, .scale_dt = TDM_DT_F32};
         double worst = 0;
         for (int r = 0; r < N; r++) {
@@ -72,6 +72,20 @@ int main(void)
     struct tdm_qweight qb = {.fmt = TDM_W_FP8, .n = N, .k = K, .w = codes, .scale = bscales, .scale_dt = TDM_DT_BF16};
     tdm_qweight_row(&qb, 257, row);
     ok(fabsf(row[190] - w[257 * K + 190]) <= fabsf(w[257 * K + 190]) / 8 + 0.02f, "fp8 with BF16 scales, partial edge block");
+
+    ok(tdm_round_up_bits(0.3f, 1) == 0.5f && tdm_round_up_bits(0.3f, 2) == 0.375f && tdm_round_up_bits(-5.0f, 2) == -6.0f &&
+       tdm_round_up_bits(0.75f, 2) == 0.75f && tdm_round_up_bits(1.0f, 4) == 1.0f, "round up to significant bits");
+    /* 4-bit block scales make every dequantized FP8 weight exact in BF16 */
+    tdm_fp8_quantize(w, N, K, 4, codes, scales, TDM_DT_F32);
+    {
+        struct tdm_qweight q = {.fmt = TDM_W_FP8, .n = N, .k = K, .w = codes, .scale = scales, .scale_dt = TDM_DT_F32};
+        int exact = 1;
+        for (int r = 0; r < N; r += 7) {
+            tdm_qweight_row(&q, r, row);
+            for (int c = 0; c < K; c++) exact &= tdm_bf16r(row[c]) == row[c];
+        }
+        ok(exact, "fp8 with 4-bit scales: dequantized weights are exact in BF16");
+    }
 
     /* NVFP4 round trip and a known value. */
     static uint8_t packed[N * K / 2], gsc[N * K / 16];
