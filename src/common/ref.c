@@ -256,14 +256,19 @@ static int attn_forward(struct tdm_ref *r, const struct tdm_attn *at, int slot, 
                 p[j] = tdm_dot(q, r->k[slot] + (size_t)j * row + (size_t)kvh * D, D) * scale;
                 mx = fmaxf(mx, p[j]);
             }
+            /* Flash-attention rounding, as transformers' SDPA path computes it: the unnormalised
+             * probabilities exp(s - max) enter the product with V in BF16, the sum that divides them
+             * stays FP32. Measured against transformers: this halves an attention layer's distance
+             * (0.31 % -> 0.14 % of the layer output) compared with FP32 probabilities. */
             for (int j = 0; j < n; j++) { p[j] = expf(p[j] - mx); sum += p[j]; }
             float *o = att + ((size_t)t * Hq + h) * D;
             for (int d = 0; d < D; d++) o[d] = 0.0f;
             for (int j = 0; j < n; j++) {
                 const float *vj = r->v[slot] + (size_t)j * row + (size_t)kvh * D;
-                float pj = p[j] / sum;
+                const float pj = bf(p[j]);
                 for (int d = 0; d < D; d++) o[d] += pj * vj[d];
             }
+            for (int d = 0; d < D; d++) o[d] /= sum;
             for (int d = 0; d < D; d++) o[d] = bf(bf(o[d]) * bf(sigmoidf(gate[d])));
         }
     tdm_ref_linear_bf16(&at->o, att, T, out);

@@ -116,7 +116,7 @@ int main(int argc, char **argv)
     int np;
     snprintf(path, sizeof path, "%s/prompt.tok", fix);
     if (tdm_tokens_read(path, V, 0, &prompt, &np) || np != T) { printf("Bail out! %s\n", tdm_err()); return 1; }
-    struct tdm_ref *r = tdm_ref_new(m, T + 1);
+    struct tdm_ref *r = tdm_ref_new(m, T + S);
     float *hid = malloc((size_t)(L + 2) * T * H * sizeof(float)), *lg = malloc((size_t)T * V * sizeof(float));
     float *hfin = malloc((size_t)T * H * sizeof(float));
     if (tdm_ref_forward(r, prompt, T, T, NULL, hid, hfin) || tdm_ref_mtp(r, prompt + 1, hfin, T - 1, lg)) {
@@ -135,6 +135,11 @@ int main(int argc, char **argv)
     if (tdm_tokens_read(argv[4], V, 0, &ids, &n)) { printf("Bail out! %s\n", tdm_err()); return 1; }
     snprintf(path, sizeof path, "%s/greedy-%s.tok", fix, fmt);
     if (tdm_tokens_read(path, V, 0, &gref, &ng)) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    /* The decode path's router margins: feed the reference's greedy ids as tandem-run --force does;
+     * step row i was computed at position T - 1 + i. */
+    for (int i = 0; i + 1 < S && i < ng; i++)
+        if (tdm_ref_forward(r, &gref[i], 1, 1, NULL, NULL, NULL)) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    const float *step_gaps = tdm_ref_router_gaps(r, 0) + (T - 1);
     float *margins = malloc((size_t)S * sizeof *margins);
     for (int i = 0; i < S; i++) margins[i] = tdm_margin(rs.data + (size_t)i * V, V);
     int checked, differ = n == ng && ng == S ? tdm_greedy_compare(ids, gref, margins, S, CLEAR_MARGIN, &checked) : 0;
@@ -144,7 +149,7 @@ int main(int argc, char **argv)
     /* 3. step logits under teacher forcing */
     struct tdm_stfile *fd = tdm_st_open(argv[5]);
     if (!fd) { printf("Bail out! %s\n", tdm_err()); return 1; }
-    check_logits("step logits under teacher forcing", get(fd, "logits", (int64_t)S * V).data, rs.data, S, V, NULL, NULL);
+    check_logits("step logits under teacher forcing", get(fd, "logits", (int64_t)S * V).data, rs.data, S, V, step_gaps, NULL);
 
     /* 4. per-layer hidden states: the rows excused for the logits are excused here too */
     const float *gaps = tdm_ref_router_gaps(r, 0);
