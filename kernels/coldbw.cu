@@ -1,0 +1,151 @@
+// coldbw.cu — memory-bound helper kernels: the streaming read and copy that tandem-coldbw times,
+// pseudo-random fills for tests, sweeps and benchmarks (never time on zeros), and a bitwise diff.
+#include "matmul.h"
+#include "cuda_check.h"
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_bytes_kernel(uint8_t *p, size_t n, uint64_t seed, uint8_t mask, uint8_t set)
+{
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8; i < n; i += (size_t)gridDim.x * blockDim.x * 8) {
+        uint64_t r = mix64(seed ^ (i * 0x2545f4914f6cdd1dull));
+        for (int b = 0; b < 8 && i + b < n; b++) p[i + b] = (uint8_t)(((r >> (8 * b)) & mask) | set);
+    }
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float amp)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float u = (float)(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
+        __nv_bfloat16 b = __float2bfloat16_rn((2.0f * u - 1.0f) * amp);
+        p[i] = *reinterpret_cast<uint16_t *>(&b);
+    }
+}
+
+__global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float lo, float hi)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float u = (float)(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
+        p[i] = lo + (hi - lo) * u;
+    }
+}
+
+__global__ void diff_kernel(const uint8_t *a, const uint8_t *b, size_t n, unsigned long long *count)
+{
+    unsigned long long c = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        c += a[i] != b[i];
+    // one partial per thread, summed on the host: no atomics anywhere in the project's kernels
+    count[blockIdx.x * (size_t)blockDim.x + threadIdx.x] = c;
+}
+
+// Streaming read: 16-byte loads, four in flight per thread per iteration, XOR-folded into one
+// word per thread so the loads cannot be removed.
+__global__ void read_kernel(const uint4 *p, size_t n16, uint64_t *sink)
+{
+    uint32_t acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;   // practically never taken; keeps the reads live
+}
+
+__global__ void copy_kernel(uint4 *dst, const uint4 *src, size_t n16)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + stride < n16; i += 2 * stride) {
+        uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride);
+        __stcs(dst + i, a);
+        __stcs(dst + i + stride, b);
+    }
+    for (; i < n16; i += stride) __stcs(dst + i, __ldcs(src + i));
+}
+
+int sm_count()
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n = 132;
+    }
+    return n;
+}
+
+}  // namespace
+
+extern "C" int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream)
+{
+    if (!bytes) return 0;
+    fill_bytes_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>((uint8_t *)p, bytes, seed, mask, set);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream)
+{
+    if (!n) return 0;
+    fill_bf16_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(p, n, seed, amp);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi, void *stream)
+{
+    if (!n) return 0;
+    fill_f32_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(p, n, seed, lo, hi);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff, void *stream)
+{
+    const int blocks = sm_count() * 4, threads = 256, parts = blocks * threads;
+    unsigned long long *d, h[8192];
+    TDM_CUDA_TRY(cudaMalloc(&d, (size_t)parts * sizeof *d));
+    diff_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>((const uint8_t *)a, (const uint8_t *)b, bytes, d);
+    cudaError_t e = cudaGetLastError();
+    int64_t total = 0;
+    for (int off = 0; e == cudaSuccess && off < parts; off += 8192) {
+        const int cnt = parts - off < 8192 ? parts - off : 8192;
+        e = cudaMemcpyAsync(h, d + off, (size_t)cnt * sizeof *d, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+        for (int i = 0; e == cudaSuccess && i < cnt; i++) total += (int64_t)h[i];
+    }
+    cudaFree(d);
+    if (e != cudaSuccess) return tdm_errf("CUDA: diff: %s", cudaGetErrorString(e));
+    *diff = total;
+    return 0;
+}
+
+extern "C" int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream)
+{
+    read_kernel<<<sm_count() * 8, 512, 0, (cudaStream_t)stream>>>((const uint4 *)p, bytes / 16, sink);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    copy_kernel<<<sm_count() * 8, 512, 0, (cudaStream_t)stream>>>((uint4 *)dst, (const uint4 *)src, bytes / 16);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
