@@ -165,6 +165,7 @@ extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x,
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }
     if (e != cudaSuccess) {
+        (void)cudaGetLastError();   // a refused launch leaves no sticky error; clear it for the next call
         char buf[96];
         return tdm_errf("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s: launch failed: %s", tdm_wfmt_name(w->fmt),
                         w->n, w->k, m, tdm_tile_str(&t, buf, sizeof buf), cudaGetErrorString(e));
@@ -178,9 +179,11 @@ extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, i
     tdm_mm::SkinnyArgs a;
     if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul (wide)") != 0) return -1;
     cudaError_t e = tdm_mm_wide_launch(a, w->fmt, rows_aligned(w), (cudaStream_t)stream);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
         return tdm_errf("matmul (wide): %s %" PRId64 "x%" PRId64 " m=%" PRId64 ": launch failed: %s",
                         tdm_wfmt_name(w->fmt), w->n, w->k, m, cudaGetErrorString(e));
+    }
     return 0;
 }
 

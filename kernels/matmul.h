@@ -79,6 +79,29 @@ int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff
 int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream);
 /* Copy of `bytes` from src to dst with 16-byte loads and stores. */
 int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream);
+
+/* ---- cold working sets and timing (kernels/coldbw.cu), for the sweep, coldbw and benchmark ---- */
+
+/* `copies` distinct device copies of one weight shape with pseudo-random contents (valid codes: no
+ * NaN scales), at least min_bytes in all, so that timing them in turn streams from memory. */
+struct tdm_wset {
+    int copies;
+    struct tdm_dweight *w;   /* copies views, each a whole weight */
+    void *mem;
+    size_t bytes;            /* of all copies */
+};
+int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, enum tdm_dtype scale_dt,
+                   size_t min_bytes, int min_copies, uint64_t seed);
+void tdm_wset_free(struct tdm_wset *s);
+
+/* Launches call i (0 <= i < calls) on the stream; returns 0 or -1 with tdm_err(). */
+typedef int (*tdm_launch_fn)(void *ctx, int i, void *stream);
+/* Times `calls` launches back to back, `reps` times after one warm-up pass, either captured in one
+ * CUDA graph (graph != 0) or eagerly; *ms_per_call is the median over the repeats of the pass time
+ * divided by calls. */
+int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call);
+/* The GPU's L2 size in bytes (0 if unknown). */
+size_t tdm_dev_l2_bytes(void);
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,6 @@
 #include "shapes.h"
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Qwen3.8-27B (qwen3_5 dense): H 5120, 64 layers, 48 Gated DeltaNet + 16 gated attention; GDN 16
@@ -75,4 +77,18 @@ int64_t tdm_model_token_params(const struct tdm_model_shapes *m)
     int64_t p = 0;
     for (int i = 0; i < m->nshapes; i++) p += m->shapes[i].n * m->shapes[i].k * m->shapes[i].per_token;
     return p;
+}
+
+int tdm_parse_shape(const char *s, int64_t *n, int64_t *k)
+{
+    char *end;
+    errno = 0;
+    long long a = strtoll(s, &end, 10);
+    if (errno || end == s || *end != ',' || a < 1) return -1;
+    const char *p = end + 1;
+    long long b = strtoll(p, &end, 10);
+    if (errno || end == p || *end || b < 1) return -1;
+    *n = a;
+    *k = b;
+    return 0;
 }

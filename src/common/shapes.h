@@ -27,6 +27,8 @@ const struct tdm_model_shapes *tdm_model_shapes(const char *model);
 extern const char *const tdm_model_names[];
 /* Distinct (n, k) of a model, in table order: writes up to max pairs, returns the count. */
 int tdm_model_distinct_shapes(const struct tdm_model_shapes *m, int64_t (*nk)[2], int max);
+/* Parses "N,K" (positive integers). Returns 0 or -1. */
+int tdm_parse_shape(const char *s, int64_t *n, int64_t *k);
 /* Parameters one token's forward reads through the projections (sum of n * k * per_token). */
 int64_t tdm_model_token_params(const struct tdm_model_shapes *m);
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
 #include "fileio.h"
 #include "linear.h"
 #include "settings.h"
+#include "shapes.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -15,14 +16,17 @@
 #define SMEM_LIMIT 232448   /* the largest dynamic shared memory a CTA may ask for (sm_90) */
 #define TILE_MAX_TABLE_BYTES (16u << 20)
 
+/* Defaults: small CTAs (64 columns; 128 for 17-32 rows, where the staged activations cost more
+ * per weight byte) so that every CTA of the served shapes fits in one wave at the kernels' register
+ * counts, one prefetched slab; bench/NOTES.md has the reasoning, the sweep the measurements. */
 static const struct {
     const char *name;
     int fmt;
     int nt_default, wn_default;
 } kernels[TDM_MMK_COUNT] = {
-    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 4, 4},
+    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 4, 2},
     [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 4, 4},
-    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 2, 8},
+    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 2, 4},
     [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 1, 8},
 };
 
@@ -118,20 +122,6 @@ struct tdm_tiles {
     struct table t[TDM_MMK_COUNT];
 };
 
-static int parse_shape(const char *key, int64_t *n, int64_t *k)
-{
-    char *end;
-    errno = 0;
-    long long a = strtoll(key, &end, 10);
-    if (errno || end == key || *end != ',' || a < 1) return -1;
-    const char *p = end + 1;
-    long long b = strtoll(p, &end, 10);
-    if (errno || end == p || *end || b < 1) return -1;
-    *n = a;
-    *k = b;
-    return 0;
-}
-
 static int get_int(const char *path, const char *key, json_t *o, const char *field, int *out)
 {
     json_t *v = json_object_get(o, field);
@@ -179,7 +169,7 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
     json_t *v;
     json_object_foreach(shapes, key, v) {
         struct tdm_tile_entry *x = &e[i];
-        if (parse_shape(key, &x->n, &x->k) != 0) {
+        if (tdm_parse_shape(key, &x->n, &x->k) != 0) {
             tdm_errf("%s: shape key \"%s\" is not \"N,K\" with N, K >= 1", path, key);
             goto out;
         }
