@@ -102,6 +102,18 @@ typedef int (*tdm_launch_fn)(void *ctx, int i, void *stream);
 int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call);
 /* The GPU's L2 size in bytes (0 if unknown). */
 size_t tdm_dev_l2_bytes(void);
+
+/* ---- the library baselines the benchmark compares against (kernels/gemm_cublas.cu) ------------ */
+struct tdm_cublas;
+/* A cuBLAS and a cuBLASLt handle bound to stream, with their own workspace (so that calls can be
+ * captured in CUDA graphs). */
+int tdm_cublas_create(struct tdm_cublas **h, void *stream);
+void tdm_cublas_destroy(struct tdm_cublas *h);
+/* y[m][n] = x[m][k] W[n][k]^T, BF16 in and out, FP32 accumulation (cublasGemmEx). */
+int tdm_cublas_bf16(struct tdm_cublas *h, const uint16_t *w, int64_t n, int64_t k, const uint16_t *x, int64_t m, uint16_t *y);
+/* The same with e4m3 weights and e4m3 activations, unit scales, BF16 out (cuBLASLt). Returns 1
+ * (and does nothing) when cuBLASLt has no algorithm for the shape. */
+int tdm_cublaslt_fp8(struct tdm_cublas *h, const uint8_t *w, int64_t n, int64_t k, const uint8_t *x, int64_t m, uint16_t *y);
 #ifdef __cplusplus
 }
 #endif

@@ -424,9 +424,20 @@ template <int FMT, int NT, int MT, int PF, bool VEC>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
     auto kern = skinny_kernel<FMT, NT, MT, PF, VEC>;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
+    // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
+    // need, so that no later call (perhaps inside a graph capture) has to.
+    static size_t allowed = 48 * 1024;
+    if (smem > allowed) {
+        const size_t want = smem > 200 * 1024 ? smem : 200 * 1024;
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+            allowed = smem;
+        } else {
+            allowed = want;
+        }
     }
     const int cols = 8 * NT * wn;
     cudaLaunchConfig_t cfg = {};

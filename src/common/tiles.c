@@ -252,6 +252,9 @@ int tdm_tiles_has(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t
 
 int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
 {
+    for (int i = 0; i < tb->nentries; i++)   /* never write what the loader would refuse */
+        if (tdm_tile_check(tb->kernel, tb->entries[i].n, tb->entries[i].k, &tb->entries[i].tile) != 0)
+            return tdm_err_prefix("%s: shape %" PRId64 ",%" PRId64, path, tb->entries[i].n, tb->entries[i].k);
     json_t *root = json_object(), *shapes = json_object();
     if (!root || !shapes) return tdm_errf("%s: out of memory", path);
     json_object_set_new(root, "kernel", json_string(tdm_mmk_name(tb->kernel)));
