@@ -1,0 +1,283 @@
+// coldbw.cu — memory-bound helper kernels: the streaming read and copy that tandem-coldbw times,
+// pseudo-random fills for tests, sweeps and benchmarks (never time on zeros), and a bitwise diff.
+#include "matmul.h"
+#include "cuda_check.h"
+#include "device.h"
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_bytes_kernel(uint8_t *p, size_t n, uint64_t seed, uint8_t mask, uint8_t set)
+{
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8; i < n; i += (size_t)gridDim.x * blockDim.x * 8) {
+        uint64_t r = mix64(seed ^ (i * 0x2545f4914f6cdd1dull));
+        for (int b = 0; b < 8 && i + b < n; b++) p[i + b] = (uint8_t)(((r >> (8 * b)) & mask) | set);
+    }
+}
+
+__global__ void fill_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float amp)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float u = (float)(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
+        __nv_bfloat16 b = __float2bfloat16_rn((2.0f * u - 1.0f) * amp);
+        p[i] = *reinterpret_cast<uint16_t *>(&b);
+    }
+}
+
+__global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float lo, float hi)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float u = (float)(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
+        p[i] = lo + (hi - lo) * u;
+    }
+}
+
+__global__ void diff_kernel(const uint8_t *a, const uint8_t *b, size_t n, unsigned long long *count)
+{
+    unsigned long long c = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        c += a[i] != b[i];
+    // one partial per thread, summed on the host: no atomics anywhere in the project's kernels
+    count[blockIdx.x * (size_t)blockDim.x + threadIdx.x] = c;
+}
+
+// Streaming read: 16-byte loads, four in flight per thread per iteration, XOR-folded into one
+// word per thread so the loads cannot be removed.
+__global__ void read_kernel(const uint4 *p, size_t n16, uint64_t *sink)
+{
+    uint32_t acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;   // practically never taken; keeps the reads live
+}
+
+__global__ void copy_kernel(uint4 *dst, const uint4 *src, size_t n16)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i + stride < n16; i += 2 * stride) {
+        uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride);
+        __stcs(dst + i, a);
+        __stcs(dst + i + stride, b);
+    }
+    for (; i < n16; i += stride) __stcs(dst + i, __ldcs(src + i));
+}
+
+int sm_count()
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n = 132;
+    }
+    return n;
+}
+
+}  // namespace
+
+extern "C" int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream)
+{
+    if (!bytes) return 0;
+    fill_bytes_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>((uint8_t *)p, bytes, seed, mask, set);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream)
+{
+    if (!n) return 0;
+    fill_bf16_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(p, n, seed, amp);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi, void *stream)
+{
+    if (!n) return 0;
+    fill_f32_kernel<<<sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(p, n, seed, lo, hi);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff, void *stream)
+{
+    const int blocks = sm_count() * 4, threads = 256, parts = blocks * threads;
+    unsigned long long *d, h[8192];
+    TDM_CUDA_TRY(cudaMalloc(&d, (size_t)parts * sizeof *d));
+    diff_kernel<<<blocks, threads, 0, (cudaStream_t)stream>>>((const uint8_t *)a, (const uint8_t *)b, bytes, d);
+    cudaError_t e = cudaGetLastError();
+    int64_t total = 0;
+    for (int off = 0; e == cudaSuccess && off < parts; off += 8192) {
+        const int cnt = parts - off < 8192 ? parts - off : 8192;
+        e = cudaMemcpyAsync(h, d + off, (size_t)cnt * sizeof *d, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+        for (int i = 0; e == cudaSuccess && i < cnt; i++) total += (int64_t)h[i];
+    }
+    cudaFree(d);
+    if (e != cudaSuccess) return tdm_errf("CUDA: diff: %s", cudaGetErrorString(e));
+    *diff = total;
+    return 0;
+}
+
+extern "C" int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream)
+{
+    read_kernel<<<sm_count() * 8, 512, 0, (cudaStream_t)stream>>>((const uint4 *)p, bytes / 16, sink);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    copy_kernel<<<sm_count() * 8, 512, 0, (cudaStream_t)stream>>>((uint4 *)dst, (const uint4 *)src, bytes / 16);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" size_t tdm_dev_l2_bytes(void)
+{
+    int dev = 0, l2 = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (size_t)l2;
+}
+
+extern "C" int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, enum tdm_dtype sdt,
+                              size_t min_bytes, int min_copies, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    int64_t wb, sb;
+    switch (fmt) {
+    case TDM_W_NVFP4: wb = n * (k / 2); sb = n * (k / 16); break;
+    case TDM_W_FP8: wb = n * k; sb = ((n + 127) / 128) * ((k + 127) / 128) * (sdt == TDM_DT_BF16 ? 2 : 4); break;
+    case TDM_W_BF16: wb = n * k * 2; sb = 0; break;
+    default: return tdm_errf("working set: format %s has no GPU kernel", tdm_wfmt_name(fmt));
+    }
+    const int64_t soff = (wb + 255) / 256 * 256, each = (soff + sb + 255) / 256 * 256;
+    int copies = (int)((min_bytes + each - 1) / each);
+    if (copies < min_copies) copies = min_copies;
+    if (copies < 1) copies = 1;
+    s->w = (struct tdm_dweight *)calloc((size_t)copies, sizeof *s->w);
+    if (!s->w) return tdm_errf("working set: out of memory");
+    if (tdm_cuda_malloc(&s->mem, (size_t)(each * copies)) != 0) {
+        free(s->w);
+        s->w = NULL;
+        return -1;
+    }
+    s->copies = copies;
+    s->bytes = (size_t)(each * copies);
+    for (int c = 0; c < copies; c++) {
+        uint8_t *base = (uint8_t *)s->mem + (size_t)c * each;
+        struct tdm_dweight *w = &s->w[c];
+        w->fmt = fmt;
+        w->n = n;
+        w->k = k;
+        w->row0 = 0;
+        w->w = base;
+        w->scale = sb ? base + soff : NULL;
+        w->scale_dt = sdt;
+        w->scale2 = 1.0f / 4096;
+        const uint64_t sd = seed * 0x9e3779b97f4a7c15ull + (uint64_t)c;
+        int rc = 0;
+        if (fmt == TDM_W_BF16) rc = tdm_dev_fill_bf16((uint16_t *)base, (size_t)(n * k), sd, 0.05f, NULL);
+        else if (fmt == TDM_W_FP8) rc = tdm_dev_fill_bytes(base, (size_t)wb, sd, 0xbf, 0, NULL);  /* exponent <= 7: no NaN */
+        else rc = tdm_dev_fill_bytes(base, (size_t)wb, sd, 0xff, 0, NULL);
+        if (rc == 0 && fmt == TDM_W_NVFP4) rc = tdm_dev_fill_bytes(base + soff, (size_t)sb, sd ^ 1, 0x37, 0x20, NULL);
+        if (rc == 0 && fmt == TDM_W_FP8)
+            rc = sdt == TDM_DT_BF16 ? tdm_dev_fill_bf16((uint16_t *)(base + soff), (size_t)sb / 2, sd ^ 1, 0.01f, NULL)
+                                    : tdm_dev_fill_f32((float *)(base + soff), (size_t)sb / 4, sd ^ 1, 0.001f, 0.01f, NULL);
+        if (rc != 0) {
+            tdm_wset_free(s);
+            return -1;
+        }
+    }
+    TDM_CUDA_TRY(cudaDeviceSynchronize());
+    return 0;
+}
+
+extern "C" void tdm_wset_free(struct tdm_wset *s)
+{
+    if (!s) return;
+    if (s->mem) tdm_cuda_free(s->mem);
+    free(s->w);
+    memset(s, 0, sizeof *s);
+}
+
+extern "C" int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaEvent_t e0, e1;
+    cudaGraphExec_t exec = NULL;
+    std::vector<double> t;
+    int rc = -1;
+    if (calls < 1 || reps < 1) return tdm_errf("timing: %d calls, %d repeats", calls, reps);
+    TDM_CUDA_TRY(cudaEventCreate(&e0));
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return tdm_errf("CUDA: cudaEventCreate failed");
+    }
+    if (graph) {
+        cudaGraph_t g;
+        if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            tdm_errf("CUDA: cannot capture a graph on this stream (the legacy default stream cannot be captured)");
+            goto out;
+        }
+        for (int i = 0; i < calls; i++)
+            if (fn(ctx, i, stream) != 0) {
+                cudaStreamEndCapture(st, &g);
+                if (g) cudaGraphDestroy(g);
+                goto out;
+            }
+        if (cudaStreamEndCapture(st, &g) != cudaSuccess) { tdm_errf("CUDA: graph capture failed"); goto out; }
+        cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+        cudaGraphDestroy(g);
+        if (e != cudaSuccess) { tdm_errf("CUDA: cudaGraphInstantiate: %s", cudaGetErrorString(e)); goto out; }
+    }
+    for (int r = -1; r < reps; r++) {   /* r = -1: warm-up */
+        if (cudaEventRecord(e0, st) != cudaSuccess) { tdm_errf("CUDA: event record failed"); goto out; }
+        if (graph) {
+            if (cudaGraphLaunch(exec, st) != cudaSuccess) { tdm_errf("CUDA: graph launch failed"); goto out; }
+        } else {
+            for (int i = 0; i < calls; i++)
+                if (fn(ctx, i, stream) != 0) goto out;
+        }
+        if (cudaEventRecord(e1, st) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess) {
+            tdm_errf("CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+            goto out;
+        }
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r >= 0) t.push_back(ms / calls);
+    }
+    std::sort(t.begin(), t.end());
+    *ms_per_call = t[t.size() / 2];
+    rc = 0;
+out:
+    if (exec) cudaGraphExecDestroy(exec);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rc;
+}

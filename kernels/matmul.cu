@@ -1,0 +1,201 @@
+// matmul.cu — the entry points of matmul.h: weight upload and views, the choice of kernel by
+// format and row count, argument checks, and the byte count of a product.
+#include "matmul.h"
+#include "cuda_check.h"
+#include "device.h"
+#include "err.h"
+#include "formats.h"
+#include "mm_skinny.cuh"
+#include <inttypes.h>
+#include <string.h>
+
+// The wide GEMM's launcher (wide_gemm.cu).
+cudaError_t tdm_mm_wide_launch(const tdm_mm::SkinnyArgs &a, int fmt, bool vec, cudaStream_t st);
+
+static int64_t stored_w_bytes(enum tdm_wfmt fmt, int64_t rows, int64_t k)
+{
+    switch (fmt) {
+    case TDM_W_BF16: return rows * k * 2;
+    case TDM_W_FP8: return rows * k;
+    case TDM_W_NVFP4: return rows * (k / 2);
+    default: return -1;
+    }
+}
+
+static int64_t stored_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype dt, int64_t rows, int64_t k)
+{
+    const int64_t B = TDM_FP8_BLOCK;
+    switch (fmt) {
+    case TDM_W_FP8: return ((rows + B - 1) / B) * ((k + B - 1) / B) * (int64_t)tdm_dtype_size(dt);
+    case TDM_W_NVFP4: return rows * (k / TDM_NVFP4_GROUP);
+    default: return 0;
+    }
+}
+
+static int check_format(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k, const char *who)
+{
+    if (n < 1 || k < 1) return tdm_errf("%s: shape %" PRId64 "x%" PRId64 ": empty", who, n, k);
+    if (n > INT32_MAX || k > INT32_MAX) return tdm_errf("%s: shape %" PRId64 "x%" PRId64 ": too large", who, n, k);
+    switch (fmt) {
+    case TDM_W_BF16: return 0;
+    case TDM_W_FP8:
+        if (sdt != TDM_DT_F32 && sdt != TDM_DT_BF16)
+            return tdm_errf("%s: FP8 block scales must be F32 or BF16, not %s", who, tdm_dtype_name(sdt));
+        return 0;
+    case TDM_W_NVFP4:
+        if (k % TDM_NVFP4_GROUP) return tdm_errf("%s: NVFP4 needs k a multiple of 16 (k = %" PRId64 ")", who, k);
+        return 0;
+    default:
+        return tdm_errf("%s: weight format %s has no GPU kernel (BF16, FP8 and NVFP4 do)", who, tdm_wfmt_name(fmt));
+    }
+}
+
+extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
+{
+    memset(d, 0, sizeof *d);
+    if (check_format(h->fmt, h->scale_dt, h->n, h->k, "upload") != 0) return -1;
+    const int64_t rows = h->row0 + h->n;
+    const int64_t wb = stored_w_bytes(h->fmt, rows, h->k), sb = stored_scale_bytes(h->fmt, h->scale_dt, rows, h->k);
+    const int64_t soff = (wb + 255) / 256 * 256;   // scales start 256-byte aligned
+    void *p;
+    if (tdm_cuda_malloc(&p, (size_t)(soff + sb)) != 0) return -1;
+    if (tdm_cuda_h2d(p, h->w, (size_t)wb) != 0 || (sb && tdm_cuda_h2d((char *)p + soff, h->scale, (size_t)sb) != 0)) {
+        tdm_cuda_free(p);
+        return -1;
+    }
+    d->fmt = h->fmt;
+    d->n = h->n;
+    d->k = h->k;
+    d->row0 = h->row0;
+    d->w = p;
+    d->scale = sb ? (const char *)p + soff : NULL;
+    d->scale_dt = h->scale_dt;
+    d->scale2 = h->scale2;
+    d->owned = p;
+    return 0;
+}
+
+extern "C" void tdm_dweight_free(struct tdm_dweight *d)
+{
+    if (d && d->owned) tdm_cuda_free(d->owned);
+    if (d) memset(d, 0, sizeof *d);
+}
+
+extern "C" struct tdm_dweight tdm_dweight_rows(const struct tdm_dweight *w, int64_t r0, int64_t n)
+{
+    struct tdm_dweight v = *w;
+    v.row0 = w->row0 + r0;
+    v.n = n;
+    v.owned = NULL;
+    return v;
+}
+
+extern "C" int64_t tdm_dweight_bytes(const struct tdm_dweight *w)
+{
+    struct tdm_qweight q = {w->fmt, w->n, w->k, w->row0, NULL, NULL, w->scale_dt, w->scale2};
+    return tdm_qweight_bytes(&q);
+}
+
+extern "C" int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m)
+{
+    return tdm_dweight_bytes(w) + m * w->k * 2;
+}
+
+// Fills the kernel arguments shared by the skinny and wide kernels; checks the call.
+static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
+                     enum tdm_mm_out out, tdm_mm::SkinnyArgs *a, const char *who)
+{
+    if (check_format(w->fmt, w->scale_dt, w->n, w->k, who) != 0) return -1;
+    if (!w->w || (w->fmt != TDM_W_BF16 && !w->scale)) return tdm_errf("%s: weight not on the device", who);
+    if (!x || !y) return tdm_errf("%s: NULL activations or output", who);
+    if (m < 1 || m > INT32_MAX) return tdm_errf("%s: %" PRId64 " rows", who, m);
+    if (ldx < w->k) return tdm_errf("%s: ldx %" PRId64 " < k %" PRId64, who, ldx, w->k);
+    if (ldy < w->n) return tdm_errf("%s: ldy %" PRId64 " < n %" PRId64, who, ldy, w->n);
+    if (out != TDM_MM_BF16 && out != TDM_MM_F32) return tdm_errf("%s: unknown output type", who);
+    memset(a, 0, sizeof *a);
+    a->w = (const uint8_t *)w->w;
+    a->scale = (const uint8_t *)w->scale;
+    a->scale_bf16 = w->scale_dt == TDM_DT_BF16;
+    a->out_scale = w->fmt == TDM_W_NVFP4 ? w->scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+    a->n = (int)w->n;
+    a->k = (int)w->k;
+    a->row0 = w->row0;
+    a->x = x;
+    a->ldx = ldx;
+    a->m = (int)m;
+    a->y = y;
+    a->ldy = ldy;
+    a->y_f32 = out == TDM_MM_F32;
+    a->slabs = (int)((w->k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K);
+    a->x_vec = ((uintptr_t)x % 16 == 0) && (ldx % 8 == 0);
+    return 0;
+}
+
+// Whether every weight row (and NVFP4 scale row) of the view starts 16-byte (2-byte) aligned, so
+// that the kernel may use vector loads.
+static bool rows_aligned(const struct tdm_dweight *w)
+{
+    const int64_t rb = stored_w_bytes(w->fmt, 1, w->k);
+    if ((uintptr_t)w->w % 16 || rb % 16) return false;
+    if (w->fmt == TDM_W_NVFP4 && ((uintptr_t)w->scale % 2 || (w->k / TDM_NVFP4_GROUP) % 2)) return false;
+    return true;
+}
+
+extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+                                 int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
+{
+    tdm_mm::SkinnyArgs a;
+    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul") != 0) return -1;
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
+    if (tdm_tile_check((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
+        return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
+    struct tdm_tile t = *tile;
+    const bool vec = rows_aligned(w);
+    if (!vec) t.nt = t.pf = 1;   // the byte-wise instantiation (launch settings change no bits)
+    const int mt = m <= 16 ? 1 : 2;
+    a.wk = t.wk;
+    a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
+    const size_t smem = tdm_tile_smem(&t, mt);
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e;
+    switch (w->fmt) {
+    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
+    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
+    default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();   // a refused launch leaves no sticky error; clear it for the next call
+        char buf[96];
+        return tdm_errf("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s: launch failed: %s", tdm_wfmt_name(w->fmt),
+                        w->n, w->k, m, tdm_tile_str(&t, buf, sizeof buf), cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+                               int64_t ldy, enum tdm_mm_out out, void *stream)
+{
+    tdm_mm::SkinnyArgs a;
+    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul (wide)") != 0) return -1;
+    cudaError_t e = tdm_mm_wide_launch(a, w->fmt, rows_aligned(w), (cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tdm_errf("matmul (wide): %s %" PRId64 "x%" PRId64 " m=%" PRId64 ": launch failed: %s",
+                        tdm_wfmt_name(w->fmt), w->n, w->k, m, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+extern "C" int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
+                          enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream)
+{
+    if (m > TDM_MM_MAX_ROWS) return tdm_matmul_wide(w, x, ldx, m, y, ldy, out, stream);
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) {
+        if (m < 1) return tdm_errf("matmul: %" PRId64 " rows", m);
+        return tdm_errf("matmul: weight format %s has no GPU kernel", tdm_wfmt_name(w->fmt));
+    }
+    struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
+    return tdm_matmul_skinny(w, x, ldx, m, y, ldy, out, &t, stream);
+}

@@ -1,0 +1,120 @@
+/* matmul.h — the projection products y = x W^T on the GPU, for weights in BF16, block FP8 and
+ * NVFP4 as the checkpoints store them, activations BF16 [m, k] row-major, output BF16 or FP32
+ * [m, n] row-major.
+ *
+ * 1..32 rows run the skinny kernels (kernels/mm_skinny.cuh: nvfp4_skinny.cu, fp8_skinny.cu,
+ * bf16_skinny.cu): row-invariant by construction, each its own verify twin — row r of an m-row
+ * call is the same bits as a one-row call on x's row r, for every m in 1..32. More rows run the
+ * wide tensor-core GEMM (wide_gemm.cu), which decodes each weight tile once for 64 rows and has no
+ * twin contract. Every launcher takes an explicit stream (a cudaStream_t, NULL = legacy default),
+ * checks the launch, and returns 0 or -1 with tdm_err() set. */
+#ifndef TDM_MATMUL_H
+#define TDM_MATMUL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "linear.h"
+#include "tiles.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A projection weight on the device: struct tdm_qweight's fields with device pointers. A view of
+ * rows [row0, row0 + n) of the stored matrix, so that a fused [gate; up] tensor gives two views
+ * into one stored matrix whose FP8 scale blocks still line up with the stored rows. */
+struct tdm_dweight {
+    enum tdm_wfmt fmt;
+    int64_t n, k;          /* this view: n outputs, k inputs */
+    int64_t row0;          /* first stored row of the view */
+    const void *w;         /* device: the stored matrix (row 0) */
+    const void *scale;     /* device: FP8 block scales / NVFP4 group scales of the stored matrix */
+    enum tdm_dtype scale_dt;
+    float scale2;          /* NVFP4 global scale */
+    void *owned;           /* the allocation tdm_dweight_upload made (NULL for views) */
+};
+
+/* Copies rows [0, h->row0 + h->n) of the stored matrix and their scales to the device; d keeps
+ * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16). */
+int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
+void tdm_dweight_free(struct tdm_dweight *d);
+/* A view of rows [r0, r0 + n) of w (shares w's memory; never free a view). */
+struct tdm_dweight tdm_dweight_rows(const struct tdm_dweight *w, int64_t r0, int64_t n);
+/* Bytes of the stored matrix and scales that the view covers (what a product must read). */
+int64_t tdm_dweight_bytes(const struct tdm_dweight *w);
+
+enum tdm_mm_out { TDM_MM_BF16 = 0, TDM_MM_F32 = 1 };
+
+/* y[m][n] (row stride ldy) = sum_k x[m][k] (row stride ldx) * W[n][k]. Picks the kernel by format
+ * and m (skinny for m <= 32, wide above) and the setting from tiles (NULL: defaults) for (n, k). */
+int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+               int64_t ldy, enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream);
+
+/* The skinny kernel (m in 1..32) with an explicit setting (which must pass tdm_tile_check for the
+ * kernel that serves m rows): the sweep's and the tests' entry point. */
+int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m,
+                      void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
+                      void *stream);
+
+/* The wide GEMM for any m >= 1 (tdm_matmul sends m > 32 here). */
+int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+                    int64_t ldy, enum tdm_mm_out out, void *stream);
+
+/* Bytes one product of m rows must read: the view's weights and scales plus m rows of x. */
+int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m);
+
+/* ---- device helpers for tests, sweeps and benchmarks (kernels/coldbw.cu) ---------------------- */
+
+/* Fills bytes with a deterministic pseudo-random stream (seed). mask/or shape each byte
+ * (b & mask) | set, so that callers can keep e4m3 codes away from NaN (mask 0x77 keeps exponents
+ * <= 14). */
+int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream);
+/* Fills n BF16 values uniform in [-amp, amp). */
+int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream);
+/* Fills n F32 values uniform in [lo, hi). */
+int tdm_dev_fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi, void *stream);
+/* Counts positions where a and b differ (bytes); *diff is a host int64. Synchronous. */
+int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff, void *stream);
+
+/* Streaming read of `bytes` from p (16-byte loads over the whole GPU); the result goes to *sink
+ * (device) so that the reads cannot be removed. */
+int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream);
+/* Copy of `bytes` from src to dst with 16-byte loads and stores. */
+int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream);
+
+/* ---- cold working sets and timing (kernels/coldbw.cu), for the sweep, coldbw and benchmark ---- */
+
+/* `copies` distinct device copies of one weight shape with pseudo-random contents (valid codes: no
+ * NaN scales), at least min_bytes in all, so that timing them in turn streams from memory. */
+struct tdm_wset {
+    int copies;
+    struct tdm_dweight *w;   /* copies views, each a whole weight */
+    void *mem;
+    size_t bytes;            /* of all copies */
+};
+int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, enum tdm_dtype scale_dt,
+                   size_t min_bytes, int min_copies, uint64_t seed);
+void tdm_wset_free(struct tdm_wset *s);
+
+/* Launches call i (0 <= i < calls) on the stream; returns 0 or -1 with tdm_err(). */
+typedef int (*tdm_launch_fn)(void *ctx, int i, void *stream);
+/* Times `calls` launches back to back, `reps` times after one warm-up pass, either captured in one
+ * CUDA graph (graph != 0) or eagerly; *ms_per_call is the median over the repeats of the pass time
+ * divided by calls. */
+int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call);
+/* The GPU's L2 size in bytes (0 if unknown). */
+size_t tdm_dev_l2_bytes(void);
+
+/* ---- the library baselines the benchmark compares against (kernels/gemm_cublas.cu) ------------ */
+struct tdm_cublas;
+/* A cuBLAS and a cuBLASLt handle bound to stream, with their own workspace (so that calls can be
+ * captured in CUDA graphs). */
+int tdm_cublas_create(struct tdm_cublas **h, void *stream);
+void tdm_cublas_destroy(struct tdm_cublas *h);
+/* y[m][n] = x[m][k] W[n][k]^T, BF16 in and out, FP32 accumulation (cublasGemmEx). */
+int tdm_cublas_bf16(struct tdm_cublas *h, const uint16_t *w, int64_t n, int64_t k, const uint16_t *x, int64_t m, uint16_t *y);
+/* The same with e4m3 weights and e4m3 activations, unit scales, BF16 out (cuBLASLt). Returns 1
+ * (and does nothing) when cuBLASLt has no algorithm for the shape. */
+int tdm_cublaslt_fp8(struct tdm_cublas *h, const uint8_t *w, int64_t n, int64_t k, const uint8_t *x, int64_t m, uint16_t *y);
+#ifdef __cplusplus
+}
+#endif
+#endif

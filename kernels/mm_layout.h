@@ -1,0 +1,136 @@
+/* mm_layout.h — the one description of how the skinny matrix kernels (kernels/mm_skinny.cuh) lay a
+ * weight row and the activations onto mma.m16n8k16 fragments: which lane loads which bytes of a
+ * row, which k each half of each operand register holds, how the activations are permuted into
+ * shared memory, how e2m1 / e4m3 bytes become BF16 operands, and how K is cut into chains.
+ *
+ * Plain C11 for the CPU emulation (t/unit/matmul_emul.c) and __host__ __device__ for the kernels:
+ * the test runs the same functions the kernels run, so it covers the kernels' mapping.
+ *
+ * The vocabulary (PTX ISA, mma.m16n8k16 with .bf16 operands, FP32 accumulators):
+ *   lane = 4 * g + t (g = groupID 0..7, t = threadID_in_group 0..3).
+ *   A (activations, 16 rows x 16 kappa): register 0 = row g,   kappa 2t, 2t+1
+ *                                         register 1 = row g+8, kappa 2t, 2t+1
+ *                                         register 2 = row g,   kappa 2t+8, 2t+9
+ *                                         register 3 = row g+8, kappa 2t+8, 2t+9
+ *   B (weights, 16 kappa x 8 columns):    register 0 = column g, kappa 2t, 2t+1
+ *                                         register 1 = column g, kappa 2t+8, 2t+9
+ *   C (16 rows x 8 columns):              c0, c1 = row g, column 2t, 2t+1; c2, c3 = row g+8, same.
+ *   The lower 16 bits of a register hold the lower kappa.
+ * The sum over K may run in any fixed order, so each kernel maps kappa onto k so that a lane's own
+ * contiguous bytes of a weight row feed its own B registers, and permutes the activations the same
+ * way when it stages them into shared memory.
+ *
+ * The slab: K is walked in slabs of 128 k. In a slab, lane chunk t (0..3) of a weight row covers
+ * k = 32t .. 32t+31 and is loaded by the 8 lanes with threadID_in_group t (one per column g).
+ * A slab is 8 mma steps s = 0..7; step s takes from lane chunk t the four k given by
+ * tdm_mm_bk(fmt, s, r, h) for B register r and half h. */
+#ifndef TDM_MM_LAYOUT_H
+#define TDM_MM_LAYOUT_H
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define TDM_HD __host__ __device__ __forceinline__
+#else
+#define TDM_HD static inline
+#endif
+
+/* The formats the skinny kernels read (values of enum tdm_wfmt in linear.h). */
+#define TDM_MMF_BF16 0
+#define TDM_MMF_FP8 2
+#define TDM_MMF_NVFP4 3
+
+#define TDM_MM_SLAB_K 128     /* k per slab; also the FP8 scale block */
+#define TDM_MM_CHUNK_K 32     /* k per lane chunk (four lane chunks make a slab) */
+#define TDM_MM_STEPS 8        /* mma k16 steps per slab */
+#define TDM_MM_UNITS 4        /* 16-byte activation units per lane chunk (two steps each) */
+#define TDM_MM_AROW 20        /* activation row stride in shared memory, 16-byte units (16 used) */
+#define TDM_MM_MAX_ROWS 32    /* the skinny kernels serve 1..32 rows */
+#define TDM_MM_MAX_CHAINS 8   /* K is cut into 1, 2, 4 or 8 chains */
+
+/* Bytes of one lane chunk of one weight row (32 k). */
+TDM_HD int tdm_mm_chunk_bytes(int fmt)
+{
+    return fmt == TDM_MMF_NVFP4 ? 16 : fmt == TDM_MMF_FP8 ? 32 : 64;
+}
+
+/* The k (0..31, inside lane chunk t) that mma step s (0..7) takes for B register r (0: kappa
+ * 2t, 2t+1; 1: kappa 2t+8, 2t+9) and half h (0 low, 1 high). The same k feeds A register r
+ * (registers 0/1 for r = 0, 2/3 for r = 1) of the activation rows.
+ *   NVFP4: the chunk is 16 bytes = 4 words; word w holds k = 8w .. 8w+7, nibble i = k 8w+i.
+ *          The decoder pairs nibble j with nibble j+4 of a word (one multiply places both), so
+ *          step s = 2w + p takes pairs (2p + r, 2p + r + 4) of word w.
+ *   FP8:   the chunk is 32 bytes = 8 words; word s holds k = 4s .. 4s+3. The decoder pairs
+ *          byte 0 with 2 (B register 0) and byte 1 with 3 (register 1).
+ *   BF16:  the chunk is 64 bytes = 16 words; step s takes words 2s, 2s+1 as they are. */
+TDM_HD int tdm_mm_bk(int fmt, int s, int r, int h)
+{
+    if (fmt == TDM_MMF_NVFP4) return 8 * (s >> 1) + 2 * (s & 1) + r + 4 * h;
+    if (fmt == TDM_MMF_FP8) return 4 * s + r + 2 * h;
+    return 4 * s + 2 * r + h;
+}
+
+/* Activation unit u (0..3) of lane chunk t holds the A registers of steps 2u and 2u+1 for one
+ * row, as four 32-bit words: {A0(2u), A2(2u), A0(2u+1), A2(2u+1)} (A0 = kappa 2t.., A2 = kappa
+ * 2t+8..). Its eight 16-bit slots q = 0..7 hold the activation at k = 32t + 8u + tdm_mm_unit_k(q):
+ * the unit is one 16-byte load that yields four operand registers with no shuffling. */
+TDM_HD int tdm_mm_unit_k(int fmt, int q)
+{
+    return tdm_mm_bk(fmt, q >> 2, (q >> 1) & 1, q & 1); /* step 2u + (q>>2), relative to 8u */
+}
+
+/* Permutes eight activations (four words as loaded, k ascending, low half first) into a unit. */
+TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
+{
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int q = 0; q < 4; q++) {
+        int klo = tdm_mm_unit_k(fmt, 2 * q), khi = tdm_mm_unit_k(fmt, 2 * q + 1);
+        uint32_t lo = (in[klo >> 1] >> (16 * (klo & 1))) & 0xffffu;
+        uint32_t hi = (in[khi >> 1] >> (16 * (khi & 1))) & 0xffffu;
+        out[q] = lo | (hi << 16);
+    }
+}
+
+/* Position (in 16-byte units) of activation row `row`, lane chunk t, unit u in one staged slab.
+ * Units of one row are ordered (u, t) so that the 8 lanes of a quarter-warp (t = 0..3, two rows)
+ * read 8 distinct 16-byte bank groups (row stride 20 units = 4 mod 8). */
+TDM_HD int tdm_mm_apos(int row, int t, int u) { return row * TDM_MM_AROW + 4 * u + t; }
+
+/* ---- decoders: bytes of a weight row -> BF16 operand registers -------------------------------- */
+
+/* NVFP4 placement: pair j (0..3) of word q = nibbles j (low half) and j+4 (high half), each as the
+ * BF16 whose bits 8..6 are the e2m1 magnitude bits and bit 15 its sign, i.e. e2m1 * 2^-126 (a BF16
+ * subnormal for 0 and 0.5). One multiply copies the isolated nibble to bits 6..9 (magnitude) and
+ * 12..15 (sign) of its half; a mask keeps the wanted bits. Pairs 2, 3 come from q >> 8. */
+TDM_HD uint32_t tdm_nvfp4_place(uint32_t q, int j)
+{
+    uint32_t src = j < 2 ? q : q >> 8;
+    uint32_t u = (j & 1) ? (src & 0x00F000F0u) : (src & 0x000F000Fu);
+    uint32_t mul = (j & 1) ? 0x104u /* 2^2 + 2^8 */ : 0x1040u /* 2^6 + 2^12 */;
+    return (u * mul) & 0x81C081C0u;
+}
+
+/* The NVFP4 kernels multiply the placed e2m1 (x 2^-126) by the group scale x 2^119 in BF16, so a
+ * weight operand is e2m1 * scale * 2^-7 (exact: at most 6 significant bits, in BF16's normal range)
+ * and the FP32 sum is multiplied by scale_2 * 2^7 at the end. */
+#define TDM_NVFP4_SCALE_EXP 119
+#define TDM_NVFP4_OUT_EXP 7
+
+/* FP8 placement: register r of word q = bytes (r, r+2), each as the BF16 whose bits 10..4 are the
+ * e4m3 magnitude bits and bit 15 its sign, i.e. e4m3 * 2^-120; the kernels multiply by 2^120 in
+ * BF16 (exact) to get the code's value. */
+TDM_HD uint32_t tdm_fp8_place(uint32_t q, int r)
+{
+    if (r == 0) return ((q << 8) & 0x80008000u) | ((q << 4) & 0x07F007F0u);
+    return (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
+}
+#define TDM_FP8_UNPLACE 0x7B807B80u /* BF16x2 of 2^120 */
+
+/* ---- the split of K -------------------------------------------------------------------------- */
+/* K is cut into kchains chains of chain_len = ceil(slabs / kchains) slabs: chain c takes slabs
+ * [c * chain_len, (c + 1) * chain_len) below `slabs` (the last chains may be short or empty).
+ * Chains are summed as a balanced binary tree over chain index: level by level, chain i (i a
+ * multiple of 2*step) adds chain i+step. A CTA that holds an aligned block of chains adds the lower
+ * levels; the cluster adds the rest: the same tree whatever the split over warps and CTAs. */
+#endif

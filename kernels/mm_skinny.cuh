@@ -1,0 +1,481 @@
+// mm_skinny.cuh — the skinny matrix kernel, y = x W^T for 1..32 activation rows, one template for
+// the three weight formats (instantiated by nvfp4_skinny.cu, fp8_skinny.cu, bf16_skinny.cu).
+//
+// Design (mm_layout.h has the fragment mapping; bench/NOTES.md the numbers):
+// - Weights are the mma B operand, activations the A operand (mma.m16n8k16, BF16 x BF16 -> FP32).
+//   A warp owns NT n8-tiles (8*NT weight rows) and one chain of K. In a slab of 128 k each lane
+//   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
+//   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
+//   tile and step, 17-32 rows two, over the same decoded B registers.
+// - Activations are staged per slab into shared memory, permuted so that one 16-byte load gives a
+//   lane the A registers of two steps; the staging of slab i+1 overlaps the products of slab i, and
+//   the weights are prefetched PF slabs ahead in a register ring.
+// - K is cut into kchains chains (a function of (N, K) only): warp group wk of cluster rank r runs
+//   chain r*wk_count + wk. Chains are summed as a balanced binary tree (in shared memory inside a
+//   CTA, over distributed shared memory across the cluster), then scaled and stored by rank 0.
+// Row invariance by construction: a row's A values, the B registers, the mma sequence and the
+// tree are the same whatever m is; rows 16-31 run the same instructions on their own accumulators;
+// no atomics.
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cooperative_groups.h>
+#include <stdint.h>
+#include "mm_layout.h"
+
+namespace tdm_mm {
+
+struct SkinnyArgs {
+    const uint8_t *w;        // the stored matrix, row 0
+    const uint8_t *scale;    // its scales (FP8 blocks / NVFP4 groups)
+    int scale_bf16;          // FP8 block scales stored as BF16 (else F32)
+    float out_scale;         // applied to the FP32 sum: NVFP4 scale_2 * 2^7, else 1
+    int n, k;                // the view: n outputs (columns of y), k inputs
+    int64_t row0;            // first stored row of the view
+    const uint16_t *x;       // BF16 activations [m][ldx]
+    int64_t ldx;
+    int m;                   // rows, 1..32
+    void *y;                 // BF16 or F32 output [m][ldy]
+    int64_t ldy;
+    int y_f32;
+    int slabs;               // ceil(k / 128)
+    int chain_len;           // slabs per chain, ceil(slabs / kchains)
+    int wk;                  // chains per CTA
+    int x_vec;               // x rows start 16-byte aligned
+};
+
+// ---- small device pieces ------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 lds128(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+
+// Weights are read once per product: stream them past L1 and let L2 evict them first.
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) { return __ldcs(reinterpret_cast<const uint4 *>(p)); }
+
+// Bytes [0, valid) of a chunk, zero past it, with byte loads (tails and unaligned rows).
+template <int NW>
+__device__ __forceinline__ void load_bytes(uint32_t (&w)[NW], const uint8_t *p, int valid)
+{
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        uint32_t v = 0;
+        for (int b = 0; b < 4; b++)
+            if (4 * i + b < valid) v |= (uint32_t)p[4 * i + b] << (8 * b);
+        w[i] = v;
+    }
+}
+
+// ---- one lane's chunk of one weight row in one slab -----------------------------------------------
+
+template <int FMT> struct Chunk;
+template <> struct Chunk<TDM_MMF_NVFP4> { uint32_t w[4]; uint32_t sc; };   // sc: the two e4m3 group scales
+template <> struct Chunk<TDM_MMF_FP8> { uint32_t w[8]; float sc[2]; };    // sc: block scales of C columns 2t, 2t+1
+template <> struct Chunk<TDM_MMF_BF16> { uint32_t w[16]; };
+
+template <int FMT> struct FmtInfo;
+template <> struct FmtInfo<TDM_MMF_NVFP4> { static constexpr int NUM = 1, DEN = 2; };  // bytes per k
+template <> struct FmtInfo<TDM_MMF_FP8> { static constexpr int NUM = 1, DEN = 1; };
+template <> struct FmtInfo<TDM_MMF_BF16> { static constexpr int NUM = 2, DEN = 1; };
+
+// Loads lane chunk t of slab `slab` of view row `vrow` (clamped into the view by the caller).
+// cols: the view rows of this lane's C columns (FP8 block scales follow the output columns).
+template <int FMT, bool VEC>
+__device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, int vrow, int col0, int col1,
+                                           int slab, int t)
+{
+    constexpr int CB = FmtInfo<FMT>::NUM * TDM_MM_CHUNK_K / FmtInfo<FMT>::DEN;   // chunk bytes
+    constexpr int NW = CB / 4;
+    const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
+    const int64_t off = (int64_t)slab * 4 * CB + t * CB;
+    const uint8_t *p = a.w + (a.row0 + vrow) * rowbytes + off;
+    const bool full = off + CB <= rowbytes;
+    if (VEC && full) {
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++) {
+            uint4 v = ldg_stream(p + 16 * i);
+            c.w[4 * i] = v.x; c.w[4 * i + 1] = v.y; c.w[4 * i + 2] = v.z; c.w[4 * i + 3] = v.w;
+        }
+    } else {
+        int64_t valid = rowbytes - off;
+        load_bytes<NW>(c.w, p, valid < 0 ? 0 : valid > CB ? CB : (int)valid);
+    }
+    if constexpr (FMT == TDM_MMF_NVFP4) {
+        const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
+        const uint8_t *s = a.scale + (a.row0 + vrow) * srow + soff;
+        if (VEC && soff + 2 <= srow) {
+            c.sc = __ldcs(reinterpret_cast<const unsigned short *>(s));
+        } else {
+            uint32_t v = 0;
+            if (soff < srow) v |= s[0];
+            if (soff + 1 < srow) v |= (uint32_t)s[1] << 8;
+            c.sc = v;
+        }
+    } else if constexpr (FMT == TDM_MMF_FP8) {
+        const int64_t kb = a.slabs;   // scale blocks along k
+        const int64_t i0 = ((a.row0 + col0) >> 7) * kb + slab, i1 = ((a.row0 + col1) >> 7) * kb + slab;
+        if (a.scale_bf16) {
+            const uint16_t *s = reinterpret_cast<const uint16_t *>(a.scale);
+            c.sc[0] = __uint_as_float((uint32_t)s[i0] << 16);
+            c.sc[1] = __uint_as_float((uint32_t)s[i1] << 16);
+        } else {
+            const float *s = reinterpret_cast<const float *>(a.scale);
+            c.sc[0] = s[i0];
+            c.sc[1] = s[i1];
+        }
+    }
+}
+
+// NVFP4 group scales of a chunk -> the operand multipliers of its two groups (words 0-1, 2-3).
+// sm_90: BF16x2 of scale * 2^119 (multiplies the placed e2m1 = e2m1 * 2^-126). sm_121a: F16x2 of
+// the scale itself (multiplies the e2m1 from cvt.rn.f16x2.e2m1x2).
+__device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t &sb)
+{
+    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)sc, __NV_E4M3);
+#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+    sa = (uint32_t)hr.x | ((uint32_t)hr.x << 16);
+    sb = (uint32_t)hr.y | ((uint32_t)hr.y << 16);
+#else
+    __half2 h = *reinterpret_cast<__half2 *>(&hr);
+    float2 f = __half22float2(h);
+    __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 0x1p119f, f.y * 0x1p119f);
+    uint32_t u = *reinterpret_cast<uint32_t *>(&b);
+    sa = (u & 0xffffu) * 0x10001u;
+    sb = (u >> 16) * 0x10001u;
+#endif
+}
+
+// NVFP4 B register: pair j (nibbles j, j+4) of word q times the group multiplier s.
+__device__ __forceinline__ uint32_t nvfp4_breg(uint32_t q, int j, uint32_t s)
+{
+#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+    // One byte holding nibbles j (low) and j+4 (high) -> F16x2 of the e2m1 values -> times the
+    // scale in F16 (exact: at most 6 significant bits, at most 2688) -> BF16 with the same 2^-7 as
+    // sm_90, so both targets feed the tensor cores the same operands.
+    uint32_t byte = ((q >> (4 * j)) & 0xfu) | ((q >> (4 * j + 12)) & 0xf0u), h;
+    asm("{\n .reg .b8 b0, b1, b2, b3;\n mov.b32 {b0, b1, b2, b3}, %1;\n cvt.rn.f16x2.e2m1x2 %0, b0;\n}"
+        : "=r"(h) : "r"(byte));
+    __half2 w = __hmul2(*reinterpret_cast<__half2 *>(&h), *reinterpret_cast<__half2 *>(&s));
+    float2 f = __half22float2(w);
+    __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 0x1p-7f, f.y * 0x1p-7f);
+    return *reinterpret_cast<uint32_t *>(&b);
+#else
+    return bf16x2_mul(tdm_nvfp4_place(q, j), s);
+#endif
+}
+
+// The B registers of steps 2u (b[0], b[1]) and 2u+1 (b[2], b[3]) from a lane's chunk.
+template <int FMT>
+__device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, uint32_t sb, uint32_t (&b)[4])
+{
+    if constexpr (FMT == TDM_MMF_NVFP4) {
+        const uint32_t s = u < 2 ? sa : sb;
+#pragma unroll
+        for (int j = 0; j < 4; j++) b[j] = nvfp4_breg(c.w[u], j, s);
+    } else if constexpr (FMT == TDM_MMF_FP8) {
+        b[0] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 0), TDM_FP8_UNPLACE);
+        b[1] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 1), TDM_FP8_UNPLACE);
+        b[2] = bf16x2_mul(tdm_fp8_place(c.w[2 * u + 1], 0), TDM_FP8_UNPLACE);
+        b[3] = bf16x2_mul(tdm_fp8_place(c.w[2 * u + 1], 1), TDM_FP8_UNPLACE);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) b[j] = c.w[4 * u + j];
+    }
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+constexpr int MAX_THREADS = 256;
+constexpr int STAGE_REGS = 4;   // activation chunks a thread keeps in flight while the slab computes
+
+template <int FMT, int NT, int MT, int PF, bool VEC>
+__global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    constexpr int ROWS = 16 * MT;
+    constexpr int ABUF = ROWS * TDM_MM_AROW * 16;   // one staged slab, bytes
+    constexpr int D = PF + 1;                       // weight ring depth
+    const int tid = threadIdx.x, nthr = blockDim.x;
+    const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wn_count = (nthr >> 5) / a.wk;
+    const int wn = warp % wn_count, wk = warp / wn_count;
+    const int cols = 8 * NT * wn_count;
+    const int col0 = blockIdx.x * cols;             // first view row (output column) of the CTA
+    const int wcol = col0 + wn * 8 * NT;            // of this warp
+    const int rank = blockIdx.y;                    // CTA rank in the cluster = block of chains
+    const int s_begin = (rank * a.wk + wk) * a.chain_len;
+    const int L = a.chain_len;
+
+    // Zero the staging buffers once: rows past m stay zero, so they add nothing (and no NaN).
+    for (int i = tid; i < a.wk * 2 * ABUF / 16; i += nthr) reinterpret_cast<uint4 *>(smem)[i] = make_uint4(0, 0, 0, 0);
+
+    // This lane's B rows (clamped into the view: columns past n compute garbage nobody stores)
+    // and, for FP8, its C columns.
+    int brow[NT], ccol0[NT], ccol1[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        brow[nt] = min(wcol + 8 * nt + g, a.n - 1);
+        ccol0[nt] = min(wcol + 8 * nt + 2 * t, a.n - 1);
+        ccol1[nt] = min(wcol + 8 * nt + 2 * t + 1, a.n - 1);
+    }
+
+    // Activation staging: task = (warp group, row, chunk c of 8 k); the CTA stages the current slab
+    // of every warp group.
+    const int ntask = a.wk * a.m * 16;
+    uint4 stg[STAGE_REGS];
+    auto task_slab = [&](int id, int i) { return (id / (a.m * 16)) * a.chain_len + rank * a.wk * a.chain_len + i; };
+    auto load_x = [&](int id, int i) -> uint4 {
+        const int grp_slab = task_slab(id, i), rem = id % (a.m * 16), row = rem >> 4, c = rem & 15;
+        const int64_t k0 = (int64_t)grp_slab * TDM_MM_SLAB_K + 8 * c;
+        const uint16_t *p = a.x + row * a.ldx + k0;
+        if (a.x_vec && k0 + 8 <= a.k) return __ldg(reinterpret_cast<const uint4 *>(p));
+        uint32_t v[4] = {0, 0, 0, 0};
+        for (int e = 0; e < 8; e++)
+            if (k0 + e < a.k) v[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
+        return make_uint4(v[0], v[1], v[2], v[3]);
+    };
+    auto store_x = [&](int id, int buf, uint4 v) {
+        const int grp = id / (a.m * 16), rem = id % (a.m * 16), row = rem >> 4, c = rem & 15;
+        uint32_t in[4] = {v.x, v.y, v.z, v.w}, out[4];
+        tdm_mm_permute_unit(FMT, in, out);
+        uint8_t *dst = smem + (size_t)(grp * 2 + buf) * ABUF + (size_t)tdm_mm_apos(row, c >> 2, c & 3) * 16;
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+    };
+    auto task_live = [&](int id, int i) { return id < ntask && i < L && task_slab(id, i) < a.slabs; };
+    auto stage_load = [&](int i) {
+#pragma unroll
+        for (int j = 0; j < STAGE_REGS; j++) {
+            const int id = tid + j * nthr;
+            if (task_live(id, i)) stg[j] = load_x(id, i);
+        }
+    };
+    auto stage_store = [&](int i) {
+#pragma unroll
+        for (int j = 0; j < STAGE_REGS; j++) {
+            const int id = tid + j * nthr;
+            if (task_live(id, i)) store_x(id, i & 1, stg[j]);
+        }
+        for (int id = tid + STAGE_REGS * nthr; id < ntask; id += nthr)   // many rows, few threads
+            if (task_live(id, i)) store_x(id, i & 1, load_x(id, i));
+    };
+
+    Chunk<FMT> ring[D][NT];
+    auto load_slab = [&](Chunk<FMT>(&dst)[NT], int i) {
+        const int slab = s_begin + i;
+        if (i >= L || slab >= a.slabs) return;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) load_chunk<FMT, VEC>(dst[nt], a, brow[nt], ccol0[nt], ccol1[nt], slab, t);
+    };
+
+    float acc[NT][MT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[nt][mt][c] = 0.0f;
+
+    auto compute = [&](const Chunk<FMT>(&ch)[NT], int i) {
+        const int slab = s_begin + i;
+        if (slab >= a.slabs) return;   // an empty tail chain
+        const uint8_t *ab = smem + (size_t)(wk * 2 + (i & 1)) * ABUF;
+        uint32_t sa[NT], sb[NT];
+        if constexpr (FMT == TDM_MMF_NVFP4) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) nvfp4_scales(ch[nt].sc, sa[nt], sb[nt]);
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) sa[nt] = sb[nt] = 0;
+        }
+        float blk[NT][MT][4];   // FP8: this scale block's partial sums
+        (void)blk;
+        if constexpr (FMT == TDM_MMF_FP8) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) blk[nt][mt][c] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < TDM_MM_UNITS; u++) {
+            uint4 af[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                af[mt][0] = lds128(ab + (size_t)tdm_mm_apos(16 * mt + g, t, u) * 16);
+                af[mt][1] = lds128(ab + (size_t)tdm_mm_apos(16 * mt + 8 + g, t, u) * 16);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint32_t b[4];
+                bregs<FMT>(ch[nt], u, sa[nt], sb[nt], b);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if constexpr (FMT == TDM_MMF_FP8) {
+                        mma_bf16(blk[nt][mt], af[mt][0].x, af[mt][1].x, af[mt][0].y, af[mt][1].y, b[0], b[1]);
+                        mma_bf16(blk[nt][mt], af[mt][0].z, af[mt][1].z, af[mt][0].w, af[mt][1].w, b[2], b[3]);
+                    } else {
+                        mma_bf16(acc[nt][mt], af[mt][0].x, af[mt][1].x, af[mt][0].y, af[mt][1].y, b[0], b[1]);
+                        mma_bf16(acc[nt][mt], af[mt][0].z, af[mt][1].z, af[mt][0].w, af[mt][1].w, b[2], b[3]);
+                    }
+                }
+            }
+        }
+        if constexpr (FMT == TDM_MMF_FP8) {   // the block scale onto the block's partial sum
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) acc[nt][mt][c] = fmaf(blk[nt][mt][c], ch[nt].sc[c & 1], acc[nt][mt][c]);
+        }
+    };
+
+    // Prologue: weights of the first PF slabs in flight, the first slab's activations staged.
+#pragma unroll
+    for (int p = 0; p < PF; p++) load_slab(ring[p], p);
+    __syncthreads();   // the zeroing above is done before anyone stages
+    stage_load(0);
+    stage_store(0);
+    __syncthreads();
+
+    for (int i0 = 0; i0 < L; i0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            const int i = i0 + d;
+            if (i >= L) break;                   // uniform over the CTA
+            load_slab(ring[(d + PF) % D], i + PF);
+            stage_load(i + 1);
+            compute(ring[d], i);
+            stage_store(i + 1);
+            __syncthreads();
+        }
+    }
+
+    // ---- the sum of the chains, then the output ----
+    const int rstride = cols + 8;                // floats; 8 mod 32 keeps the fragment stores conflict-free
+    float *red = reinterpret_cast<float *>(smem);
+    {
+        float *mine = red + (size_t)wk * ROWS * rstride;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const int c = wn * 8 * NT + 8 * nt + 2 * t, r = 16 * mt + g;
+                *reinterpret_cast<float2 *>(mine + r * rstride + c) = make_float2(acc[nt][mt][0], acc[nt][mt][1]);
+                *reinterpret_cast<float2 *>(mine + (r + 8) * rstride + c) = make_float2(acc[nt][mt][2], acc[nt][mt][3]);
+            }
+    }
+    __syncthreads();
+    const int nel = a.m * cols;
+    for (int step = 1; step < a.wk; step <<= 1) {   // tree levels inside the CTA
+        for (int e = tid; e < nel; e += nthr) {
+            const int r = e / cols, c = e - r * cols;
+            for (int grp = 0; grp < a.wk; grp += 2 * step)
+                red[((size_t)grp * ROWS + r) * rstride + c] += red[((size_t)(grp + step) * ROWS + r) * rstride + c];
+        }
+        __syncthreads();
+    }
+    const int cs = gridDim.y;
+    if (cs > 1) {   // tree levels across the cluster, over distributed shared memory
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        for (int step = 1; step < cs; step <<= 1) {
+            cl.sync();
+            if (rank % (2 * step) == 0) {
+                const float *other = cl.map_shared_rank(red, rank + step);
+                for (int e = tid; e < nel; e += nthr) {
+                    const int r = e / cols, c = e - r * cols;
+                    red[r * rstride + c] += other[r * rstride + c];
+                }
+            }
+        }
+        cl.sync();   // no CTA leaves while another still reads its shared memory
+    }
+    if (rank != 0) return;
+    for (int e = tid; e < nel; e += nthr) {
+        const int r = e / cols, c = e - r * cols, n = col0 + c;
+        if (n >= a.n) continue;
+        const float v = red[r * rstride + c] * a.out_scale;
+        if (a.y_f32)
+            reinterpret_cast<float *>(a.y)[r * a.ldy + n] = v;
+        else
+            reinterpret_cast<__nv_bfloat16 *>(a.y)[r * a.ldy + n] = __float2bfloat16_rn(v);
+    }
+}
+
+// Launches one instantiation with the setting's grid, block, cluster and shared memory.
+template <int FMT, int NT, int MT, int PF, bool VEC>
+cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
+{
+    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC>;
+    // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
+    // need, so that no later call (perhaps inside a graph capture) has to.
+    static size_t allowed = 48 * 1024;
+    if (smem > allowed) {
+        const size_t want = smem > 200 * 1024 ? smem : 200 * 1024;
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+            allowed = smem;
+        } else {
+            allowed = want;
+        }
+    }
+    const int cols = 8 * NT * wn;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((a.n + cols - 1) / cols), (unsigned)cs, 1);
+    cfg.blockDim = dim3((unsigned)(32 * wn * a.wk), 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = (unsigned)cs;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cs > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, a);
+}
+
+// Picks the instantiation for (nt, mt, pf, vec); unaligned rows take nt 1, pf 1 (the setting only
+// distributes work, so this changes no bits).
+template <int FMT, int NTMAX>
+cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st)
+{
+    if (!vec) return mt == 1 ? launch<FMT, 1, 1, 1, false>(a, wn, cs, smem, st) : launch<FMT, 1, 2, 1, false>(a, wn, cs, smem, st);
+#define TDM_MM_CASE(NT_)                                                                                     \
+    if (nt == NT_) {                                                                                         \
+        if (mt == 1) return pf == 1 ? launch<FMT, NT_, 1, 1, true>(a, wn, cs, smem, st) : launch<FMT, NT_, 1, 2, true>(a, wn, cs, smem, st); \
+        return pf == 1 ? launch<FMT, NT_, 2, 1, true>(a, wn, cs, smem, st) : launch<FMT, NT_, 2, 2, true>(a, wn, cs, smem, st); \
+    }
+    TDM_MM_CASE(1)
+    TDM_MM_CASE(2)
+    if constexpr (NTMAX >= 4) { TDM_MM_CASE(4) }
+#undef TDM_MM_CASE
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace tdm_mm
+
+// The per-format entry points (nvfp4_skinny.cu, fp8_skinny.cu, bf16_skinny.cu).
+cudaError_t tdm_mm_skinny_nvfp4(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);
+cudaError_t tdm_mm_skinny_fp8(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);
+cudaError_t tdm_mm_skinny_bf16(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);

@@ -1,0 +1,382 @@
+/* tandem-benchmm — the matrix-product benchmark: for every projection shape of the served models,
+ * at each row count, the project's NVFP4 and FP8 kernels (time, GB/s, fraction of the streaming
+ * read bandwidth measured at the start of the same run) against cuBLAS BF16 and cuBLASLt FP8 on
+ * the same shape and rows, eager and inside a CUDA graph; then one line per row count for a whole
+ * Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing rotates
+ * over weight copies that together exceed 8x the L2 (cold), median of repeats. */
+#include "device.h"
+#include "err.h"
+#include "matmul.h"
+#include "settings.h"
+#include "shapes.h"
+#include "tiles.h"
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prog = "tandem-benchmm";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "Times the matrix kernels on every projection shape of the served models against cuBLAS,\n"
+            "and a whole Qwen3.8-27B token's projections in one CUDA graph. Table on stdout.\n"
+            "  --model NAME     qwen3.8-27b or qwen3-next-80b (repeatable; default both)\n"
+            "  --rows LIST      row counts, comma-separated (default 1,2,4,8,16,24,32)\n"
+            "  --reps N         timed repeats, median taken (default 10)\n"
+            "  --no-baseline    skip cuBLAS and cuBLASLt\n"
+            "  --no-token       skip the whole-token lines\n"
+            "  --json FILE      every measurement as JSON\n"
+            "  -h, --help       this text\n"
+            "Exit 0; 1 when a CUDA call fails; 2 on bad usage or when no CUDA device is visible.\n",
+            prog);
+}
+
+static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
+    exit(TDM_EXIT_USAGE);
+}
+
+static __attribute__((noreturn)) void fail(void)
+{
+    fprintf(stderr, "%s: %s\n", prog, tdm_err());
+    exit(TDM_EXIT_CHECK);
+}
+
+static struct tdm_tiles *tiles;
+static struct tdm_cublas *blas;
+static tdm_stream st;
+static int reps = 10;
+static size_t l2;
+
+/* ---- one timed thing: a call over rotating weight copies ---- */
+enum which { OURS, CUBLAS_BF16, CUBLASLT_FP8 };
+struct call {
+    enum which what;
+    struct tdm_wset *ws;
+    const uint16_t *x;     /* BF16 activations */
+    const uint8_t *x8;     /* e4m3 activations for cuBLASLt */
+    void *y;
+    int64_t m;
+};
+
+static int do_call(void *p, int i, void *stream)
+{
+    struct call *c = p;
+    const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
+    switch (c->what) {
+    case OURS: return tdm_matmul(w, c->x, w->k, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
+    case CUBLAS_BF16: return tdm_cublas_bf16(blas, w->w, w->n, w->k, c->x, c->m, c->y);
+    default: {
+        int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
+        return rc < 0 ? -1 : rc ? tdm_errf("cuBLASLt: no FP8 algorithm") : 0;
+    }
+    }
+}
+
+/* Median ms per call, eager or in a graph; -1 when the library has no algorithm. */
+static double time_it(struct call *c, int graph)
+{
+    if (c->what == CUBLASLT_FP8) {
+        const struct tdm_dweight *w = &c->ws->w[0];
+        int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
+        if (rc < 0) fail();
+        if (rc == 1) return -1;
+    }
+    double ms;
+    if (tdm_time_calls(do_call, c, c->ws->copies, reps, graph, st, &ms) != 0) fail();
+    return ms;
+}
+
+static void wset(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, uint64_t seed)
+{
+    if (tdm_wset_alloc(s, fmt, n, k, TDM_DT_F32, 8 * l2, 2, seed) != 0) fail();
+    if (s->copies > 4096) fprintf(stderr, "# %s: %lldx%lld: %d copies\n", prog, (long long)n, (long long)k, s->copies);
+}
+
+static double cold_read_gbps(void)
+{
+    size_t each = 8 * l2 > (512u << 20) ? 8 * l2 : (512u << 20);
+    void *buf[4];
+    uint64_t *sink;
+    for (int i = 0; i < 4; i++)
+        if (tdm_cuda_malloc(&buf[i], each) != 0 || tdm_dev_fill_bytes(buf[i], each, 31 + i, 0xff, 0, st) != 0) fail();
+    if (tdm_cuda_malloc((void **)&sink, 64) != 0 || tdm_stream_sync(st) != 0) fail();
+    double best[4];
+    for (int i = 0; i < 4; i++) {   /* median of 4 x reps reads, each of a different buffer in turn */
+        double ms;
+        tdm_event e0, e1;
+        if (tdm_event_create(&e0) || tdm_event_create(&e1)) fail();
+        double t[64];
+        int nt = 0;
+        for (int r = 0; r < reps && nt < 64; r++) {
+            float f;
+            if (tdm_event_record(e0, st) || tdm_dev_read(buf[(r + i) % 4], each, sink, st) || tdm_event_record(e1, st) ||
+                tdm_event_ms(e0, e1, &f))
+                fail();
+            t[nt++] = f;
+        }
+        for (int a = 0; a < nt; a++)
+            for (int b = a + 1; b < nt; b++)
+                if (t[b] < t[a]) { double x = t[a]; t[a] = t[b]; t[b] = x; }
+        ms = t[nt / 2];
+        best[i] = each / ms / 1e6;
+        tdm_event_destroy(e0);
+        tdm_event_destroy(e1);
+    }
+    for (int i = 0; i < 4; i++) tdm_cuda_free(buf[i]);
+    tdm_cuda_free(sink);
+    double s[4] = {best[0], best[1], best[2], best[3]};
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++)
+            if (s[b] < s[a]) { double x = s[a]; s[a] = s[b]; s[b] = x; }
+    return (s[1] + s[2]) / 2;
+}
+
+/* ---- a whole 27B token in one graph ---- */
+struct token {
+    int count;
+    struct tdm_wset *w;   /* one set (one copy) per projection instance, in forward order */
+};
+
+static void token_alloc(struct token *t, const struct tdm_model_shapes *ms, enum tdm_wfmt fmt)
+{
+    /* forward order: per layer, the mixer (GDN on layers i%4 != 3, attention on i%4 == 3), then the MLP */
+    static const char *gdn[] = {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b",
+                                "linear_attn.in_proj_a", "linear_attn.out_proj"};
+    static const char *att[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"};
+    static const char *mlp[] = {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    t->w = calloc(64 * 8, sizeof *t->w);
+    t->count = 0;
+    for (int layer = 0; layer < 64; layer++) {
+        const char **mix = layer % 4 == 3 ? att : gdn;
+        int nmix = layer % 4 == 3 ? 4 : 5;
+        for (int part = 0; part < 2; part++) {
+            const char **names = part ? mlp : mix;
+            int cnt = part ? 3 : nmix;
+            for (int j = 0; j < cnt; j++) {
+                const struct tdm_proj_shape *p = NULL;
+                for (int s = 0; s < ms->nshapes; s++)
+                    if (strcmp(ms->shapes[s].name, names[j]) == 0) p = &ms->shapes[s];
+                if (!p) bad("internal: projection missing from the shape table", names[j]);
+                if (tdm_wset_alloc(&t->w[t->count], fmt, p->n, p->k, TDM_DT_F32, 0, 1, 7000 + t->count) != 0) fail();
+                t->count++;
+            }
+        }
+    }
+}
+
+static void token_free(struct token *t)
+{
+    for (int i = 0; i < t->count; i++) tdm_wset_free(&t->w[i]);
+    free(t->w);
+}
+
+struct token_ctx {
+    struct token *t;
+    enum which what;
+    const uint16_t *x;
+    void *y;
+    int64_t m;
+};
+
+static int token_call(void *p, int i, void *stream)
+{
+    struct token_ctx *c = p;
+    (void)i;
+    for (int j = 0; j < c->t->count; j++) {
+        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m};
+        if (do_call(&cc, 0, stream) != 0) return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'M'}, {"rows", required_argument, 0, 'r'}, {"reps", required_argument, 0, 'n'},
+        {"no-baseline", no_argument, 0, 'B'}, {"no-token", no_argument, 0, 'T'}, {"json", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    const struct tdm_model_shapes *models[4];
+    int nmodels = 0, rows[32], nrows = 0, baseline = 1, token = 1;
+    const char *json_path = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'M':
+            if (nmodels == 4) bad("too many --model", NULL);
+            if (!(models[nmodels++] = tdm_model_shapes(optarg))) bad("--model: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
+            break;
+        case 'r': {
+            nrows = 0;
+            char *s = optarg, *end;
+            while (*s) {
+                long v = strtol(s, &end, 10);
+                if (end == s || v < 1 || v > 4096 || nrows == 32 || (*end && *end != ','))
+                    bad("--rows: expected comma-separated row counts in 1..4096, not", optarg);
+                rows[nrows++] = (int)v;
+                s = *end ? end + 1 : end;
+            }
+            if (!nrows) bad("--rows: empty", NULL);
+            break;
+        }
+        case 'n': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > 10000) bad("--reps: expected an integer in 1..10000, not", optarg);
+            reps = (int)v;
+            break;
+        }
+        case 'B': baseline = 0; break;
+        case 'T': token = 0; break;
+        case 'j': json_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return TDM_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) bad("unexpected argument", argv[optind]);
+    if (!nmodels) {
+        models[nmodels++] = tdm_model_shapes("qwen3.8-27b");
+        models[nmodels++] = tdm_model_shapes("qwen3-next-80b");
+    }
+    if (!nrows) {
+        const int def[] = {1, 2, 4, 8, 16, 24, 32};
+        nrows = 7;
+        memcpy(rows, def, sizeof def);
+    }
+    if (tdm_settings_check() != 0) tdm_die_input(prog);
+    if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
+
+    struct tdm_device_info info;
+    char arch[32];
+    if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) fail();
+    tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+    if (tdm_tiles_load(NULL, arch, &tiles) != 0) tdm_die_input(prog);
+    l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
+    if (baseline && tdm_cublas_create(&blas, st) != 0) fail();
+    int maxm = 0;
+    for (int i = 0; i < nrows; i++) if (rows[i] > maxm) maxm = rows[i];
+
+    const double read_gbps = cold_read_gbps();
+    printf("# %s (%s, %d SMs, L2 %zu MiB); cold streaming read %.0f GB/s; tiles %s/%s; median of %d; weights rotate over >= 8x L2\n",
+           info.name, arch, info.sm_count, l2 >> 20, read_gbps, tdm_setting("TANDEM_TILES"), arch, reps);
+    printf("# columns: us = microseconds per product; GB/s = bytes it must read (weights, scales, activations) / time;\n"
+           "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n");
+    printf("%-15s %-26s %11s %5s | %8s %7s %5s %8s | %8s %7s %5s | %8s %8s %8s | %6s\n", "model", "projection", "N,K", "rows",
+           "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");
+    json_t *rec = json_object(), *arr = json_array();
+    json_object_set_new(rec, "device", json_string(info.name));
+    json_object_set_new(rec, "read_gbps", json_real(read_gbps));
+
+    /* activations for every row count: BF16 and e4m3 */
+    int64_t maxk = 0, maxn = 0;
+    for (int mi = 0; mi < nmodels; mi++)
+        for (int s = 0; s < models[mi]->nshapes; s++) {
+            if (models[mi]->shapes[s].k > maxk) maxk = models[mi]->shapes[s].k;
+            if (models[mi]->shapes[s].n > maxn) maxn = models[mi]->shapes[s].n;
+        }
+    uint16_t *x, *y;
+    uint8_t *x8;
+    if (tdm_cuda_malloc((void **)&x, (size_t)(maxm * maxk * 2)) || tdm_cuda_malloc((void **)&x8, (size_t)(maxm * maxk)) ||
+        tdm_cuda_malloc((void **)&y, (size_t)(maxm * maxn * 2)) || tdm_dev_fill_bf16(x, (size_t)(maxm * maxk), 17, 2.0f, st) ||
+        tdm_dev_fill_bytes(x8, (size_t)(maxm * maxk), 19, 0xbf, 0, st) || tdm_stream_sync(st))
+        fail();
+
+    for (int mi = 0; mi < nmodels; mi++) {
+        const struct tdm_model_shapes *ms = models[mi];
+        int64_t nk[64][2];
+        int cnt = tdm_model_distinct_shapes(ms, nk, 64);
+        for (int si = 0; si < cnt; si++) {
+            const int64_t n = nk[si][0], k = nk[si][1];
+            const char *pname = "";
+            for (int s = 0; s < ms->nshapes; s++)
+                if (ms->shapes[s].n == n && ms->shapes[s].k == k) { pname = ms->shapes[s].name; break; }
+            struct tdm_wset w4, w8, wb;
+            wset(&w4, TDM_W_NVFP4, n, k, 100 + si);
+            wset(&w8, TDM_W_FP8, n, k, 200 + si);
+            if (baseline) wset(&wb, TDM_W_BF16, n, k, 300 + si);
+            char shape[32];
+            snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, n, k);
+            for (int ri = 0; ri < nrows; ri++) {
+                const int64_t m = rows[ri];
+                struct call c4 = {OURS, &w4, x, x8, y, m}, c8 = {OURS, &w8, x, x8, y, m};
+                const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
+                const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
+                double tbg = -1, tbe = -1, tlg = -1;
+                if (baseline) {
+                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m};
+                    tbg = time_it(&cb, 1);
+                    tbe = time_it(&cb, 0);
+                    tlg = time_it(&cl, 1);
+                }
+                const double g4 = b4 / t4g / 1e6, g8 = b8 / t8g / 1e6;
+                printf("%-15s %-26s %11s %5" PRId64 " | %8.2f %7.0f %4.0f%% %8.2f | %8.2f %7.0f %4.0f%% | ", ms->model, pname, shape, m,
+                       t4g * 1e3, g4, 100 * g4 / read_gbps, t4e * 1e3, t8g * 1e3, g8, 100 * g8 / read_gbps);
+                if (baseline) {
+                    printf("%8.2f %8.2f ", tbg * 1e3, tbe * 1e3);
+                    if (tlg > 0) printf("%8.2f ", tlg * 1e3); else printf("%8s ", "n/a");
+                    printf("| %5.2fx\n", tbg / t4g);
+                } else {
+                    printf("%8s %8s %8s | %6s\n", "-", "-", "-", "-");
+                }
+                fflush(stdout);
+                json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "model", ms->model, "projection", pname,
+                                      "n", (json_int_t)n, "k", (json_int_t)k, "rows", (json_int_t)m, "nvfp4_graph_us", t4g * 1e3,
+                                      "nvfp4_eager_us", t4e * 1e3, "nvfp4_gbps", g4, "fp8_graph_us", t8g * 1e3, "fp8_gbps", g8);
+                if (baseline) {
+                    json_object_set_new(o, "cublas_bf16_graph_us", json_real(tbg * 1e3));
+                    json_object_set_new(o, "cublas_bf16_eager_us", json_real(tbe * 1e3));
+                    json_object_set_new(o, "cublaslt_fp8_graph_us", tlg > 0 ? json_real(tlg * 1e3) : json_null());
+                }
+                json_array_append_new(arr, o);
+            }
+            tdm_wset_free(&w4);
+            tdm_wset_free(&w8);
+            if (baseline) tdm_wset_free(&wb);
+        }
+    }
+    json_object_set_new(rec, "shapes", arr);
+
+    if (token) {
+        const struct tdm_model_shapes *ms = tdm_model_shapes("qwen3.8-27b");
+        json_t *tok = json_array();
+        const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
+        const char *names[3] = {"nvfp4 (ours)", "fp8 (ours)", "bf16 (cuBLAS)"};
+        printf("\n# a whole Qwen3.8-27B token: the 64 layers' projections back to back in one CUDA graph\n");
+        printf("%-14s %5s %12s %10s %8s %6s\n", "weights", "rows", "GB", "ms", "GB/s", "%rd");
+        for (int f = 0; f < 3; f++) {
+            if (f == 2 && !baseline) continue;
+            struct token t;
+            token_alloc(&t, ms, fmts[f]);
+            for (int ri = 0; ri < nrows; ri++) {
+                const int64_t m = rows[ri];
+                double bytes = 0;
+                for (int j = 0; j < t.count; j++) bytes += (double)tdm_matmul_bytes(&t.w[j].w[0], m);
+                struct token_ctx tc = {&t, f == 2 ? CUBLAS_BF16 : OURS, x, y, m};
+                double ms_tok;
+                if (tdm_time_calls(token_call, &tc, 1, reps, 1, st, &ms_tok) != 0) fail();
+                const double gbps = bytes / ms_tok / 1e6;
+                printf("%-14s %5" PRId64 " %12.2f %10.3f %8.0f %5.0f%%\n", names[f], m, bytes / 1e9, ms_tok, gbps, 100 * gbps / read_gbps);
+                fflush(stdout);
+                json_array_append_new(tok, json_pack("{s:s, s:I, s:f, s:f, s:f}", "weights", names[f], "rows", (json_int_t)m, "bytes",
+                                                     bytes, "ms", ms_tok, "gbps", gbps));
+            }
+            token_free(&t);
+        }
+        json_object_set_new(rec, "token_27b", tok);
+    }
+    if (json_path && json_dump_file(rec, json_path, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+        return TDM_EXIT_USAGE;
+    }
+    json_decref(rec);
+    tdm_cublas_destroy(blas);
+    tdm_tiles_free(tiles);
+    return 0;
+}

@@ -1,0 +1,205 @@
+/* tandem-coldbw — memory bandwidth with a working set far larger than the L2: a streaming read
+ * and a copy over rotating buffers, and the effective bandwidth of a matrix kernel (the bytes it
+ * must read over its time) at one shape and row count. Medians of repeats; a table on stdout. */
+#include "device.h"
+#include "err.h"
+#include "matmul.h"
+#include "settings.h"
+#include "shapes.h"
+#include "tiles.h"
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *prog = "tandem-coldbw";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "Memory bandwidth over a working set at least 8x the GPU's L2 (rotating buffers):\n"
+            "streaming read and copy, and optionally a matrix kernel's bytes read over its time.\n"
+            "  --mib N        size of each of the 4 rotating buffers in MiB (default: 8x L2, at least 512)\n"
+            "  --reps N       timed repeats; the median is reported (default 20)\n"
+            "  --kernel F     also time the matrix kernel for weights in format F: nvfp4, fp8 or bf16\n"
+            "  --shape N,K    the weight shape for --kernel (N outputs, K inputs)\n"
+            "  --rows M       activation rows for --kernel (default 1; above 32 runs the wide GEMM)\n"
+            "  --json FILE    also write the results as JSON\n"
+            "  -h, --help     this text\n"
+            "Tile tables come from $TANDEM_TILES (default \"tiles\"). Exit 0, 1 when a CUDA call fails,\n"
+            "2 on bad usage or when no CUDA device is visible.\n",
+            prog);
+}
+
+static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
+    exit(TDM_EXIT_USAGE);
+}
+
+static __attribute__((noreturn)) void fail(void)
+{
+    fprintf(stderr, "%s: %s\n", prog, tdm_err());
+    exit(TDM_EXIT_CHECK);
+}
+
+static long parse_long(const char *opt, const char *s, long lo, long hi)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer in %ld..%ld\n", prog, opt, s, lo, hi);
+        exit(TDM_EXIT_USAGE);
+    }
+    return v;
+}
+
+struct mm_ctx {
+    struct tdm_wset *ws;
+    const uint16_t *x;
+    void *y;
+    int64_t m;
+    const struct tdm_tiles *tiles;
+};
+
+static int mm_call(void *p, int i, void *stream)
+{
+    struct mm_ctx *c = p;
+    const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
+    return tdm_matmul(w, c->x, w->k, c->m, c->y, w->n, TDM_MM_BF16, c->tiles, stream);
+}
+
+struct buf_ctx {
+    void *buf[4];
+    size_t bytes;
+    uint64_t *sink;
+    int copy;
+};
+
+static int buf_call(void *p, int i, void *stream)
+{
+    struct buf_ctx *c = p;
+    if (c->copy) return tdm_dev_copy(c->buf[(i + 1) % 4], c->buf[i % 4], c->bytes, stream);
+    return tdm_dev_read(c->buf[i % 4], c->bytes, c->sink, stream);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"mib", required_argument, 0, 'b'}, {"reps", required_argument, 0, 'r'},
+        {"kernel", required_argument, 0, 'k'}, {"shape", required_argument, 0, 's'},
+        {"rows", required_argument, 0, 'm'}, {"json", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    long mib = 0, reps = 20, rows = 1;
+    const char *kernel = NULL, *shape = NULL, *json_path = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': mib = parse_long("--mib", optarg, 64, 1 << 20); break;
+        case 'r': reps = parse_long("--reps", optarg, 1, 100000); break;
+        case 'k': kernel = optarg; break;
+        case 's': shape = optarg; break;
+        case 'm': rows = parse_long("--rows", optarg, 1, 1 << 20); break;
+        case 'j': json_path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return TDM_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) bad("unexpected argument", argv[optind]);
+    enum tdm_wfmt fmt = TDM_W_NVFP4;
+    int64_t n = 0, k = 0;
+    if (kernel) {
+        if (strcmp(kernel, "nvfp4") == 0) fmt = TDM_W_NVFP4;
+        else if (strcmp(kernel, "fp8") == 0) fmt = TDM_W_FP8;
+        else if (strcmp(kernel, "bf16") == 0) fmt = TDM_W_BF16;
+        else bad("--kernel: expected nvfp4, fp8 or bf16, not", kernel);
+        if (!shape) bad("--kernel needs --shape N,K", NULL);
+        if (tdm_parse_shape(shape, &n, &k) != 0) bad("--shape: expected N,K with positive integers, not", shape);
+        if (fmt == TDM_W_NVFP4 && k % 16) bad("--shape: NVFP4 needs K a multiple of 16", shape);
+    } else if (shape) {
+        bad("--shape needs --kernel", NULL);
+    }
+    if (tdm_settings_check() != 0) tdm_die_input(prog);
+    if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
+
+    struct tdm_device_info info;
+    if (tdm_cuda_device_info(0, &info) != 0) fail();
+    const size_t l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
+    size_t each = mib ? (size_t)mib << 20 : 8 * l2;
+    if (!mib && each < (512u << 20)) each = 512u << 20;
+    each &= ~(size_t)255;
+    fprintf(stderr, "# %s: %s, %d SMs, L2 %zu MiB; 4 buffers of %zu MiB (%.1fx L2 each)\n", prog, info.name,
+            info.sm_count, l2 >> 20, each >> 20, (double)each / l2);
+
+    tdm_stream st;
+    if (tdm_stream_create(&st) != 0) fail();
+    struct buf_ctx bc = {.bytes = each};
+    for (int i = 0; i < 4; i++) {
+        if (tdm_cuda_malloc(&bc.buf[i], each) != 0) fail();
+        if (tdm_dev_fill_bytes(bc.buf[i], each, 11 + i, 0xff, 0, st) != 0) fail();
+    }
+    if (tdm_cuda_malloc((void **)&bc.sink, 64) != 0 || tdm_stream_sync(st) != 0) fail();
+    double read_ms, copy_ms;
+    bc.copy = 0;
+    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &read_ms) != 0) fail();
+    bc.copy = 1;
+    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &copy_ms) != 0) fail();
+    const double read_gbps = each / read_ms / 1e6, copy_gbps = 2.0 * each / copy_ms / 1e6;
+    printf("%-34s %14s %12s %10s\n", "test", "bytes", "median_ms", "GB/s");
+    printf("%-34s %14zu %12.4f %10.1f\n", "read", each, read_ms, read_gbps);
+    printf("%-34s %14zu %12.4f %10.1f\n", "copy (read + write)", 2 * each, copy_ms, copy_gbps);
+    for (int i = 0; i < 4; i++) tdm_cuda_free(bc.buf[i]);
+    tdm_cuda_free(bc.sink);
+
+    json_t *rec = json_object();
+    json_object_set_new(rec, "device", json_string(info.name));
+    json_object_set_new(rec, "sms", json_integer(info.sm_count));
+    json_object_set_new(rec, "l2_bytes", json_integer((json_int_t)l2));
+    json_object_set_new(rec, "buffer_bytes", json_integer((json_int_t)each));
+    json_object_set_new(rec, "reps", json_integer(reps));
+    json_object_set_new(rec, "read", json_pack("{s:I, s:f, s:f}", "bytes", (json_int_t)each, "ms", read_ms, "gbps", read_gbps));
+    json_object_set_new(rec, "copy", json_pack("{s:I, s:f, s:f}", "bytes", (json_int_t)(2 * each), "ms", copy_ms, "gbps", copy_gbps));
+
+    if (kernel) {
+        char arch[32];
+        struct tdm_tiles *tiles;
+        tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+        if (tdm_tiles_load(NULL, arch, &tiles) != 0) tdm_die_input(prog);
+        struct tdm_wset ws;
+        if (tdm_wset_alloc(&ws, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 7) != 0) fail();
+        struct mm_ctx mc = {.ws = &ws, .m = rows, .tiles = tiles};
+        if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
+            fail();
+        if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) fail();
+        const double bytes = (double)tdm_matmul_bytes(&ws.w[0], rows);
+        double eager_ms, graph_ms;
+        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 0, st, &eager_ms) != 0) fail();
+        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 1, st, &graph_ms) != 0) fail();
+        char name[96];
+        snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld eager", kernel, n, k, rows);
+        printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, eager_ms, bytes / eager_ms / 1e6);
+        snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld graph", kernel, n, k, rows);
+        printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, graph_ms, bytes / graph_ms / 1e6);
+        fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
+        json_object_set_new(rec, "kernel",
+                            json_pack("{s:s, s:I, s:I, s:i, s:f, s:i, s:f, s:f, s:f, s:f}", "format", kernel, "n", (json_int_t)n,
+                                      "k", (json_int_t)k, "rows", (int)rows, "bytes", bytes, "copies", ws.copies, "eager_ms",
+                                      eager_ms, "eager_gbps", bytes / eager_ms / 1e6, "graph_ms", graph_ms, "graph_gbps",
+                                      bytes / graph_ms / 1e6));
+        tdm_cuda_free((void *)mc.x);
+        tdm_cuda_free(mc.y);
+        tdm_wset_free(&ws);
+        tdm_tiles_free(tiles);
+    }
+    if (json_path && json_dump_file(rec, json_path, JSON_INDENT(2)) != 0) {
+        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+        return TDM_EXIT_USAGE;
+    }
+    json_decref(rec);
+    tdm_stream_destroy(st);
+    return 0;
+}

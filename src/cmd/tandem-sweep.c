@@ -1,0 +1,435 @@
+/* tandem-sweep — picks the launch setting of a skinny matrix kernel per weight shape (N, K):
+ * enumerates candidate settings, drops every candidate whose output is not bit-identical to the
+ * default setting's at every row count 1..32 (random inputs, rows that share inputs), times the
+ * survivors over a cold working set, and writes the fastest into the kernel's tile table
+ * (atomically, merged with the table's other shapes). Progress on stderr; --json reports every
+ * candidate with its verdict and time. */
+#include "device.h"
+#include "err.h"
+#include "formats.h"
+#include "matmul.h"
+#include "settings.h"
+#include "shapes.h"
+#include "tiles.h"
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char *prog = "tandem-sweep";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]\n"
+            "Sweeps the launch settings of the skinny matrix kernels per weight shape and writes the\n"
+            "tile tables <dir>/<kernel>.json. Only settings whose output is bit-identical to the\n"
+            "default's at every row count 1..32 survive; the fastest over a cold working set wins.\n"
+            "  --shape N,K            a weight shape, N outputs by K inputs (repeatable)\n"
+            "  --model-shapes NAME    every distinct projection shape of a model: qwen3.8-27b or\n"
+            "                         qwen3-next-80b (repeatable)\n"
+            "  --kernel NAME          nvfp4-skinny, nvfp4-skinny-wide, fp8, bf16 or all (repeatable;\n"
+            "                         default: nvfp4-skinny, nvfp4-skinny-wide and fp8)\n"
+            "  --out DIR              directory of the tables (default: $TANDEM_TILES/<arch>)\n"
+            "  --reps N               timed repeats per row count, median taken (default 10)\n"
+            "  --json FILE            report every candidate: setting, verdict, times\n"
+            "  --write-defaults       write tables holding each shape's default setting; needs no GPU\n"
+            "  --arch NAME            architecture for --write-defaults (default sm_90)\n"
+            "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
+            "  -h, --help             this text\n"
+            "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
+            "usage, a malformed existing table, or when no CUDA device is visible.\n",
+            prog);
+}
+
+static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
+    exit(TDM_EXIT_USAGE);
+}
+
+static __attribute__((noreturn)) void fail(void)
+{
+    fprintf(stderr, "%s: %s\n", prog, tdm_err());
+    exit(TDM_EXIT_CHECK);
+}
+
+#define MAX_SHAPES 64
+static int64_t shapes[MAX_SHAPES][2];
+static int nshapes;
+
+static void add_shape(int64_t n, int64_t k)
+{
+    for (int i = 0; i < nshapes; i++)
+        if (shapes[i][0] == n && shapes[i][1] == k) return;
+    if (nshapes == MAX_SHAPES) bad("too many shapes", NULL);
+    shapes[nshapes][0] = n;
+    shapes[nshapes][1] = k;
+    nshapes++;
+}
+
+/* The row counts a table's timing covers: the rows it serves. */
+static int timed_rows(enum tdm_mmk kk, int *rows)
+{
+    static const int narrow[] = {1, 4, 8, 16}, wide[] = {17, 24, 32}, all[] = {1, 8, 16, 32};
+    const int *r = kk == TDM_MMK_NVFP4 ? narrow : kk == TDM_MMK_NVFP4_WIDE ? wide : all;
+    int n = kk == TDM_MMK_NVFP4_WIDE ? 3 : 4;
+    memcpy(rows, r, sizeof *rows * n);
+    return n;
+}
+
+/* Every valid setting of kk for (n, k); the default first. */
+static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *out, int max)
+{
+    struct tdm_tile def = tdm_tile_default(kk, n, k);
+    int cnt = 0;
+    out[cnt++] = def;
+    for (int nt = 1; nt <= 4; nt *= 2)
+        for (int wn = 1; wn <= 8; wn *= 2)
+            for (int wk = 1; wk <= 8; wk *= 2)
+                for (int pf = 1; pf <= 2; pf++) {
+                    struct tdm_tile t = {nt, wn, wk, def.kchains / wk, pf, def.kchains};
+                    if (def.kchains % wk || tdm_tile_check(kk, n, k, &t) != 0) continue;
+                    if (memcmp(&t, &def, sizeof t) == 0 || cnt == max) continue;
+                    out[cnt++] = t;
+                }
+    return cnt;
+}
+
+/* ---- running ---- */
+struct run {
+    const struct tdm_dweight *w;
+    const uint16_t *x;
+    void *y;
+    int64_t m;
+    const struct tdm_tile *tile;
+    struct tdm_wset *ws;   /* timing: rotate over its copies */
+};
+
+static int run_call(void *p, int i, void *stream)
+{
+    struct run *r = p;
+    const struct tdm_dweight *w = r->ws ? &r->ws->w[i % r->ws->copies] : r->w;
+    return tdm_matmul_skinny(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
+}
+
+/* Runs setting t at every row count 1..32 into out[m-1] (poisoned first). */
+static int run_all_rows(const struct tdm_dweight *w, const uint16_t *x, const struct tdm_tile *t, float **out, tdm_stream st)
+{
+    for (int m = 1; m <= 32; m++) {
+        if (tdm_cuda_memset(out[m - 1], 0xff, (size_t)(m * w->n * 4)) != 0) return -1;
+        if (tdm_matmul_skinny(w, x, w->k, m, out[m - 1], w->n, TDM_MM_F32, t, st) != 0) return -1;
+    }
+    return tdm_stream_sync(st);
+}
+
+static void tile_json(json_t *o, const struct tdm_tile *t)
+{
+    json_object_set_new(o, "nt", json_integer(t->nt));
+    json_object_set_new(o, "wn", json_integer(t->wn));
+    json_object_set_new(o, "wk", json_integer(t->wk));
+    json_object_set_new(o, "cs", json_integer(t->cs));
+    json_object_set_new(o, "pf", json_integer(t->pf));
+    json_object_set_new(o, "kchains", json_integer(t->kchains));
+}
+
+/* Merges new entries into the table at path (its other shapes kept) and writes it atomically. */
+static void write_table(const char *path, enum tdm_mmk kk, const char *arch, const char *device, const char *sweep,
+                        const struct tdm_tile_entry *fresh, int nfresh)
+{
+    struct tdm_tile_entry *old = NULL, *all;
+    int nold = 0;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        if (tdm_tile_table_read(path, kk, arch, &old, &nold) != 0) tdm_die_input(prog);
+    }
+    all = calloc((size_t)(nold + nfresh + 1), sizeof *all);
+    if (!all) bad("out of memory", NULL);
+    int n = 0;
+    for (int i = 0; i < nold; i++) {
+        int replaced = 0;
+        for (int j = 0; j < nfresh; j++)
+            if (fresh[j].n == old[i].n && fresh[j].k == old[i].k) replaced = 1;
+        if (!replaced) all[n++] = old[i];
+    }
+    for (int j = 0; j < nfresh; j++) all[n++] = fresh[j];
+    struct tdm_tile_table tb = {kk, arch, device, sweep, n, all};
+    if (tdm_tile_table_write(path, &tb) != 0) fail();
+    fprintf(stderr, "# %s: wrote %s (%d shapes)\n", prog, path, n);
+    free(all);
+    free(old);
+}
+
+static void make_dirs(const char *dir)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0777);
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: %s: %s\n", prog, dir, strerror(errno));
+        exit(TDM_EXIT_USAGE);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"shape", required_argument, 0, 's'}, {"model-shapes", required_argument, 0, 'M'},
+        {"kernel", required_argument, 0, 'k'}, {"out", required_argument, 0, 'o'},
+        {"reps", required_argument, 0, 'r'}, {"json", required_argument, 0, 'j'},
+        {"write-defaults", no_argument, 0, 'D'}, {"arch", required_argument, 0, 'a'},
+        {"device", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0;
+    long reps = 10;
+    const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's': {
+            int64_t n, k;
+            if (tdm_parse_shape(optarg, &n, &k) != 0) bad("--shape: expected N,K with positive integers, not", optarg);
+            add_shape(n, k);
+            break;
+        }
+        case 'M': {
+            const struct tdm_model_shapes *m = tdm_model_shapes(optarg);
+            if (!m) bad("--model-shapes: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
+            int64_t nk[MAX_SHAPES][2];
+            int cnt = tdm_model_distinct_shapes(m, nk, MAX_SHAPES);
+            for (int i = 0; i < cnt; i++) add_shape(nk[i][0], nk[i][1]);
+            break;
+        }
+        case 'k':
+            any_kernel = 1;
+            if (strcmp(optarg, "all") == 0) {
+                for (int i = 0; i < TDM_MMK_COUNT; i++) want[i] = 1;
+            } else {
+                int kk = tdm_mmk_from_name(optarg);
+                if (kk < 0) bad("--kernel: expected nvfp4-skinny, nvfp4-skinny-wide, fp8, bf16 or all, not", optarg);
+                want[kk] = 1;
+            }
+            break;
+        case 'o': out_dir = optarg; break;
+        case 'r': {
+            char *end;
+            reps = strtol(optarg, &end, 10);
+            if (end == optarg || *end || reps < 1 || reps > 10000) bad("--reps: expected an integer in 1..10000, not", optarg);
+            break;
+        }
+        case 'j': json_path = optarg; break;
+        case 'D': defaults_only = 1; break;
+        case 'a': arch_opt = optarg; break;
+        case 'd': device_opt = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return TDM_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) bad("unexpected argument", argv[optind]);
+    if (!nshapes) bad("no shapes: give --shape N,K or --model-shapes NAME", NULL);
+    if (!any_kernel) want[TDM_MMK_NVFP4] = want[TDM_MMK_NVFP4_WIDE] = want[TDM_MMK_FP8] = 1;
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++)
+        for (int i = 0; want[kk] && i < nshapes; i++)
+            if (tdm_mmk_fmt((enum tdm_mmk)kk) == TDM_W_NVFP4 && shapes[i][1] % 16) {
+                char s[64];
+                snprintf(s, sizeof s, "%" PRId64 ",%" PRId64, shapes[i][0], shapes[i][1]);
+                bad("NVFP4 needs K a multiple of 16", s);
+            }
+    if (tdm_settings_check() != 0) tdm_die_input(prog);
+
+    char arch[32], dir[4096], sweep_desc[256];
+    struct tdm_device_info info;
+    memset(&info, 0, sizeof info);
+    if (defaults_only) {
+        snprintf(arch, sizeof arch, "%s", arch_opt ? arch_opt : "sm_90");
+        snprintf(info.name, sizeof info.name, "%s", device_opt ? device_opt : "any");
+        snprintf(sweep_desc, sizeof sweep_desc, "none (defaults)");
+    } else {
+        if (arch_opt || device_opt) bad("--arch and --device go with --write-defaults", NULL);
+        if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
+        if (tdm_cuda_device_info(0, &info) != 0) fail();
+        tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+        time_t now = time(NULL);
+        char date[32];
+        strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+        snprintf(sweep_desc, sizeof sweep_desc, "tandem-sweep %s, reps %ld, bit-identical to the default at rows 1..32, "
+                 "timed in a CUDA graph over a cold working set", date, reps);
+    }
+    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+    else snprintf(dir, sizeof dir, "%s/%s", tdm_setting("TANDEM_TILES"), arch);
+    make_dirs(dir);
+
+    if (defaults_only) {
+        for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+            if (!want[kk]) continue;
+            struct tdm_tile_entry e[MAX_SHAPES];
+            for (int i = 0; i < nshapes; i++) {
+                memset(&e[i], 0, sizeof e[i]);
+                e[i].n = shapes[i][0];
+                e[i].k = shapes[i][1];
+                e[i].tile = tdm_tile_default((enum tdm_mmk)kk, e[i].n, e[i].k);
+            }
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s.json", dir, tdm_mmk_name((enum tdm_mmk)kk));
+            write_table(path, (enum tdm_mmk)kk, arch, info.name, sweep_desc, e, nshapes);
+        }
+        return 0;
+    }
+
+    const size_t l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
+    tdm_stream st;
+    if (tdm_stream_create(&st) != 0) fail();
+    json_t *report = json_array();
+    int status = 0;
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+        if (!want[kk]) continue;
+        const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
+        struct tdm_tile_entry picked[MAX_SHAPES];
+        int npicked = 0;
+        int rows[4], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        char measured[64];
+        snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts)", rows[0], rows[nrows - 1], nrows);
+        for (int si = 0; si < nshapes; si++) {
+            const int64_t n = shapes[si][0], k = shapes[si][1];
+            const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
+            struct tdm_wset vset, tset;
+            if (tdm_wset_alloc(&vset, fmt, n, k, TDM_DT_F32, 0, 1, 1000 + si) != 0) fail();
+            if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 2000 + si) != 0) fail();
+            /* activations: 32 random BF16 rows; rows 9 and 21 repeat row 0, row 30 repeats row 3 */
+            uint16_t *x, *hx = malloc((size_t)(32 * k * 2));
+            if (!hx) bad("out of memory", NULL);
+            uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(si + 1);
+            for (int64_t i = 0; i < 32 * k; i++) {
+                s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                hx[i] = tdm_f32_to_bf16((float)((s >> 40) & 0xffffff) / 4194304.0f - 2.0f);
+            }
+            const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
+            for (int i = 0; i < 3; i++) memcpy(hx + same[i][0] * k, hx + same[i][1] * k, (size_t)(k * 2));
+            if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_h2d(x, hx, (size_t)(32 * k * 2)) != 0) fail();
+            free(hx);
+            float *ref[32], *got[32], *tim;
+            for (int m = 1; m <= 32; m++)
+                if (tdm_cuda_malloc((void **)&ref[m - 1], (size_t)(m * n * 4)) != 0 ||
+                    tdm_cuda_malloc((void **)&got[m - 1], (size_t)(m * n * 4)) != 0)
+                    fail();
+            if (tdm_cuda_malloc((void **)&tim, (size_t)(32 * n * 4)) != 0) fail();
+
+            struct tdm_tile cand[512];
+            int ncand = candidates((enum tdm_mmk)kk, n, k, cand, 512);
+            /* the default twice: it must reproduce its own bits (a race would not) */
+            if (run_all_rows(&vset.w[0], x, &cand[0], ref, st) != 0 || run_all_rows(&vset.w[0], x, &cand[0], got, st) != 0) {
+                fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default setting fails: %s\n", prog, kname, n, k, tdm_err());
+                exit(TDM_EXIT_CHECK);
+            }
+            for (int m = 1; m <= 32; m++) {
+                int64_t d;
+                if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) fail();
+                if (d) {
+                    fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default does not reproduce its bits at m=%d\n",
+                            prog, kname, n, k, m);
+                    exit(TDM_EXIT_CHECK);
+                }
+            }
+            double best = 1e300;
+            int besti = 0;
+            for (int ci = 0; ci < ncand; ci++) {
+                char ts[96], verdict[256] = "identical";
+                tdm_tile_str(&cand[ci], ts, sizeof ts);
+                if (run_all_rows(&vset.w[0], x, &cand[ci], got, st) != 0) {
+                    snprintf(verdict, sizeof verdict, "failed: %s", tdm_err());
+                } else {
+                    for (int m = 1; m <= 32; m++) {
+                        int64_t d;
+                        if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) fail();
+                        if (d) {
+                            snprintf(verdict, sizeof verdict, "differs at m=%d (%" PRId64 " bytes)", m, d);
+                            break;
+                        }
+                    }
+                }
+                json_t *rec = json_object(), *times = json_object();
+                json_object_set_new(rec, "kernel", json_string(kname));
+                json_object_set_new(rec, "n", json_integer((json_int_t)n));
+                json_object_set_new(rec, "k", json_integer((json_int_t)k));
+                json_t *setting = json_object();
+                tile_json(setting, &cand[ci]);
+                json_object_set_new(rec, "setting", setting);
+                json_object_set_new(rec, "default", json_boolean(ci == 0));
+                double score = 0;
+                int timed = strcmp(verdict, "identical") == 0;
+                for (int ri = 0; timed && ri < nrows; ri++) {
+                    struct run r = {NULL, x, tim, rows[ri], &cand[ci], &tset};
+                    double ms;
+                    if (tdm_time_calls(run_call, &r, tset.copies, (int)reps, 1, st, &ms) != 0) {
+                        snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
+                        timed = 0;
+                        break;
+                    }
+                    char key[16];
+                    snprintf(key, sizeof key, "%d", rows[ri]);
+                    json_object_set_new(times, key, json_real(ms * 1e3));
+                    score += ms * 1e3;
+                }
+                json_object_set_new(rec, "verdict", json_string(verdict));
+                json_object_set_new(rec, "us", times);
+                if (timed) {
+                    json_object_set_new(rec, "score_us", json_real(score));
+                    if (score < best) {
+                        best = score;
+                        besti = ci;
+                    }
+                }
+                json_array_append_new(report, rec);
+                fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": %d/%d %s%s: %s", kname, n, k, ci + 1, ncand, ts,
+                        ci == 0 ? " (default)" : "", verdict);
+                if (timed) fprintf(stderr, ", %.2f us", score);
+                fprintf(stderr, "\n");
+            }
+            if (best == 1e300) {
+                fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": no setting could be timed\n", prog, kname, n, k);
+                status = TDM_EXIT_CHECK;
+            } else {
+                struct tdm_tile_entry *e = &picked[npicked++];
+                e->n = n;
+                e->k = k;
+                e->tile = cand[besti];
+                e->us = best;
+                e->measured = measured;
+                char ts[96];
+                fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": picked %s, %.2f us\n", kname, n, k,
+                        tdm_tile_str(&cand[besti], ts, sizeof ts), best);
+            }
+            for (int m = 1; m <= 32; m++) {
+                tdm_cuda_free(ref[m - 1]);
+                tdm_cuda_free(got[m - 1]);
+            }
+            tdm_cuda_free(tim);
+            tdm_cuda_free(x);
+            tdm_wset_free(&vset);
+            tdm_wset_free(&tset);
+        }
+        if (npicked) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s.json", dir, tdm_mmk_name((enum tdm_mmk)kk));
+            write_table(path, (enum tdm_mmk)kk, arch, info.name, sweep_desc, picked, npicked);
+        }
+    }
+    if (json_path && json_dump_file(report, json_path, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+        return TDM_EXIT_USAGE;
+    }
+    json_decref(report);
+    tdm_stream_destroy(st);
+    return status;
+}

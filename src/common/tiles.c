@@ -1,0 +1,294 @@
+#include "tiles.h"
+#include "err.h"
+#include "fileio.h"
+#include "linear.h"
+#include "settings.h"
+#include "shapes.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLAB_K 128          /* kernels/mm_layout.h: TDM_MM_SLAB_K */
+#define AROW_BYTES 320      /* kernels/mm_layout.h: TDM_MM_AROW 16-byte units */
+#define SMEM_LIMIT 232448   /* the largest dynamic shared memory a CTA may ask for (sm_90) */
+#define TILE_MAX_TABLE_BYTES (16u << 20)
+
+/* Defaults: small CTAs (64 columns; 128 for 17-32 rows, where the staged activations cost more
+ * per weight byte) so that every CTA of the served shapes fits in one wave at the kernels' register
+ * counts, one prefetched slab; bench/NOTES.md has the reasoning, the sweep the measurements. */
+static const struct {
+    const char *name;
+    int fmt;
+    int nt_default, wn_default;
+} kernels[TDM_MMK_COUNT] = {
+    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 4, 2},
+    [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 4, 4},
+    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 2, 4},
+    [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 1, 8},
+};
+
+const char *tdm_mmk_name(enum tdm_mmk kk) { return kk < TDM_MMK_COUNT ? kernels[kk].name : "?"; }
+int tdm_mmk_fmt(enum tdm_mmk kk) { return kk < TDM_MMK_COUNT ? kernels[kk].fmt : -1; }
+
+int tdm_mmk_from_name(const char *name)
+{
+    for (int i = 0; i < TDM_MMK_COUNT; i++)
+        if (strcmp(kernels[i].name, name) == 0) return i;
+    return -1;
+}
+
+int tdm_mmk_for(int fmt, int64_t m)
+{
+    if (m < 1 || m > 32) return -1;
+    switch (fmt) {
+    case TDM_W_NVFP4: return m <= 16 ? TDM_MMK_NVFP4 : TDM_MMK_NVFP4_WIDE;
+    case TDM_W_FP8: return TDM_MMK_FP8;
+    case TDM_W_BF16: return TDM_MMK_BF16;
+    default: return -1;
+    }
+}
+
+/* Enough CTAs for two per SM of a 132-SM part at 128 columns a CTA, keeping at least two slabs
+ * (256 k) a chain. A fixed rule of (n, k), not of the device: the chains are the sum order. */
+int tdm_mm_kchains(int64_t n, int64_t k)
+{
+    const int64_t slabs = (k + SLAB_K - 1) / SLAB_K, colblocks = (n + 127) / 128;
+    int s = 1;
+    while (s < 8 && colblocks * s < 264 && slabs >= 4 * s) s *= 2;
+    return s;
+}
+
+struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
+{
+    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, 1, 1, tdm_mm_kchains(n, k)};
+    t.cs = t.kchains; /* one chain per CTA, the chains of a column block in one cluster */
+    return t;
+}
+
+size_t tdm_tile_smem(const struct tdm_tile *t, int mt)
+{
+    size_t rows = 16 * (size_t)mt, cols = 8 * (size_t)t->nt * t->wn;
+    size_t stage = (size_t)t->wk * 2 * rows * AROW_BYTES;        /* activations, double-buffered */
+    size_t red = (size_t)t->wk * rows * (cols + 8) * sizeof(float); /* partial sums, reusing it */
+    return stage > red ? stage : red;
+}
+
+static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
+
+int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t)
+{
+    if (kk >= TDM_MMK_COUNT) return tdm_errf("unknown kernel");
+    int fmt = kernels[kk].fmt, ntmax = fmt == TDM_W_NVFP4 ? 4 : 2;
+    if (!pow2_upto(t->nt, ntmax)) return tdm_errf("nt %d: expected 1..%d, a power of two", t->nt, ntmax);
+    if (!pow2_upto(t->wn, 8)) return tdm_errf("wn %d: expected 1, 2, 4 or 8", t->wn);
+    if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
+    if (!pow2_upto(t->cs, 8)) return tdm_errf("cs %d: expected 1, 2, 4 or 8", t->cs);
+    if (t->pf != 1 && t->pf != 2) return tdm_errf("pf %d: expected 1 or 2", t->pf);
+    int want = tdm_mm_kchains(n, k);
+    if (t->kchains != want)
+        return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
+                        "(tdm_mm_kchains); a table may not change it", t->kchains, n, k, want);
+    if (t->wk * t->cs != t->kchains)
+        return tdm_errf("wk %d x cs %d is not kchains %d", t->wk, t->cs, t->kchains);
+    if (32 * t->wn * t->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
+        return tdm_errf("wn %d x wk %d warps exceed 256 threads", t->wn, t->wk);
+    if (tdm_tile_smem(t, 2) > SMEM_LIMIT)
+        return tdm_errf("needs %zu bytes of shared memory (at most %d)", tdm_tile_smem(t, 2), SMEM_LIMIT);
+    return 0;
+}
+
+const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "nt=%d wn=%d wk=%d cs=%d pf=%d", t->nt, t->wn, t->wk, t->cs, t->pf);
+    return buf;
+}
+
+const char *tdm_tiles_arch(int major, int minor, char *buf, size_t len)
+{
+    snprintf(buf, len, "sm_%d%d", major, minor);
+    return buf;
+}
+
+/* ---- tables ---------------------------------------------------------------------------------- */
+
+struct table {
+    int n;
+    struct tdm_tile_entry *e;
+};
+struct tdm_tiles {
+    struct table t[TDM_MMK_COUNT];
+};
+
+static int get_int(const char *path, const char *key, json_t *o, const char *field, int *out)
+{
+    json_t *v = json_object_get(o, field);
+    if (!v) return tdm_errf("%s: shape %s: missing \"%s\"", path, key, field);
+    if (!json_is_integer(v)) return tdm_errf("%s: shape %s: \"%s\" is not an integer", path, key, field);
+    json_int_t x = json_integer_value(v);
+    if (x < -1000000 || x > 1000000) return tdm_errf("%s: shape %s: \"%s\" out of range", path, key, field);
+    *out = (int)x;
+    return 0;
+}
+
+static int want_string(const char *path, json_t *root, const char *field, const char *expect)
+{
+    json_t *v = json_object_get(root, field);
+    if (!json_is_string(v)) return tdm_errf("%s: header: \"%s\" missing or not a string", path, field);
+    if (expect && strcmp(json_string_value(v), expect) != 0)
+        return tdm_errf("%s: header: \"%s\" is \"%s\", expected \"%s\"", path, field, json_string_value(v), expect);
+    return 0;
+}
+
+int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
+                        struct tdm_tile_entry **entries, int *count)
+{
+    char *buf;
+    size_t len;
+    *entries = NULL;
+    *count = 0;
+    if (tdm_read_file(path, TILE_MAX_TABLE_BYTES, &buf, &len) != 0) return -1;
+    json_error_t jerr;
+    json_t *root = json_loadb(buf, len, 0, &jerr);
+    free(buf);
+    if (!root) return tdm_errf("%s: line %d: %s", path, jerr.line, jerr.text);
+    int rc = -1;
+    struct tdm_tile_entry *e = NULL;
+    if (!json_is_object(root)) { tdm_errf("%s: not a JSON object", path); goto out; }
+    if (want_string(path, root, "kernel", tdm_mmk_name(kk)) || want_string(path, root, "arch", arch) ||
+        want_string(path, root, "device", NULL) || want_string(path, root, "sweep", NULL))
+        goto out;
+    json_t *shapes = json_object_get(root, "shapes");
+    if (!json_is_object(shapes)) { tdm_errf("%s: \"shapes\" missing or not an object", path); goto out; }
+    size_t n = json_object_size(shapes), i = 0;
+    e = calloc(n ? n : 1, sizeof *e);
+    if (!e) { tdm_errf("%s: out of memory", path); goto out; }
+    const char *key;
+    json_t *v;
+    json_object_foreach(shapes, key, v) {
+        struct tdm_tile_entry *x = &e[i];
+        if (tdm_parse_shape(key, &x->n, &x->k) != 0) {
+            tdm_errf("%s: shape key \"%s\" is not \"N,K\" with N, K >= 1", path, key);
+            goto out;
+        }
+        if (!json_is_object(v)) { tdm_errf("%s: shape %s: not an object", path, key); goto out; }
+        struct tdm_tile *t = &x->tile;
+        if (get_int(path, key, v, "nt", &t->nt) || get_int(path, key, v, "wn", &t->wn) ||
+            get_int(path, key, v, "wk", &t->wk) || get_int(path, key, v, "cs", &t->cs) ||
+            get_int(path, key, v, "pf", &t->pf) || get_int(path, key, v, "kchains", &t->kchains))
+            goto out;
+        if (tdm_tile_check(kk, x->n, x->k, t) != 0) {
+            tdm_err_prefix("%s: shape %s", path, key);
+            goto out;
+        }
+        json_t *us = json_object_get(v, "us");
+        x->us = json_is_number(us) ? json_number_value(us) : 0.0;
+        x->measured = NULL;
+        i++;
+    }
+    *entries = e;
+    *count = (int)n;
+    e = NULL;
+    rc = 0;
+out:
+    free(e);
+    json_decref(root);
+    return rc;
+}
+
+int tdm_tiles_load(const char *dir, const char *arch, struct tdm_tiles **out)
+{
+    *out = NULL;
+    if (!dir) dir = tdm_setting("TANDEM_TILES");
+    struct tdm_tiles *t = calloc(1, sizeof *t);
+    if (!t) return tdm_errf("tiles: out of memory");
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s/%s.json", dir, arch, kernels[kk].name);
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            if (errno == ENOENT) continue; /* no table: defaults */
+            tdm_errf("%s: %s", path, strerror(errno));
+            tdm_tiles_free(t);
+            return -1;
+        }
+        fclose(f);
+        if (tdm_tile_table_read(path, (enum tdm_mmk)kk, arch, &t->t[kk].e, &t->t[kk].n) != 0) {
+            tdm_tiles_free(t);
+            return -1;
+        }
+    }
+    *out = t;
+    return 0;
+}
+
+void tdm_tiles_free(struct tdm_tiles *t)
+{
+    if (!t) return;
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++) free(t->t[kk].e);
+    free(t);
+}
+
+static const struct tdm_tile_entry *lookup(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k)
+{
+    if (!t || kk >= TDM_MMK_COUNT) return NULL;
+    for (int i = 0; i < t->t[kk].n; i++)
+        if (t->t[kk].e[i].n == n && t->t[kk].e[i].k == k) return &t->t[kk].e[i];
+    return NULL;
+}
+
+struct tdm_tile tdm_tiles_get(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k)
+{
+    const struct tdm_tile_entry *e = lookup(t, kk, n, k);
+    return e ? e->tile : tdm_tile_default(kk, n, k);
+}
+
+int tdm_tiles_has(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k)
+{
+    return lookup(t, kk, n, k) != NULL;
+}
+
+int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
+{
+    for (int i = 0; i < tb->nentries; i++)   /* never write what the loader would refuse */
+        if (tdm_tile_check(tb->kernel, tb->entries[i].n, tb->entries[i].k, &tb->entries[i].tile) != 0)
+            return tdm_err_prefix("%s: shape %" PRId64 ",%" PRId64, path, tb->entries[i].n, tb->entries[i].k);
+    json_t *root = json_object(), *shapes = json_object();
+    if (!root || !shapes) return tdm_errf("%s: out of memory", path);
+    json_object_set_new(root, "kernel", json_string(tdm_mmk_name(tb->kernel)));
+    json_object_set_new(root, "arch", json_string(tb->arch));
+    json_object_set_new(root, "device", json_string(tb->device ? tb->device : "?"));
+    json_object_set_new(root, "sweep", json_string(tb->sweep ? tb->sweep : "none (defaults)"));
+    for (int i = 0; i < tb->nentries; i++) {
+        const struct tdm_tile_entry *e = &tb->entries[i];
+        char key[64];
+        snprintf(key, sizeof key, "%" PRId64 ",%" PRId64, e->n, e->k);
+        json_t *o = json_object();
+        json_object_set_new(o, "nt", json_integer(e->tile.nt));
+        json_object_set_new(o, "wn", json_integer(e->tile.wn));
+        json_object_set_new(o, "wk", json_integer(e->tile.wk));
+        json_object_set_new(o, "cs", json_integer(e->tile.cs));
+        json_object_set_new(o, "pf", json_integer(e->tile.pf));
+        json_object_set_new(o, "kchains", json_integer(e->tile.kchains));
+        if (e->us > 0) json_object_set_new(o, "us", json_real(e->us));
+        if (e->measured) json_object_set_new(o, "measured", json_string(e->measured));
+        json_object_set_new(shapes, key, o);
+    }
+    json_object_set_new(root, "shapes", shapes);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(root);
+    if (!text) return tdm_errf("%s: cannot format the table", path);
+    size_t len = strlen(text);
+    char *nl = malloc(len + 2); /* a trailing newline keeps the file friendly to diff and cat */
+    int rc = nl ? 0 : tdm_errf("%s: out of memory", path);
+    if (nl) {
+        memcpy(nl, text, len);
+        nl[len] = '\n';
+        rc = tdm_write_file_atomic(path, nl, len + 1);
+        free(nl);
+    }
+    free(text);
+    return rc;
+}

@@ -1,0 +1,91 @@
+/* tiles.h — launch settings of the skinny matrix kernels and the JSON tile tables that hold them.
+ *
+ * A setting never changes a row's arithmetic except through `kchains`, the number of chains K is
+ * cut into; kchains is a function of the weight's shape (N, K) only (tdm_mm_kchains), so every
+ * table is keyed by "N,K" and a row's bits never depend on the row count. The other fields only
+ * distribute the same work over warps, CTAs and clusters.
+ *
+ * Table files: TANDEM_TILES/<arch>/<kernel>.json, e.g. tiles/sm_90/nvfp4-skinny.json:
+ *   {"kernel": "nvfp4-skinny", "arch": "sm_90", "device": "...", "sweep": "...",
+ *    "shapes": {"17408,5120": {"nt": 4, "wn": 4, "wk": 1, "cs": 2, "pf": 1, "kchains": 2,
+ *                              "us": 12.5, ...measurements...}, ...}}
+ * A missing file or shape takes the default setting; a malformed file is an error naming it. */
+#ifndef TDM_TILES_H
+#define TDM_TILES_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The kernels that have tables. */
+enum tdm_mmk {
+    TDM_MMK_NVFP4,      /* NVFP4 W4A16 skinny kernel, 1-16 rows: one mma per weight tile */
+    TDM_MMK_NVFP4_WIDE, /* the same kernel at 17-32 rows: two mmas over the same decoded weights */
+    TDM_MMK_FP8,        /* block-FP8 W8A16 skinny kernel, 1-32 rows */
+    TDM_MMK_BF16,       /* BF16-weight skinny kernel, 1-32 rows */
+    TDM_MMK_COUNT
+};
+const char *tdm_mmk_name(enum tdm_mmk kk);         /* "nvfp4-skinny", "nvfp4-skinny-wide", ... */
+int tdm_mmk_from_name(const char *name);           /* -1 when unknown */
+int tdm_mmk_fmt(enum tdm_mmk kk);                  /* its weight format (enum tdm_wfmt) */
+/* The kernel that serves m rows (1..32) of a weight in format fmt; -1 if none. */
+int tdm_mmk_for(int fmt, int64_t m);
+
+struct tdm_tile {
+    int nt;      /* n8 tiles per warp (8*nt weight rows) */
+    int wn;      /* warps along N per CTA: a CTA covers 8*nt*wn columns */
+    int wk;      /* chains per CTA (warp groups along K) */
+    int cs;      /* CTAs per cluster along K (one aligned block of wk chains each) */
+    int pf;      /* weight prefetch distance in slabs (pipeline depth - 1): 1 or 2 */
+    int kchains; /* chains of K = wk * cs; fixed by the shape: tdm_mm_kchains */
+};
+
+/* The number of chains K is cut into for a weight of shape (n, k): the only setting that enters
+ * the arithmetic, a function of (n, k) alone. */
+int tdm_mm_kchains(int64_t n, int64_t k);
+/* The default setting of kernel kk for shape (n, k) (row-invariant like every valid setting). */
+struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
+/* Shared memory (bytes) a setting needs at 16*mt rows. */
+size_t tdm_tile_smem(const struct tdm_tile *t, int mt);
+/* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
+int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
+/* "nt=4 wn=4 wk=1 cs=2 pf=1" into buf. */
+const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len);
+
+/* Loaded tables of one architecture. */
+struct tdm_tiles;
+/* Loads dir/arch/<kernel>.json for every kernel (a missing file means defaults). dir NULL takes
+ * TANDEM_TILES. Returns 0, or -1 with tdm_err() naming the file and the fault. */
+int tdm_tiles_load(const char *dir, const char *arch, struct tdm_tiles **out);
+void tdm_tiles_free(struct tdm_tiles *t);
+/* The setting for kernel kk and shape (n, k): the table's entry, else the default. t may be NULL. */
+struct tdm_tile tdm_tiles_get(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k);
+/* Whether the table has an entry for the shape (else the default is used). */
+int tdm_tiles_has(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k);
+/* The architecture directory name for a compute capability: "sm_90", "sm_121". */
+const char *tdm_tiles_arch(int major, int minor, char *buf, size_t len);
+
+/* One table as the sweep writes it. */
+struct tdm_tile_entry {
+    int64_t n, k;
+    struct tdm_tile tile;
+    double us;           /* the sweep's score: summed median microseconds over its row counts */
+    const char *measured; /* free text: what `us` sums, e.g. "rows 1,4,8,16" */
+};
+struct tdm_tile_table {
+    enum tdm_mmk kernel;
+    const char *arch, *device, *sweep;
+    int nentries;
+    const struct tdm_tile_entry *entries;
+};
+/* Parses one table file (validating every entry); *entries is malloc'ed (free with free()).
+ * A missing file is an error here. */
+int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
+                        struct tdm_tile_entry **entries, int *n);
+/* Writes a table atomically (a temporary file in the same directory, then rename). */
+int tdm_tile_table_write(const char *path, const struct tdm_tile_table *t);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+#!/bin/sh
+# The matrix tools' command lines: --help, bad usage (exit 2, one line naming the option), no
+# visible CUDA device (exit 2, "no CUDA device visible", forced with CUDA_VISIBLE_DEVICES=), and
+# tandem-sweep --write-defaults, which needs no GPU.
+n=0; failed=0
+t() { # t DESCRIPTION COMMAND... : ok when the command succeeds
+    n=$((n + 1)); d=$1; shift
+    if "$@" >/dev/null 2>&1; then echo "ok $n - $d"; else echo "not ok $n - $d"; failed=$((failed + 1)); fi
+}
+exits() { # exits CODE PATTERN CMD...: exit status CODE and stderr one line matching PATTERN
+    code=$1; pat=$2; shift 2
+    err=$("$@" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq "$code" ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf "%s" "$err" | grep -q -e "$pat"
+}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for tool in tandem-coldbw tandem-sweep tandem-benchmm; do
+    t "$tool --help exits 0 and prints the usage" sh -c "bin/$tool --help | grep -q '^usage: $tool'"
+    t "$tool: an unknown option exits 2" sh -c "bin/$tool --no-such-option >/dev/null 2>&1; [ \$? -eq 2 ]"
+    t "$tool: an unexpected argument exits 2 with one line" exits 2 "unexpected argument" bin/$tool extra
+done
+t "tandem-coldbw --rows x: exit 2 naming --rows" exits 2 "--rows" bin/tandem-coldbw --rows x
+t "tandem-coldbw --kernel foo: exit 2 naming --kernel" exits 2 "--kernel" bin/tandem-coldbw --kernel foo --shape 1,16
+t "tandem-coldbw --kernel without --shape: exit 2" exits 2 "--shape" bin/tandem-coldbw --kernel nvfp4
+t "tandem-coldbw --shape 5120: exit 2 naming --shape" exits 2 "--shape" bin/tandem-coldbw --kernel fp8 --shape 5120
+t "tandem-sweep without shapes: exit 2" exits 2 "no shapes" bin/tandem-sweep
+t "tandem-sweep --model-shapes foo: exit 2 naming the option" exits 2 "--model-shapes" bin/tandem-sweep --model-shapes foo
+t "tandem-sweep --kernel foo: exit 2 naming the option" exits 2 "--kernel" bin/tandem-sweep --shape 64,256 --kernel foo
+t "tandem-sweep NVFP4 with K not a multiple of 16: exit 2" exits 2 "multiple of 16" bin/tandem-sweep --shape 64,200
+t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
+t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo
+t "TANDEM_ unknown switch: exit 2" exits 2 "unknown switch" env TANDEM_NO_SUCH=1 bin/tandem-coldbw
+export CUDA_VISIBLE_DEVICES=
+t "tandem-coldbw without a device: exit 2, no CUDA device visible" exits 2 "no CUDA device visible" bin/tandem-coldbw
+t "tandem-sweep without a device: exit 2" exits 2 "no CUDA device visible" bin/tandem-sweep --shape 64,256
+t "tandem-benchmm without a device: exit 2" exits 2 "no CUDA device visible" bin/tandem-benchmm
+t "tandem-sweep --write-defaults needs no device" bin/tandem-sweep --model-shapes qwen3-next-80b --kernel all --write-defaults --out "$tmp/sm_90"
+t "and writes a table per kernel, headed 'none (defaults)'" sh -c "grep -q 'none (defaults)' '$tmp/sm_90/nvfp4-skinny.json' && \
+    [ -f '$tmp/sm_90/nvfp4-skinny-wide.json' ] && [ -f '$tmp/sm_90/fp8.json' ] && [ -f '$tmp/sm_90/bf16.json' ]"
+t "a second --write-defaults merges into the table" sh -c "bin/tandem-sweep --shape 100,1040 --kernel fp8 --write-defaults \
+    --out '$tmp/sm_90' 2>/dev/null && grep -q '\"100,1040\"' '$tmp/sm_90/fp8.json' && grep -q '\"12288,2048\"' '$tmp/sm_90/fp8.json'"
+echo "1..$n"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,372 @@
+/* The skinny matrix kernels' index mapping, emulated on the CPU with the kernels' own functions
+ * (kernels/mm_layout.h): which lane loads which bytes of a weight row, the decoders, the K
+ * permutation shared by the B registers and the staged activations, the mma.m16n8k16 fragment
+ * layouts (PTX ISA), the chains of K and their sum, and which CTA writes which output. Each
+ * emulated product must equal tdm_linear_ref within FP32 rounding (relative 2e-5 of the row's
+ * sum of |x w|): a wrong mapping misses by O(1). */
+#include "formats.h"
+#include "linear.h"
+#include "mm_layout.h"
+#include "tap.h"
+#include "tiles.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0f - 1.0f; }
+
+/* ---- host stand-ins for the two device instructions the decoders use ---- */
+static float bf16f(uint32_t h) { return tdm_bf16_to_f32((uint16_t)h); }
+/* mul.rn.bf16x2 (subnormal inputs kept, round to nearest even) */
+static uint32_t bmul(uint32_t a, uint32_t b)
+{
+    uint32_t lo = tdm_f32_to_bf16(bf16f(a & 0xffff) * bf16f(b & 0xffff));
+    uint32_t hi = tdm_f32_to_bf16(bf16f(a >> 16) * bf16f(b >> 16));
+    return lo | (hi << 16);
+}
+/* NVFP4 group multiplier as the sm_90 kernel makes it: BF16 of scale * 2^119, in both halves */
+static uint32_t nvfp4_mult(uint8_t code)
+{
+    uint32_t b = tdm_f32_to_bf16(ldexpf(tdm_e4m3_to_f32(code), TDM_NVFP4_SCALE_EXP));
+    return b | (b << 16);
+}
+
+/* ---- decoders, exhaustively ---- */
+static void test_decoders(void)
+{
+    int bad = 0;
+    for (int sc = 0; sc < 256; sc++) {
+        if ((sc & 0x7f) == 0x7f) continue; /* NaN scales */
+        uint32_t mult = nvfp4_mult((uint8_t)sc);
+        for (int pos = 0; pos < 8; pos++)
+            for (int nib = 0; nib < 16; nib++) {
+                uint32_t q = (uint32_t)nib << (4 * pos) | (uint32_t)(next() & 0xffffffffu & ~(0xfu << (4 * pos)));
+                int j = pos & 3, half = pos >> 2;
+                uint32_t b = bmul(tdm_nvfp4_place(q, j), mult);
+                float got = bf16f(half ? b >> 16 : b & 0xffff);
+                float want = ldexpf(tdm_e2m1_to_f32((uint8_t)nib) * tdm_e4m3_to_f32((uint8_t)sc), -TDM_NVFP4_OUT_EXP);
+                if (got != want || signbit(got) != signbit(want)) bad++;
+            }
+    }
+    ok(bad == 0, "NVFP4 placement x scale = e2m1 * e4m3 * 2^-7 exactly, every nibble, position and scale (%d bad)", bad);
+
+    bad = 0;
+    for (int code = 0; code < 256; code++) {
+        if ((code & 0x7f) == 0x7f) continue;
+        for (int pos = 0; pos < 4; pos++) {
+            uint32_t q = (uint32_t)code << (8 * pos) | (uint32_t)(next() & ~(0xffull << (8 * pos)));
+            int r = pos & 1, half = pos >> 1;
+            uint32_t b = bmul(tdm_fp8_place(q, r), TDM_FP8_UNPLACE);
+            float got = bf16f(half ? b >> 16 : b & 0xffff), want = tdm_e4m3_to_f32((uint8_t)code);
+            if (got != want || signbit(got) != signbit(want)) bad++;
+        }
+    }
+    ok(bad == 0, "FP8 placement x 2^120 = the e4m3 value exactly, every code and byte position (%d bad)", bad);
+
+    const int fmts[3] = {TDM_MMF_NVFP4, TDM_MMF_FP8, TDM_MMF_BF16};
+    for (int f = 0; f < 3; f++) {
+        int seen[32] = {0}, perm_ok = 1;
+        for (int s = 0; s < TDM_MM_STEPS / 2 * 2; s++)
+            for (int r = 0; r < 2; r++)
+                for (int h = 0; h < 2; h++) {
+                    int k = tdm_mm_bk(fmts[f], s, r, h);
+                    if (k < 0 || k >= 32) perm_ok = 0; else seen[k]++;
+                    /* step s takes k from unit s/2: the A unit and the B chunk agree */
+                    if (k / 8 != s / 2) perm_ok = 0;
+                }
+        for (int k = 0; k < 32; k++) if (seen[k] != 1) perm_ok = 0;
+        ok(perm_ok, "fmt %d: the 8 steps x 2 registers x 2 halves take each k of a lane chunk once", fmts[f]);
+        uint32_t in[4], out[4];
+        for (int i = 0; i < 4; i++) in[i] = (uint32_t)(2 * i) | (uint32_t)(2 * i + 1) << 16;
+        tdm_mm_permute_unit(fmts[f], in, out);
+        int unit_ok = 1;
+        for (int q = 0; q < 8; q++)
+            if (((out[q >> 1] >> (16 * (q & 1))) & 0xffff) != (uint32_t)tdm_mm_unit_k(fmts[f], q)) unit_ok = 0;
+        ok(unit_ok, "fmt %d: the staged unit holds activation k = unit_k(slot) in every slot", fmts[f]);
+    }
+    /* conflict-free A reads: a quarter-warp (lanes 8i..8i+7: rows g = 2i, 2i+1, t = 0..3) hits 8
+     * distinct 16-byte bank groups for every unit */
+    int conflict = 0;
+    for (int u = 0; u < 4; u++)
+        for (int qw = 0; qw < 4; qw++) {
+            int used[8] = {0};
+            for (int l = 8 * qw; l < 8 * qw + 8; l++) used[tdm_mm_apos(l >> 2, l & 3, u) % 8]++;
+            for (int b = 0; b < 8; b++) if (used[b] != 1) conflict = 1;
+        }
+    ok(!conflict, "activation fragment loads are free of shared-memory bank conflicts");
+}
+
+/* ---- the whole kernel, lane by lane ---- */
+struct weight {
+    struct tdm_qweight q;
+    uint8_t *w, *scale;
+};
+
+static void make_weight(struct weight *W, int fmt, int64_t rows, int64_t k, enum tdm_dtype sdt)
+{
+    float *f = malloc(sizeof *f * rows * k);
+    for (int64_t i = 0; i < rows * k; i++) f[i] = frand() * (1.0f + (float)(i % 5));
+    memset(W, 0, sizeof *W);
+    W->q.fmt = fmt;
+    W->q.n = rows;
+    W->q.k = k;
+    W->q.scale_dt = sdt;
+    if (fmt == TDM_W_NVFP4) {
+        W->w = malloc(rows * k / 2);
+        W->scale = malloc(rows * k / 16);
+        tdm_nvfp4_quantize(f, rows, k, 0.0f, W->w, W->scale, &W->q.scale2);
+    } else if (fmt == TDM_W_FP8) {
+        int64_t nb = ((rows + 127) / 128) * ((k + 127) / 128);
+        W->w = malloc(rows * k);
+        W->scale = malloc(nb * 4);
+        tdm_fp8_quantize(f, rows, k, 0, W->w, W->scale, sdt);
+    } else {
+        W->w = malloc(rows * k * 2);
+        uint16_t *b = (uint16_t *)W->w;
+        for (int64_t i = 0; i < rows * k; i++) b[i] = tdm_f32_to_bf16(f[i]);
+    }
+    W->q.w = W->w;
+    W->q.scale = W->scale;
+    free(f);
+}
+
+static int bytes_per_k_num(int fmt) { return fmt == TDM_W_BF16 ? 2 : 1; }
+static int bytes_per_k_den(int fmt) { return fmt == TDM_W_NVFP4 ? 2 : 1; }
+
+/* Lane chunk t of slab `slab` of stored row `srow`, as the kernel loads it (zero past the row). */
+static void load_chunk(const struct tdm_qweight *q, int64_t srow, int slab, int t, uint32_t *words, uint32_t *sc_nv)
+{
+    const int fmt = q->fmt, cb = tdm_mm_chunk_bytes(fmt);
+    const int64_t rowbytes = q->k * bytes_per_k_num(fmt) / bytes_per_k_den(fmt);
+    const int64_t off = (int64_t)slab * 4 * cb + (int64_t)t * cb;
+    const uint8_t *p = (const uint8_t *)q->w + srow * rowbytes + off;
+    for (int i = 0; i < cb / 4; i++) {
+        uint32_t v = 0;
+        for (int b = 0; b < 4; b++)
+            if (off + 4 * i + b < rowbytes) v |= (uint32_t)p[4 * i + b] << (8 * b);
+        words[i] = v;
+    }
+    if (fmt == TDM_W_NVFP4) {
+        const int64_t sr = q->k / 16, so = (int64_t)slab * 8 + 2 * t;
+        const uint8_t *s = (const uint8_t *)q->scale + srow * sr + so;
+        *sc_nv = (so < sr ? s[0] : 0u) | (so + 1 < sr ? (uint32_t)s[1] << 8 : 0u);
+    }
+}
+
+/* B registers of steps 2u, 2u+1 (as bregs() in mm_skinny.cuh, sm_90 path) */
+static void bregs(int fmt, const uint32_t *w, uint32_t sc_nv, int u, uint32_t b[4])
+{
+    if (fmt == TDM_W_NVFP4) {
+        uint32_t mult = nvfp4_mult((uint8_t)(u < 2 ? sc_nv & 0xff : sc_nv >> 8));
+        for (int j = 0; j < 4; j++) b[j] = bmul(tdm_nvfp4_place(w[u], j), mult);
+    } else if (fmt == TDM_W_FP8) {
+        b[0] = bmul(tdm_fp8_place(w[2 * u], 0), TDM_FP8_UNPLACE);
+        b[1] = bmul(tdm_fp8_place(w[2 * u], 1), TDM_FP8_UNPLACE);
+        b[2] = bmul(tdm_fp8_place(w[2 * u + 1], 0), TDM_FP8_UNPLACE);
+        b[3] = bmul(tdm_fp8_place(w[2 * u + 1], 1), TDM_FP8_UNPLACE);
+    } else {
+        for (int j = 0; j < 4; j++) b[j] = w[4 * u + j];
+    }
+}
+
+/* mma.m16n8k16: assemble A (16x16) and B (16x8) from 32 lanes' registers by the PTX layouts, add
+ * A*B into C (16x8, double). */
+static void mma(double C[16][8], uint32_t areg[32][4], uint32_t breg[32][2])
+{
+    double A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane >> 2, t = lane & 3;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = bf16f(areg[lane][0] >> (16 * h) & 0xffff);
+            A[g + 8][2 * t + h] = bf16f(areg[lane][1] >> (16 * h) & 0xffff);
+            A[g][2 * t + 8 + h] = bf16f(areg[lane][2] >> (16 * h) & 0xffff);
+            A[g + 8][2 * t + 8 + h] = bf16f(areg[lane][3] >> (16 * h) & 0xffff);
+            B[2 * t + h][g] = bf16f(breg[lane][0] >> (16 * h) & 0xffff);
+            B[2 * t + 8 + h][g] = bf16f(breg[lane][1] >> (16 * h) & 0xffff);
+        }
+    }
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 8; n++) {
+            double s = 0;
+            for (int kk = 0; kk < 16; kk++) s += A[r][kk] * B[kk][n];
+            C[r][n] += s;
+        }
+}
+
+struct emul_case {
+    int fmt;
+    int64_t rows, k, row0, n;  /* stored rows; the view [row0, row0+n) */
+    enum tdm_dtype sdt;
+    int chains;                /* kchains (the emulation may use any) */
+    struct tdm_tile tile;
+};
+
+/* Runs the kernel's work split for m rows; returns the worst error relative to the row's sum of
+ * |x w| and counts outputs written (each must be written exactly once). */
+static double emulate(const struct emul_case *c, const struct weight *W, const float *x, int m, int *written_ok)
+{
+    const int fmt = c->fmt, N = (int)c->n, K = (int)c->k, NT = c->tile.nt, WN = c->tile.wn, WK = c->tile.wk;
+    const int CS = c->chains / WK, MT = m <= 16 ? 1 : 2, ROWS = 16 * MT, cols = 8 * NT * WN;
+    const int slabs = (K + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K, L = (slabs + c->chains - 1) / c->chains;
+    struct tdm_qweight view = tdm_qweight_rows(&W->q, c->row0, c->n);
+    const float out_scale = fmt == TDM_W_NVFP4 ? view.scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+    double *y = calloc((size_t)m * N, sizeof *y);
+    int *writes = calloc((size_t)m * N, sizeof *writes);
+    uint32_t *units = malloc(sizeof *units * 4 * ROWS * TDM_MM_AROW);   /* one staged slab */
+    const int nblocks = (N + cols - 1) / cols;
+    for (int bx = 0; bx < nblocks; bx++) {
+        double *part = calloc((size_t)c->chains * ROWS * cols, sizeof *part); /* red[chain][row][col] */
+        for (int rank = 0; rank < CS; rank++)
+            for (int wk = 0; wk < WK; wk++)
+                for (int wn = 0; wn < WN; wn++) {
+                    const int chain = rank * WK + wk, wcol = bx * cols + wn * 8 * NT;
+                    double acc[4][2][16][8];
+                    memset(acc, 0, sizeof acc);
+                    for (int i = 0; i < L; i++) {
+                        const int slab = chain * L + i;
+                        if (slab >= slabs) break;
+                        /* stage the slab: row r, chunk cc (8 k) -> unit (cc>>2, cc&3), permuted */
+                        memset(units, 0, sizeof *units * 4 * ROWS * TDM_MM_AROW);
+                        for (int r = 0; r < m; r++)
+                            for (int cc = 0; cc < 16; cc++) {
+                                uint32_t in[4] = {0, 0, 0, 0}, out[4];
+                                for (int e = 0; e < 8; e++) {
+                                    int64_t kk = (int64_t)slab * 128 + 8 * cc + e;
+                                    uint32_t b = kk < K ? tdm_f32_to_bf16(x[r * K + kk]) : 0;
+                                    in[e >> 1] |= b << (16 * (e & 1));
+                                }
+                                tdm_mm_permute_unit(fmt, in, out);
+                                memcpy(&units[4 * tdm_mm_apos(r, cc >> 2, cc & 3)], out, 16);
+                            }
+                        for (int nt = 0; nt < NT; nt++) {
+                            uint32_t words[32][16], scnv[32];
+                            for (int lane = 0; lane < 32; lane++) {
+                                int g = lane >> 2, t = lane & 3;
+                                int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
+                                load_chunk(&W->q, c->row0 + brow, slab, t, words[lane], &scnv[lane]);
+                            }
+                            double blk[2][16][8];
+                            memset(blk, 0, sizeof blk);
+                            for (int u = 0; u < 4; u++) {
+                                uint32_t b[32][4];
+                                for (int lane = 0; lane < 32; lane++) bregs(fmt, words[lane], scnv[lane], u, b[lane]);
+                                for (int mt = 0; mt < MT; mt++)
+                                    for (int st = 0; st < 2; st++) {
+                                        uint32_t areg[32][4], breg[32][2];
+                                        for (int lane = 0; lane < 32; lane++) {
+                                            int g = lane >> 2, t = lane & 3;
+                                            const uint32_t *u0 = &units[4 * tdm_mm_apos(16 * mt + g, t, u)];
+                                            const uint32_t *u1 = &units[4 * tdm_mm_apos(16 * mt + 8 + g, t, u)];
+                                            areg[lane][0] = u0[2 * st];     /* row g, kappa lo  */
+                                            areg[lane][1] = u1[2 * st];     /* row g+8          */
+                                            areg[lane][2] = u0[2 * st + 1]; /* row g, kappa hi  */
+                                            areg[lane][3] = u1[2 * st + 1];
+                                            breg[lane][0] = b[lane][2 * st];
+                                            breg[lane][1] = b[lane][2 * st + 1];
+                                        }
+                                        mma(fmt == TDM_W_FP8 ? blk[mt] : acc[nt][mt], areg, breg);
+                                    }
+                            }
+                            if (fmt == TDM_W_FP8) /* the block scale onto the block's partial sums, per C column */
+                                for (int mt = 0; mt < MT; mt++)
+                                    for (int r = 0; r < 16; r++)
+                                        for (int n = 0; n < 8; n++) {
+                                            int col = wcol + 8 * nt + n < N ? wcol + 8 * nt + n : N - 1;
+                                            int64_t si = ((c->row0 + col) >> 7) * slabs + slab;
+                                            acc[nt][mt][r][n] += blk[mt][r][n] * tdm_scale_at(W->scale, c->sdt, si);
+                                        }
+                        }
+                    }
+                    /* the epilogue's fragment stores: lane (g,t) holds C[g][2t..], C[g+8][2t..] */
+                    for (int nt = 0; nt < NT; nt++)
+                        for (int mt = 0; mt < MT; mt++)
+                            for (int lane = 0; lane < 32; lane++) {
+                                int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * nt + 2 * t;
+                                for (int e = 0; e < 2; e++) {
+                                    part[((size_t)chain * ROWS + 16 * mt + g) * cols + col + e] = acc[nt][mt][g][2 * t + e];
+                                    part[((size_t)chain * ROWS + 16 * mt + g + 8) * cols + col + e] = acc[nt][mt][g + 8][2 * t + e];
+                                }
+                            }
+                }
+        /* tree over chains (order is immaterial in double; every chain must be added once) */
+        for (int step = 1; step < c->chains; step <<= 1)
+            for (int ch = 0; ch < c->chains; ch += 2 * step)
+                for (int e = 0; e < ROWS * cols; e++) part[(size_t)ch * ROWS * cols + e] += part[(size_t)(ch + step) * ROWS * cols + e];
+        for (int r = 0; r < m; r++)
+            for (int cc = 0; cc < cols; cc++) {
+                int n = bx * cols + cc;
+                if (n >= N) continue;
+                y[r * N + n] = (float)part[r * cols + cc] * out_scale;
+                writes[r * N + n]++;
+            }
+        free(part);
+    }
+    /* against the reference */
+    float *ref = malloc(sizeof *ref * m * N), *row = malloc(sizeof *row * K);
+    double *mag = calloc((size_t)m * N, sizeof *mag);
+    tdm_linear_ref(&view, x, m, ref);
+    for (int n = 0; n < N; n++) {
+        tdm_qweight_row(&view, n, row);
+        for (int r = 0; r < m; r++)
+            for (int kk = 0; kk < K; kk++) mag[r * N + n] += fabs((double)x[r * K + kk] * row[kk]);
+    }
+    double worst = 0;
+    *written_ok = 1;
+    for (int i = 0; i < m * N; i++) {
+        double e = fabs(y[i] - ref[i]) / (mag[i] + 1e-30);
+        if (!(e <= worst)) worst = e; /* NaN counts as worst */
+        if (writes[i] != 1) *written_ok = 0;
+    }
+    free(ref);
+    free(row);
+    free(mag);
+    free(y);
+    free(writes);
+    free(units);
+    return worst;
+}
+
+int main(void)
+{
+    test_decoders();
+
+    const struct emul_case cases[] = {
+        /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf, kchains} */
+        {TDM_W_NVFP4, 48, 256, 0, 48, TDM_DT_F32, 1, {4, 4, 1, 1, 1, 1}},
+        {TDM_W_NVFP4, 140, 1040, 9, 100, TDM_DT_F32, 4, {2, 2, 2, 2, 1, 4}},   /* k % 64 != 0, partial slab, view */
+        {TDM_W_NVFP4, 64, 2048, 0, 64, TDM_DT_F32, 8, {1, 4, 1, 8, 1, 8}},
+        {TDM_W_NVFP4, 200, 384, 0, 200, TDM_DT_F32, 2, {4, 1, 2, 1, 2, 2}},
+        {TDM_W_FP8, 300, 200, 0, 300, TDM_DT_F32, 1, {2, 4, 1, 1, 1, 1}},      /* partial blocks both ways */
+        {TDM_W_FP8, 400, 520, 100, 170, TDM_DT_BF16, 2, {1, 8, 2, 1, 1, 2}},   /* view across a block edge */
+        {TDM_W_FP8, 256, 1024, 0, 256, TDM_DT_F32, 4, {2, 2, 1, 4, 2, 4}},
+        {TDM_W_BF16, 40, 200, 0, 40, TDM_DT_F32, 1, {1, 8, 1, 1, 1, 1}},
+        {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1, 4}},
+    };
+    const int ms[] = {1, 3, 16, 17, 32};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct emul_case *c = &cases[i];
+        struct weight W;
+        make_weight(&W, c->fmt, c->rows, c->k, c->sdt);
+        float *x = malloc(sizeof *x * 32 * c->k);
+        for (int64_t e = 0; e < 32 * c->k; e++) x[e] = tdm_bf16r(frand() * 2.0f);
+        for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+            int written;
+            double err = emulate(c, &W, x, ms[j], &written);
+            ok(err < 2e-5 && written, "%s n=%lld k=%lld row0=%lld chains=%d nt=%d wn=%d wk=%d m=%d: relative error %.2e, "
+               "every output written once", tdm_wfmt_name(c->fmt), (long long)c->n, (long long)c->k, (long long)c->row0,
+               c->chains, c->tile.nt, c->tile.wn, c->tile.wk, ms[j], err);
+        }
+        free(x);
+        free(W.w);
+        free(W.scale);
+    }
+
+    return done_testing();
+}

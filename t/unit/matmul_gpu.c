@@ -1,0 +1,280 @@
+/* The matrix kernels on the GPU (skips without a device), per format and shape:
+ *   check: the 32-row product (FP32 and BF16 output) against tdm_linear_ref on the CPU, on every
+ *     output column when n <= 96, else on 96 columns (both edges and a spread):
+ *     |y - ref| <= 1e-4 * sum_k |x w| per element (FP32 output; BF16 output adds 2^-8 |ref|);
+ *   twins: for m = 2..32, every row of the m-row call equals the one-row call on that row, bit for
+ *     bit, on the whole output, with rows that share inputs; outputs are poisoned before every run
+ *     and every element must be written; the tile tables' setting gives the default's bits;
+ *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
+ *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound.
+ * Shapes: every projection shape of Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/shapes.c),
+ * edge shapes and the tiny fixtures' shapes. */
+#include "device.h"
+#include "err.h"
+#include "formats.h"
+#include "linear.h"
+#include "matmul.h"
+#include "shapes.h"
+#include "tap.h"
+#include "tiles.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0f - 1.0f; }
+
+static struct tdm_tiles *tiles;
+static tdm_stream st;
+
+struct hweight {
+    struct tdm_qweight q;
+    void *w, *scale;
+};
+
+/* Random codes straight into the stored format (quantizing floats would be slow at these sizes). */
+static void make_weight(struct hweight *h, enum tdm_wfmt fmt, int64_t rows, int64_t k, enum tdm_dtype sdt)
+{
+    memset(h, 0, sizeof *h);
+    h->q.fmt = fmt;
+    h->q.n = rows;
+    h->q.k = k;
+    h->q.scale_dt = sdt;
+    size_t wb = fmt == TDM_W_NVFP4 ? rows * k / 2 : fmt == TDM_W_FP8 ? rows * k : rows * k * 2;
+    h->w = malloc(wb);
+    uint8_t *b = h->w;
+    if (fmt == TDM_W_BF16) {
+        uint16_t *p = h->w;
+        for (int64_t i = 0; i < rows * k; i++) p[i] = tdm_f32_to_bf16(frand() * 0.05f);
+    } else {
+        for (size_t i = 0; i < wb; i += 8) {
+            uint64_t r = next();
+            for (int j = 0; j < 8 && i + j < wb; j++) b[i + j] = (uint8_t)(r >> (8 * j));
+        }
+        if (fmt == TDM_W_FP8)
+            for (size_t i = 0; i < wb; i++) if ((b[i] & 0x7f) == 0x7f) b[i] ^= 0x08; /* no NaN codes */
+    }
+    if (fmt == TDM_W_NVFP4) {
+        int64_t nsc = rows * k / 16;
+        uint8_t *s = malloc(nsc);
+        for (int64_t i = 0; i < nsc; i++) s[i] = (uint8_t)(0x18 + next() % 0x40); /* 2^-4 .. 2^4, some subnormal-free */
+        h->scale = s;
+        h->q.scale2 = 0.0123f;
+    } else if (fmt == TDM_W_FP8) {
+        int64_t nsc = ((rows + 127) / 128) * ((k + 127) / 128);
+        if (sdt == TDM_DT_BF16) {
+            uint16_t *s = malloc(nsc * 2);
+            for (int64_t i = 0; i < nsc; i++) s[i] = tdm_f32_to_bf16(0.001f + 0.01f * (frand() + 1));
+            h->scale = s;
+        } else {
+            float *s = malloc(nsc * 4);
+            for (int64_t i = 0; i < nsc; i++) s[i] = 0.001f + 0.01f * (frand() + 1);
+            h->scale = s;
+        }
+    }
+    h->q.w = h->w;
+    h->q.scale = h->scale;
+}
+
+/* Host BF16 activations [rows][k]: rows 9 and 21 repeat row 0, row 30 repeats row 3. */
+static void make_x(uint16_t *x, float *xf, int rows, int64_t k)
+{
+    for (int64_t i = 0; i < rows * k; i++) x[i] = tdm_f32_to_bf16(frand() * 2.0f);
+    const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
+    for (int i = 0; i < 3; i++)
+        if (same[i][0] < rows) memcpy(x + same[i][0] * k, x + same[i][1] * k, k * 2);
+    for (int64_t i = 0; i < rows * k; i++) xf[i] = tdm_bf16_to_f32(x[i]);
+}
+
+/* Checks y (FP32 or BF16, [m][n]) against the reference on the columns `cols`. */
+static int check_ref(const struct tdm_qweight *view, const float *xf, int m, const void *y, int is_f32, const int64_t *cols,
+                     int ncols, double *worst_out)
+{
+    const int64_t n = view->n, k = view->k;
+    float *row = malloc(sizeof *row * k);
+    double worst = 0;
+    int bad = 0;
+    for (int c = 0; c < ncols; c++) {
+        tdm_qweight_row(view, cols[c], row);
+        for (int r = 0; r < m; r++) {
+            const float *xr = xf + r * k;
+            float ref = tdm_dot(xr, row, k);
+            double mag = 0;
+            for (int64_t i = 0; i < k; i++) mag += fabs((double)xr[i] * row[i]);
+            double got = is_f32 ? ((const float *)y)[r * n + cols[c]] : tdm_bf16_to_f32(((const uint16_t *)y)[r * n + cols[c]]);
+            double tol = 1e-4 * mag + (is_f32 ? 0 : ldexp(fabs(ref), -8)) + 1e-30;
+            double e = fabs(got - ref) / (mag + 1e-30);
+            if (!(fabs(got - ref) <= tol)) bad++;
+            if (!(e <= worst)) worst = e;
+        }
+    }
+    free(row);
+    *worst_out = worst;
+    return bad;
+}
+
+static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, int64_t row0, int64_t n)
+{
+    struct hweight h;
+    make_weight(&h, fmt, rows, k, sdt);
+    struct tdm_qweight hv = tdm_qweight_rows(&h.q, row0, n);
+    struct tdm_dweight d;
+    if (tdm_dweight_upload(&hv, &d) != 0) {
+        ok(0, "%s: upload: %s", label, tdm_err());
+        return;
+    }
+    const int XR = 100;
+    uint16_t *hx = malloc(sizeof *hx * XR * k), *dx;
+    float *xf = malloc(sizeof *xf * XR * k);
+    make_x(hx, xf, XR, k);
+    void *dy, *dy2;
+    const size_t ybytes = (size_t)XR * n * 4;
+    if (tdm_cuda_malloc((void **)&dx, sizeof *hx * XR * k) || tdm_cuda_h2d(dx, hx, sizeof *hx * XR * k) ||
+        tdm_cuda_malloc(&dy, ybytes) || tdm_cuda_malloc(&dy2, ybytes)) {
+        ok(0, "%s: device memory: %s", label, tdm_err());
+        return;
+    }
+    float *y = malloc(ybytes), *y1 = malloc((size_t)32 * n * 4), *ym = malloc((size_t)32 * n * 4);
+    /* the reference's columns: all for small shapes, else both edges and a spread */
+    int64_t *cols = malloc(sizeof *cols * 96);
+    int ncols = 0;
+    if (n <= 96) {
+        for (int64_t c = 0; c < n; c++) cols[ncols++] = c;
+    } else {
+        for (int i = 0; i < 8; i++) cols[ncols++] = i;
+        for (int i = 0; i < 8; i++) cols[ncols++] = n - 8 + i;
+        for (int i = 0; i < 80; i++) cols[ncols++] = 8 + (n - 16) * i / 80;
+    }
+    int rc = 0;
+
+    /* check: 32 rows, FP32 and BF16 outputs */
+    for (int f32 = 1; f32 >= 0; f32--) {
+        rc = tdm_cuda_memset(dy, 0xff, ybytes) || tdm_matmul(&d, dx, k, 32, dy, n, f32 ? TDM_MM_F32 : TDM_MM_BF16, tiles, st) ||
+             tdm_stream_sync(st) || tdm_cuda_d2h(y, dy, (size_t)32 * n * (f32 ? 4 : 2));
+        double worst = 0;
+        int bad = rc ? -1 : check_ref(&hv, xf, 32, y, f32, cols, ncols, &worst);
+        ok(bad == 0, "%s: check, 32 rows, %s output: %d of %d outside the bound, worst %.2e of sum|xw|%s%s", label,
+           f32 ? "FP32" : "BF16", bad, 32 * ncols, worst, rc ? ": " : "", rc ? tdm_err() : "");
+    }
+
+    /* twins: one-row calls, then m = 2..32 against them, whole outputs, FP32 */
+    int twin_bad = 0, unwritten = 0, table_bad = 0;
+    rc = 0;
+    for (int r = 0; r < 32 && !rc; r++) {
+        rc = tdm_cuda_memset(dy, 0xff, (size_t)n * 4) || tdm_matmul(&d, dx + r * k, k, 1, dy, n, TDM_MM_F32, tiles, st) ||
+             tdm_stream_sync(st) || tdm_cuda_d2h(y1 + r * n, dy, (size_t)n * 4);
+    }
+    for (int m = 2; m <= 32 && !rc; m++) {
+        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
+             tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy, (size_t)m * n * 4);
+        for (int r = 0; r < m && !rc; r++) {
+            if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) twin_bad++;
+            for (int64_t c = 0; c < n; c++) if (isnan(ym[r * n + c])) unwritten++;
+        }
+        /* the default setting must give the table's bits */
+        struct tdm_tile t = tdm_tile_default((enum tdm_mmk)tdm_mmk_for(fmt, m), n, k);
+        rc = rc || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &t, st);
+        int64_t diff = 0;
+        rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 4, &diff, st);
+        if (diff) table_bad++;
+    }
+    ok(!rc && twin_bad == 0 && unwritten == 0, "%s: twins, m = 2..32 rows equal one-row calls bit for bit (%d rows differ, "
+       "%d outputs unwritten)%s%s", label, twin_bad, unwritten, rc ? ": " : "", rc ? tdm_err() : "");
+    ok(!rc && table_bad == 0, "%s: the tile tables' setting gives the default setting's bits (%d row counts differ)", label, table_bad);
+
+    /* graph replay against eager */
+    int graph_bad = 0;
+    for (int mi = 0; mi < 2 && !rc; mi++) {
+        const int m = mi ? 32 : 5;
+        tdm_graph g = NULL;
+        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_BF16, tiles, st) ||
+             tdm_stream_sync(st) || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_graph_begin(st) ||
+             tdm_matmul(&d, dx, k, m, dy2, n, TDM_MM_BF16, tiles, st) || tdm_graph_end(st, &g) || tdm_graph_launch(g, st) ||
+             tdm_graph_launch(g, st) || tdm_stream_sync(st);
+        int64_t diff = 0;
+        rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 2, &diff, st);
+        if (diff) graph_bad++;
+        tdm_graph_destroy(g);
+    }
+    ok(!rc && graph_bad == 0, "%s: graph replay equals eager bit for bit (m = 5, 32)%s%s", label, rc ? ": " : "",
+       rc ? tdm_err() : "");
+
+    /* the wide GEMM */
+    for (int mi = 0; mi < 2; mi++) {
+        const int m = mi ? 100 : 33;
+        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
+             tdm_stream_sync(st) || tdm_cuda_d2h(y, dy, (size_t)m * n * 4);
+        double worst = 0;
+        int bad = rc ? -1 : check_ref(&hv, xf, m, y, 1, cols, ncols, &worst);
+        ok(bad == 0, "%s: wide GEMM, %d rows: %d outside the bound, worst %.2e%s%s", label, m, bad, worst, rc ? ": " : "",
+           rc ? tdm_err() : "");
+    }
+    tdm_cuda_free(dx);
+    tdm_cuda_free(dy);
+    tdm_cuda_free(dy2);
+    tdm_dweight_free(&d);
+    free(hx);
+    free(xf);
+    free(y);
+    free(y1);
+    free(ym);
+    free(cols);
+    free(h.w);
+    free(h.scale);
+}
+
+int main(void)
+{
+    if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
+    struct tdm_device_info info;
+    char arch[32];
+    if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) {
+        printf("Bail out! %s\n", tdm_err());
+        return 1;
+    }
+    tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+    ok(tdm_tiles_load(NULL, arch, &tiles) == 0, "tile tables for %s load: %s", arch, tiles ? "ok" : tdm_err());
+    printf("# %s, %s\n", info.name, arch);
+
+    const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
+    for (int mi = 0; tdm_model_names[mi]; mi++) {
+        const struct tdm_model_shapes *ms = tdm_model_shapes(tdm_model_names[mi]);
+        int64_t nk[64][2];
+        int cnt = tdm_model_distinct_shapes(ms, nk, 64);
+        for (int i = 0; i < cnt; i++)
+            for (int f = 0; f < 3; f++) {
+                if (fmts[f] == TDM_W_BF16 && mi > 0) continue; /* BF16: the 27B's shapes and the edges */
+                char label[128];
+                snprintf(label, sizeof label, "%s %s %lldx%lld", ms->model, tdm_wfmt_name(fmts[f]), (long long)nk[i][0],
+                         (long long)nk[i][1]);
+                run_case(label, fmts[f], f == 1 && (i & 1) ? TDM_DT_BF16 : TDM_DT_F32, nk[i][0], nk[i][1], 0, nk[i][0]);
+            }
+    }
+    /* edges: n not a multiple of the tile, k a multiple of 16 but not 64 (NVFP4), partial slabs and
+     * FP8 blocks, views into a fused matrix (FP8 blocks straddling the view's start) */
+    run_case("edge nvfp4 100x1040 (k%64 != 0)", TDM_W_NVFP4, TDM_DT_F32, 100, 1040, 0, 100);
+    run_case("edge nvfp4 130x1056 (partial slab)", TDM_W_NVFP4, TDM_DT_F32, 130, 1056, 0, 130);
+    run_case("edge nvfp4 view rows 64..191 of 256x512", TDM_W_NVFP4, TDM_DT_F32, 256, 512, 64, 128);
+    run_case("edge fp8 300x200 (partial blocks)", TDM_W_FP8, TDM_DT_BF16, 300, 200, 0, 300);
+    run_case("edge fp8 view rows 100..269 of 400x520", TDM_W_FP8, TDM_DT_F32, 400, 520, 100, 170);
+    run_case("edge fp8 view [gate; up] up half 170..339 of 340x1024", TDM_W_FP8, TDM_DT_F32, 340, 1024, 170, 170);
+    run_case("edge bf16 40x200", TDM_W_BF16, TDM_DT_F32, 40, 200, 0, 40);
+    run_case("edge bf16 100x1000", TDM_W_BF16, TDM_DT_F32, 100, 1000, 0, 100);
+    /* the tiny fixtures' projection shapes (qwen35-tiny, qwen3next-tiny) */
+    static const int64_t tiny[][2] = {{768, 256}, {128, 256}, {256, 384}, {640, 256}, {384, 256}, {6, 256},
+                                      {512, 256}, {256, 512}, {256, 256}, {8, 256}, {256, 128}};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++)
+        for (int f = 0; f < 3; f++) {
+            char label[96];
+            snprintf(label, sizeof label, "tiny %s %lldx%lld", tdm_wfmt_name(fmts[f]), (long long)tiny[i][0], (long long)tiny[i][1]);
+            run_case(label, fmts[f], TDM_DT_F32, tiny[i][0], tiny[i][1], 0, tiny[i][0]);
+        }
+    tdm_tiles_free(tiles);
+    tdm_stream_destroy(st);
+    return done_testing();
+}

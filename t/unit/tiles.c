@@ -1,0 +1,144 @@
+/* Tile tables: the default setting is valid and keyed by shape only, a table written by the
+ * sweep's writer reads back, a missing shape or file falls back to the default, and a malformed
+ * table is an error that names the file. */
+#include "err.h"
+#include "tap.h"
+#include "tiles.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void write_text(const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/sm_90/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int load_fails_naming(const char *file, const char *fault)
+{
+    struct tdm_tiles *t = NULL;
+    int rc = tdm_tiles_load(dir, "sm_90", &t);
+    tdm_tiles_free(t);
+    return rc != 0 && strstr(tdm_err(), file) && (!fault || strstr(tdm_err(), fault));
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/tandem-tiles-XXXXXX");
+    if (!mkdtemp(dir)) { printf("Bail out! mkdtemp\n"); return 1; }
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/sm_90", dir);
+    mkdir(sub, 0777);
+
+    /* defaults */
+    const int64_t shapes[][2] = {{17408, 5120}, {5120, 17408}, {48, 5120}, {12288, 2048}, {2048, 512}, {300, 200}, {100, 1040}};
+    int all_valid = 1, invariant = 1;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+            struct tdm_tile t = tdm_tile_default((enum tdm_mmk)kk, shapes[i][0], shapes[i][1]);
+            if (tdm_tile_check((enum tdm_mmk)kk, shapes[i][0], shapes[i][1], &t) != 0) {
+                all_valid = 0;
+                printf("# %s %lld,%lld: %s\n", tdm_mmk_name(kk), (long long)shapes[i][0], (long long)shapes[i][1], tdm_err());
+            }
+            if (t.kchains != tdm_mm_kchains(shapes[i][0], shapes[i][1])) invariant = 0;
+        }
+    ok(all_valid, "every default setting passes the checks");
+    ok(invariant, "the defaults' chains of K are tdm_mm_kchains(n, k): one sum order per shape for every kernel");
+    ok(tdm_mm_kchains(17408, 5120) == 2 && tdm_mm_kchains(5120, 17408) == 8 && tdm_mm_kchains(2048, 512) == 2,
+       "kchains of the 27B MLP shapes and a short K: 2, 8, 2");
+    struct tdm_tile t = tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120);
+    t.kchains = 4;
+    t.cs = 4;
+    ok(tdm_tile_check(TDM_MMK_NVFP4, 17408, 5120, &t) != 0 && strstr(tdm_err(), "sum order"),
+       "a setting that changes the shape's chains of K is refused: %s", tdm_err());
+    t = tdm_tile_default(TDM_MMK_FP8, 17408, 5120);
+    t.nt = 4;
+    ok(tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) != 0, "FP8 with 4 n8-tiles a warp is refused: %s", tdm_err());
+    ok(tdm_mmk_for(3 /* NVFP4 */, 16) == TDM_MMK_NVFP4 && tdm_mmk_for(3, 17) == TDM_MMK_NVFP4_WIDE &&
+       tdm_mmk_for(2, 32) == TDM_MMK_FP8 && tdm_mmk_for(3, 33) == -1, "kernel by rows: NVFP4 1-16, 17-32; FP8; none above 32");
+
+    /* no files: every shape takes the default */
+    struct tdm_tiles *tl = NULL;
+    ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a directory without tables loads (defaults)");
+    struct tdm_tile got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 17408, 5120), want = tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120);
+    ok(memcmp(&got, &want, sizeof got) == 0 && !tdm_tiles_has(tl, TDM_MMK_NVFP4, 17408, 5120), "missing table: the default");
+    tdm_tiles_free(tl);
+
+    /* a table written by the writer reads back; a missing shape falls back */
+    struct tdm_tile_entry e[2] = {{17408, 5120, tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120), 12.5, "rows 1..16"},
+                                  {1024, 5120, tdm_tile_default(TDM_MMK_NVFP4, 1024, 5120), 0, NULL}};
+    e[0].tile.nt = 1;
+    e[0].tile.wn = 4;
+    e[0].tile.wk = 2;
+    e[0].tile.cs = 1;
+    e[0].tile.pf = 2;
+    struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
+    char path[512];
+    snprintf(path, sizeof path, "%s/sm_90/nvfp4-skinny.json", dir);
+    ok(tdm_tile_table_write(path, &tb) == 0, "the writer writes %s", path);
+    ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "and it loads: %s", tl ? "ok" : tdm_err());
+    got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 17408, 5120);
+    ok(memcmp(&got, &e[0].tile, sizeof got) == 0 && tdm_tiles_has(tl, TDM_MMK_NVFP4, 17408, 5120), "the entry comes back");
+    got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 6144, 5120);
+    want = tdm_tile_default(TDM_MMK_NVFP4, 6144, 5120);
+    ok(memcmp(&got, &want, sizeof got) == 0, "a shape not in the table takes the default");
+    got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
+    want = tdm_tile_default(TDM_MMK_FP8, 17408, 5120);
+    ok(memcmp(&got, &want, sizeof got) == 0, "another kernel's table is separate");
+    tdm_tiles_free(tl);
+
+    e[0].tile.wn = 8; /* 8 x 2 warps: more than a CTA may have */
+    ok(tdm_tile_table_write(path, &tb) != 0 && strstr(tdm_err(), "256 threads"), "the writer refuses an invalid setting: %s", tdm_err());
+    remove(path);
+
+    /* malformed tables: each an error naming the file */
+    const char *hdr = "\"kernel\": \"fp8\", \"arch\": \"sm_90\", \"device\": \"x\", \"sweep\": \"none\"";
+    char text[1024];
+    write_text("fp8.json", "{ not json");
+    ok(load_fails_naming("fp8.json", NULL), "not JSON: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "shapes"), "no shapes: %s", tdm_err());
+    write_text("fp8.json", "{\"kernel\": \"nvfp4-skinny\", \"arch\": \"sm_90\", \"device\": \"x\", \"sweep\": \"none\", \"shapes\": {}}");
+    ok(load_fails_naming("fp8.json", "kernel"), "another kernel's header: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408x5120\": {}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "17408x5120"), "a key that is not N,K: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "kchains"), "a missing field: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 4, \"pf\": 1, \"kchains\": 4}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "sum order"), "chains of K that are not the shape's: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 3, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "nt"), "an invalid field value: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2, \"us\": 9.5}}}", hdr);
+    write_text("fp8.json", text);
+    ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads");
+    got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
+    ok(got.nt == 2 && got.wn == 4 && got.cs == 2, "and its entry is used");
+    tdm_tiles_free(tl);
+
+    /* the shipped tables */
+    const char *archs[] = {"sm_90", "sm_121"};
+    for (int i = 0; i < 2; i++) {
+        ok(tdm_tiles_load("tiles", archs[i], &tl) == 0, "the shipped tables tiles/%s load: %s", archs[i], tl ? "ok" : tdm_err());
+        tdm_tiles_free(tl);
+        tl = NULL;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+    return done_testing();
+}
