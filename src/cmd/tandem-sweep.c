@@ -92,7 +92,7 @@ static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *ou
     for (int nt = 1; nt <= 4; nt *= 2)
         for (int wn = 1; wn <= 8; wn *= 2)
             for (int wk = 1; wk <= 8; wk *= 2)
-                for (int pf = 1; pf <= 2; pf++) {
+                for (int pf = 1; pf <= 4; pf *= 2) {
                     struct tdm_tile t = {nt, wn, wk, def.kchains / wk, pf, def.kchains};
                     if (def.kchains % wk || tdm_tile_check(kk, n, k, &t) != 0) continue;
                     if (memcmp(&t, &def, sizeof t) == 0 || cnt == max) continue;

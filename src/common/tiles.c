@@ -12,13 +12,12 @@
 #include <string.h>
 
 #define SLAB_K 128          /* kernels/mm_layout.h: TDM_MM_SLAB_K */
-#define AROW_BYTES 320      /* kernels/mm_layout.h: TDM_MM_AROW 16-byte units */
 #define SMEM_LIMIT 232448   /* the largest dynamic shared memory a CTA may ask for (sm_90) */
 #define TILE_MAX_TABLE_BYTES (16u << 20)
 
-/* Defaults: small CTAs (64 columns; 128 for 17-32 rows, where the staged activations cost more
- * per weight byte) so that every CTA of the served shapes fits in one wave at the kernels' register
- * counts, one prefetched slab; bench/NOTES.md has the reasoning, the sweep the measurements. */
+/* Defaults (speed only: the chains fix the bits): two warps of 32 columns (NVFP4), one slab of
+ * weights prefetched a warp. Measured on the H200 against four warps and two slabs: a whole 27B
+ * token's NVFP4 projections 15.0 ms against 24.0 ms at one row (bench/NOTES.md). */
 static const struct {
     const char *name;
     int fmt;
@@ -71,9 +70,7 @@ struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
 size_t tdm_tile_smem(const struct tdm_tile *t, int mt)
 {
     size_t rows = 16 * (size_t)mt, cols = 8 * (size_t)t->nt * t->wn;
-    size_t stage = (size_t)t->wk * 2 * rows * AROW_BYTES;        /* activations, double-buffered */
-    size_t red = (size_t)t->wk * rows * (cols + 8) * sizeof(float); /* partial sums, reusing it */
-    return stage > red ? stage : red;
+    return (size_t)t->wk * rows * (cols + 8) * sizeof(float); /* the chains' partial sums */
 }
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
@@ -86,7 +83,7 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
     if (!pow2_upto(t->wn, 8)) return tdm_errf("wn %d: expected 1, 2, 4 or 8", t->wn);
     if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
     if (!pow2_upto(t->cs, 8)) return tdm_errf("cs %d: expected 1, 2, 4 or 8", t->cs);
-    if (t->pf != 1 && t->pf != 2) return tdm_errf("pf %d: expected 1 or 2", t->pf);
+    if (t->pf != 1 && t->pf != 2 && t->pf != 4) return tdm_errf("pf %d: expected 1, 2 or 4", t->pf);
     int want = tdm_mm_kchains(n, k);
     if (t->kchains != want)
         return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
