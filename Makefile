@@ -1,6 +1,8 @@
 # tandem: one build — build/libtandem.a (the kernel archive: host C from src/common, CUDA from
 # kernels/) and bin/tandem-* (one tool per file in src/cmd). `make test` also builds the host code
 # with AddressSanitizer and UndefinedBehaviorSanitizer into build/san/ and runs prove over t/.
+# Parallel by default: the kernels take most of the build.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 CUDA     ?= /usr/local/cuda
 NVCC     ?= $(CUDA)/bin/nvcc
 CC       ?= gcc

@@ -1,6 +1,7 @@
 // device.cu — the CUDA runtime behind device.h.
 #include "device.h"
 #include "cuda_check.h"
+#include <stdio.h>
 #include <string.h>
 
 extern "C" int tdm_cuda_device_count(void)
@@ -18,7 +19,7 @@ extern "C" int tdm_cuda_device_info(int dev, struct tdm_device_info *info)
     cudaDeviceProp p;
     TDM_CUDA_TRY(cudaGetDeviceProperties(&p, dev));
     memset(info, 0, sizeof *info);
-    strncpy(info->name, p.name, sizeof info->name - 1);
+    snprintf(info->name, sizeof info->name, "%s", p.name);
     info->sm_major = p.major;
     info->sm_minor = p.minor;
     info->sm_count = p.multiProcessorCount;

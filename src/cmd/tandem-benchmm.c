@@ -36,17 +36,6 @@ static void usage(FILE *f)
             prog);
 }
 
-static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
-    exit(TDM_EXIT_USAGE);
-}
-
-static __attribute__((noreturn)) void fail(void)
-{
-    fprintf(stderr, "%s: %s\n", prog, tdm_err());
-    exit(TDM_EXIT_CHECK);
-}
 
 static struct tdm_tiles *tiles;
 static struct tdm_cublas *blas;
@@ -85,17 +74,17 @@ static double time_it(struct call *c, int graph)
     if (c->what == CUBLASLT_FP8) {
         const struct tdm_dweight *w = &c->ws->w[0];
         int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
-        if (rc < 0) fail();
+        if (rc < 0) tdm_die_check(prog);
         if (rc == 1) return -1;
     }
     double ms;
-    if (tdm_time_calls(do_call, c, c->ws->copies, reps, graph, st, &ms) != 0) fail();
+    if (tdm_time_calls(do_call, c, c->ws->copies, reps, graph, st, &ms) != 0) tdm_die_check(prog);
     return ms;
 }
 
 static void wset(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, uint64_t seed)
 {
-    if (tdm_wset_alloc(s, fmt, n, k, TDM_DT_F32, 8 * l2, 2, seed) != 0) fail();
+    if (tdm_wset_alloc(s, fmt, n, k, TDM_DT_F32, 8 * l2, 2, seed) != 0) tdm_die_check(prog);
     if (s->copies > 4096) fprintf(stderr, "# %s: %lldx%lld: %d copies\n", prog, (long long)n, (long long)k, s->copies);
 }
 
@@ -105,20 +94,20 @@ static double cold_read_gbps(void)
     void *buf[4];
     uint64_t *sink;
     for (int i = 0; i < 4; i++)
-        if (tdm_cuda_malloc(&buf[i], each) != 0 || tdm_dev_fill_bytes(buf[i], each, 31 + i, 0xff, 0, st) != 0) fail();
-    if (tdm_cuda_malloc((void **)&sink, 64) != 0 || tdm_stream_sync(st) != 0) fail();
+        if (tdm_cuda_malloc(&buf[i], each) != 0 || tdm_dev_fill_bytes(buf[i], each, 31 + i, 0xff, 0, st) != 0) tdm_die_check(prog);
+    if (tdm_cuda_malloc((void **)&sink, 64) != 0 || tdm_stream_sync(st) != 0) tdm_die_check(prog);
     double best[4];
     for (int i = 0; i < 4; i++) {   /* median of 4 x reps reads, each of a different buffer in turn */
         double ms;
         tdm_event e0, e1;
-        if (tdm_event_create(&e0) || tdm_event_create(&e1)) fail();
+        if (tdm_event_create(&e0) || tdm_event_create(&e1)) tdm_die_check(prog);
         double t[64];
         int nt = 0;
         for (int r = 0; r < reps && nt < 64; r++) {
             float f;
             if (tdm_event_record(e0, st) || tdm_dev_read(buf[(r + i) % 4], each, sink, st) || tdm_event_record(e1, st) ||
                 tdm_event_ms(e0, e1, &f))
-                fail();
+                tdm_die_check(prog);
             t[nt++] = f;
         }
         for (int a = 0; a < nt; a++)
@@ -163,8 +152,8 @@ static void token_alloc(struct token *t, const struct tdm_model_shapes *ms, enum
                 const struct tdm_proj_shape *p = NULL;
                 for (int s = 0; s < ms->nshapes; s++)
                     if (strcmp(ms->shapes[s].name, names[j]) == 0) p = &ms->shapes[s];
-                if (!p) bad("internal: projection missing from the shape table", names[j]);
-                if (tdm_wset_alloc(&t->w[t->count], fmt, p->n, p->k, TDM_DT_F32, 0, 1, 7000 + t->count) != 0) fail();
+                if (!p) tdm_die_usage(prog, "internal: projection missing from the shape table", names[j]);
+                if (tdm_wset_alloc(&t->w[t->count], fmt, p->n, p->k, TDM_DT_F32, 0, 1, 7000 + t->count) != 0) tdm_die_check(prog);
                 t->count++;
             }
         }
@@ -210,8 +199,8 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'M':
-            if (nmodels == 4) bad("too many --model", NULL);
-            if (!(models[nmodels++] = tdm_model_shapes(optarg))) bad("--model: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
+            if (nmodels == 4) tdm_die_usage(prog, "too many --model", NULL);
+            if (!(models[nmodels++] = tdm_model_shapes(optarg))) tdm_die_usage(prog, "--model: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
             break;
         case 'r': {
             nrows = 0;
@@ -219,17 +208,17 @@ int main(int argc, char **argv)
             while (*s) {
                 long v = strtol(s, &end, 10);
                 if (end == s || v < 1 || v > 4096 || nrows == 32 || (*end && *end != ','))
-                    bad("--rows: expected comma-separated row counts in 1..4096, not", optarg);
+                    tdm_die_usage(prog, "--rows: expected comma-separated row counts in 1..4096, not", optarg);
                 rows[nrows++] = (int)v;
                 s = *end ? end + 1 : end;
             }
-            if (!nrows) bad("--rows: empty", NULL);
+            if (!nrows) tdm_die_usage(prog, "--rows: empty", NULL);
             break;
         }
         case 'n': {
             char *end;
             long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end || v < 1 || v > 10000) bad("--reps: expected an integer in 1..10000, not", optarg);
+            if (end == optarg || *end || v < 1 || v > 10000) tdm_die_usage(prog, "--reps: expected an integer in 1..10000, not", optarg);
             reps = (int)v;
             break;
         }
@@ -240,7 +229,7 @@ int main(int argc, char **argv)
         default: usage(stderr); return TDM_EXIT_USAGE;
         }
     }
-    if (optind < argc) bad("unexpected argument", argv[optind]);
+    if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
     if (!nmodels) {
         models[nmodels++] = tdm_model_shapes("qwen3.8-27b");
         models[nmodels++] = tdm_model_shapes("qwen3-next-80b");
@@ -251,15 +240,15 @@ int main(int argc, char **argv)
         memcpy(rows, def, sizeof def);
     }
     if (tdm_settings_check() != 0) tdm_die_input(prog);
-    if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
+    if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
 
     struct tdm_device_info info;
     char arch[32];
-    if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) fail();
+    if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) tdm_die_check(prog);
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     if (tdm_tiles_load(NULL, arch, &tiles) != 0) tdm_die_input(prog);
     l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
-    if (baseline && tdm_cublas_create(&blas, st) != 0) fail();
+    if (baseline && tdm_cublas_create(&blas, st) != 0) tdm_die_check(prog);
     int maxm = 0;
     for (int i = 0; i < nrows; i++) if (rows[i] > maxm) maxm = rows[i];
 
@@ -286,7 +275,7 @@ int main(int argc, char **argv)
     if (tdm_cuda_malloc((void **)&x, (size_t)(maxm * maxk * 2)) || tdm_cuda_malloc((void **)&x8, (size_t)(maxm * maxk)) ||
         tdm_cuda_malloc((void **)&y, (size_t)(maxm * maxn * 2)) || tdm_dev_fill_bf16(x, (size_t)(maxm * maxk), 17, 2.0f, st) ||
         tdm_dev_fill_bytes(x8, (size_t)(maxm * maxk), 19, 0xbf, 0, st) || tdm_stream_sync(st))
-        fail();
+        tdm_die_check(prog);
 
     for (int mi = 0; mi < nmodels; mi++) {
         const struct tdm_model_shapes *ms = models[mi];
@@ -360,7 +349,7 @@ int main(int argc, char **argv)
                 for (int j = 0; j < t.count; j++) bytes += (double)tdm_matmul_bytes(&t.w[j].w[0], m);
                 struct token_ctx tc = {&t, f == 2 ? CUBLAS_BF16 : OURS, x, y, m};
                 double ms_tok;
-                if (tdm_time_calls(token_call, &tc, 1, reps, 1, st, &ms_tok) != 0) fail();
+                if (tdm_time_calls(token_call, &tc, 1, reps, 1, st, &ms_tok) != 0) tdm_die_check(prog);
                 const double gbps = bytes / ms_tok / 1e6;
                 printf("%-14s %5" PRId64 " %12.2f %10.3f %8.0f %5.0f%%\n", names[f], m, bytes / 1e9, ms_tok, gbps, 100 * gbps / read_gbps);
                 fflush(stdout);

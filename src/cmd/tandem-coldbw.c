@@ -34,17 +34,6 @@ static void usage(FILE *f)
             prog);
 }
 
-static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
-    exit(TDM_EXIT_USAGE);
-}
-
-static __attribute__((noreturn)) void fail(void)
-{
-    fprintf(stderr, "%s: %s\n", prog, tdm_err());
-    exit(TDM_EXIT_CHECK);
-}
 
 static long parse_long(const char *opt, const char *s, long lo, long hi)
 {
@@ -109,25 +98,25 @@ int main(int argc, char **argv)
         default: usage(stderr); return TDM_EXIT_USAGE;
         }
     }
-    if (optind < argc) bad("unexpected argument", argv[optind]);
+    if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
     enum tdm_wfmt fmt = TDM_W_NVFP4;
     int64_t n = 0, k = 0;
     if (kernel) {
         if (strcmp(kernel, "nvfp4") == 0) fmt = TDM_W_NVFP4;
         else if (strcmp(kernel, "fp8") == 0) fmt = TDM_W_FP8;
         else if (strcmp(kernel, "bf16") == 0) fmt = TDM_W_BF16;
-        else bad("--kernel: expected nvfp4, fp8 or bf16, not", kernel);
-        if (!shape) bad("--kernel needs --shape N,K", NULL);
-        if (tdm_parse_shape(shape, &n, &k) != 0) bad("--shape: expected N,K with positive integers, not", shape);
-        if (fmt == TDM_W_NVFP4 && k % 16) bad("--shape: NVFP4 needs K a multiple of 16", shape);
+        else tdm_die_usage(prog, "--kernel: expected nvfp4, fp8 or bf16, not", kernel);
+        if (!shape) tdm_die_usage(prog, "--kernel needs --shape N,K", NULL);
+        if (tdm_parse_shape(shape, &n, &k) != 0) tdm_die_usage(prog, "--shape: expected N,K with positive integers, not", shape);
+        if (fmt == TDM_W_NVFP4 && k % 16) tdm_die_usage(prog, "--shape: NVFP4 needs K a multiple of 16", shape);
     } else if (shape) {
-        bad("--shape needs --kernel", NULL);
+        tdm_die_usage(prog, "--shape needs --kernel", NULL);
     }
     if (tdm_settings_check() != 0) tdm_die_input(prog);
-    if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
+    if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
 
     struct tdm_device_info info;
-    if (tdm_cuda_device_info(0, &info) != 0) fail();
+    if (tdm_cuda_device_info(0, &info) != 0) tdm_die_check(prog);
     const size_t l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
     size_t each = mib ? (size_t)mib << 20 : 8 * l2;
     if (!mib && each < (512u << 20)) each = 512u << 20;
@@ -136,18 +125,18 @@ int main(int argc, char **argv)
             info.sm_count, l2 >> 20, each >> 20, (double)each / l2);
 
     tdm_stream st;
-    if (tdm_stream_create(&st) != 0) fail();
+    if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
     struct buf_ctx bc = {.bytes = each};
     for (int i = 0; i < 4; i++) {
-        if (tdm_cuda_malloc(&bc.buf[i], each) != 0) fail();
-        if (tdm_dev_fill_bytes(bc.buf[i], each, 11 + i, 0xff, 0, st) != 0) fail();
+        if (tdm_cuda_malloc(&bc.buf[i], each) != 0) tdm_die_check(prog);
+        if (tdm_dev_fill_bytes(bc.buf[i], each, 11 + i, 0xff, 0, st) != 0) tdm_die_check(prog);
     }
-    if (tdm_cuda_malloc((void **)&bc.sink, 64) != 0 || tdm_stream_sync(st) != 0) fail();
+    if (tdm_cuda_malloc((void **)&bc.sink, 64) != 0 || tdm_stream_sync(st) != 0) tdm_die_check(prog);
     double read_ms, copy_ms;
     bc.copy = 0;
-    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &read_ms) != 0) fail();
+    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &read_ms) != 0) tdm_die_check(prog);
     bc.copy = 1;
-    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &copy_ms) != 0) fail();
+    if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &copy_ms) != 0) tdm_die_check(prog);
     const double read_gbps = each / read_ms / 1e6, copy_gbps = 2.0 * each / copy_ms / 1e6;
     printf("%-34s %14s %12s %10s\n", "test", "bytes", "median_ms", "GB/s");
     printf("%-34s %14zu %12.4f %10.1f\n", "read", each, read_ms, read_gbps);
@@ -170,15 +159,15 @@ int main(int argc, char **argv)
         tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
         if (tdm_tiles_load(NULL, arch, &tiles) != 0) tdm_die_input(prog);
         struct tdm_wset ws;
-        if (tdm_wset_alloc(&ws, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 7) != 0) fail();
+        if (tdm_wset_alloc(&ws, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 7) != 0) tdm_die_check(prog);
         struct mm_ctx mc = {.ws = &ws, .m = rows, .tiles = tiles};
         if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
-            fail();
-        if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) fail();
+            tdm_die_check(prog);
+        if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
         const double bytes = (double)tdm_matmul_bytes(&ws.w[0], rows);
         double eager_ms, graph_ms;
-        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 0, st, &eager_ms) != 0) fail();
-        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 1, st, &graph_ms) != 0) fail();
+        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 0, st, &eager_ms) != 0) tdm_die_check(prog);
+        if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 1, st, &graph_ms) != 0) tdm_die_check(prog);
         char name[96];
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld eager", kernel, n, k, rows);
         printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, eager_ms, bytes / eager_ms / 1e6);

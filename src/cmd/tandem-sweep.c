@@ -47,17 +47,6 @@ static void usage(FILE *f)
             prog);
 }
 
-static __attribute__((noreturn)) void bad(const char *msg, const char *arg)
-{
-    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
-    exit(TDM_EXIT_USAGE);
-}
-
-static __attribute__((noreturn)) void fail(void)
-{
-    fprintf(stderr, "%s: %s\n", prog, tdm_err());
-    exit(TDM_EXIT_CHECK);
-}
 
 #define MAX_SHAPES 64
 static int64_t shapes[MAX_SHAPES][2];
@@ -67,7 +56,7 @@ static void add_shape(int64_t n, int64_t k)
 {
     for (int i = 0; i < nshapes; i++)
         if (shapes[i][0] == n && shapes[i][1] == k) return;
-    if (nshapes == MAX_SHAPES) bad("too many shapes", NULL);
+    if (nshapes == MAX_SHAPES) tdm_die_usage(prog, "too many shapes", NULL);
     shapes[nshapes][0] = n;
     shapes[nshapes][1] = k;
     nshapes++;
@@ -150,7 +139,7 @@ static void write_table(const char *path, enum tdm_mmk kk, const char *arch, con
         if (tdm_tile_table_read(path, kk, arch, &old, &nold) != 0) tdm_die_input(prog);
     }
     all = calloc((size_t)(nold + nfresh + 1), sizeof *all);
-    if (!all) bad("out of memory", NULL);
+    if (!all) tdm_die_usage(prog, "out of memory", NULL);
     int n = 0;
     for (int i = 0; i < nold; i++) {
         int replaced = 0;
@@ -160,7 +149,7 @@ static void write_table(const char *path, enum tdm_mmk kk, const char *arch, con
     }
     for (int j = 0; j < nfresh; j++) all[n++] = fresh[j];
     struct tdm_tile_table tb = {kk, arch, device, sweep, n, all};
-    if (tdm_tile_table_write(path, &tb) != 0) fail();
+    if (tdm_tile_table_write(path, &tb) != 0) tdm_die_check(prog);
     fprintf(stderr, "# %s: wrote %s (%d shapes)\n", prog, path, n);
     free(all);
     free(old);
@@ -199,13 +188,13 @@ int main(int argc, char **argv)
         switch (c) {
         case 's': {
             int64_t n, k;
-            if (tdm_parse_shape(optarg, &n, &k) != 0) bad("--shape: expected N,K with positive integers, not", optarg);
+            if (tdm_parse_shape(optarg, &n, &k) != 0) tdm_die_usage(prog, "--shape: expected N,K with positive integers, not", optarg);
             add_shape(n, k);
             break;
         }
         case 'M': {
             const struct tdm_model_shapes *m = tdm_model_shapes(optarg);
-            if (!m) bad("--model-shapes: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
+            if (!m) tdm_die_usage(prog, "--model-shapes: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
             int64_t nk[MAX_SHAPES][2];
             int cnt = tdm_model_distinct_shapes(m, nk, MAX_SHAPES);
             for (int i = 0; i < cnt; i++) add_shape(nk[i][0], nk[i][1]);
@@ -217,7 +206,7 @@ int main(int argc, char **argv)
                 for (int i = 0; i < TDM_MMK_COUNT; i++) want[i] = 1;
             } else {
                 int kk = tdm_mmk_from_name(optarg);
-                if (kk < 0) bad("--kernel: expected nvfp4-skinny, nvfp4-skinny-wide, fp8, bf16 or all, not", optarg);
+                if (kk < 0) tdm_die_usage(prog, "--kernel: expected nvfp4-skinny, nvfp4-skinny-wide, fp8, bf16 or all, not", optarg);
                 want[kk] = 1;
             }
             break;
@@ -225,7 +214,7 @@ int main(int argc, char **argv)
         case 'r': {
             char *end;
             reps = strtol(optarg, &end, 10);
-            if (end == optarg || *end || reps < 1 || reps > 10000) bad("--reps: expected an integer in 1..10000, not", optarg);
+            if (end == optarg || *end || reps < 1 || reps > 10000) tdm_die_usage(prog, "--reps: expected an integer in 1..10000, not", optarg);
             break;
         }
         case 'j': json_path = optarg; break;
@@ -236,15 +225,15 @@ int main(int argc, char **argv)
         default: usage(stderr); return TDM_EXIT_USAGE;
         }
     }
-    if (optind < argc) bad("unexpected argument", argv[optind]);
-    if (!nshapes) bad("no shapes: give --shape N,K or --model-shapes NAME", NULL);
+    if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
+    if (!nshapes) tdm_die_usage(prog, "no shapes: give --shape N,K or --model-shapes NAME", NULL);
     if (!any_kernel) want[TDM_MMK_NVFP4] = want[TDM_MMK_NVFP4_WIDE] = want[TDM_MMK_FP8] = 1;
     for (int kk = 0; kk < TDM_MMK_COUNT; kk++)
         for (int i = 0; want[kk] && i < nshapes; i++)
             if (tdm_mmk_fmt((enum tdm_mmk)kk) == TDM_W_NVFP4 && shapes[i][1] % 16) {
                 char s[64];
                 snprintf(s, sizeof s, "%" PRId64 ",%" PRId64, shapes[i][0], shapes[i][1]);
-                bad("NVFP4 needs K a multiple of 16", s);
+                tdm_die_usage(prog, "NVFP4 needs K a multiple of 16", s);
             }
     if (tdm_settings_check() != 0) tdm_die_input(prog);
 
@@ -256,9 +245,9 @@ int main(int argc, char **argv)
         snprintf(info.name, sizeof info.name, "%s", device_opt ? device_opt : "any");
         snprintf(sweep_desc, sizeof sweep_desc, "none (defaults)");
     } else {
-        if (arch_opt || device_opt) bad("--arch and --device go with --write-defaults", NULL);
-        if (tdm_cuda_device_count() < 1) bad("no CUDA device visible", NULL);
-        if (tdm_cuda_device_info(0, &info) != 0) fail();
+        if (arch_opt || device_opt) tdm_die_usage(prog, "--arch and --device go with --write-defaults", NULL);
+        if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
+        if (tdm_cuda_device_info(0, &info) != 0) tdm_die_check(prog);
         tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
         time_t now = time(NULL);
         char date[32];
@@ -289,7 +278,7 @@ int main(int argc, char **argv)
 
     const size_t l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
     tdm_stream st;
-    if (tdm_stream_create(&st) != 0) fail();
+    if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
     json_t *report = json_array();
     int status = 0;
     for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
@@ -304,11 +293,11 @@ int main(int argc, char **argv)
             const int64_t n = shapes[si][0], k = shapes[si][1];
             const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
             struct tdm_wset vset, tset;
-            if (tdm_wset_alloc(&vset, fmt, n, k, TDM_DT_F32, 0, 1, 1000 + si) != 0) fail();
-            if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 2000 + si) != 0) fail();
+            if (tdm_wset_alloc(&vset, fmt, n, k, TDM_DT_F32, 0, 1, 1000 + si) != 0) tdm_die_check(prog);
+            if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 2000 + si) != 0) tdm_die_check(prog);
             /* activations: 32 random BF16 rows; rows 9 and 21 repeat row 0, row 30 repeats row 3 */
             uint16_t *x, *hx = malloc((size_t)(32 * k * 2));
-            if (!hx) bad("out of memory", NULL);
+            if (!hx) tdm_die_usage(prog, "out of memory", NULL);
             uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)(si + 1);
             for (int64_t i = 0; i < 32 * k; i++) {
                 s ^= s << 13; s ^= s >> 7; s ^= s << 17;
@@ -316,14 +305,14 @@ int main(int argc, char **argv)
             }
             const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
             for (int i = 0; i < 3; i++) memcpy(hx + same[i][0] * k, hx + same[i][1] * k, (size_t)(k * 2));
-            if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_h2d(x, hx, (size_t)(32 * k * 2)) != 0) fail();
+            if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_h2d(x, hx, (size_t)(32 * k * 2)) != 0) tdm_die_check(prog);
             free(hx);
             float *ref[32], *got[32], *tim;
             for (int m = 1; m <= 32; m++)
                 if (tdm_cuda_malloc((void **)&ref[m - 1], (size_t)(m * n * 4)) != 0 ||
                     tdm_cuda_malloc((void **)&got[m - 1], (size_t)(m * n * 4)) != 0)
-                    fail();
-            if (tdm_cuda_malloc((void **)&tim, (size_t)(32 * n * 4)) != 0) fail();
+                    tdm_die_check(prog);
+            if (tdm_cuda_malloc((void **)&tim, (size_t)(32 * n * 4)) != 0) tdm_die_check(prog);
 
             struct tdm_tile cand[512];
             int ncand = candidates((enum tdm_mmk)kk, n, k, cand, 512);
@@ -334,7 +323,7 @@ int main(int argc, char **argv)
             }
             for (int m = 1; m <= 32; m++) {
                 int64_t d;
-                if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) fail();
+                if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) tdm_die_check(prog);
                 if (d) {
                     fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default does not reproduce its bits at m=%d\n",
                             prog, kname, n, k, m);
@@ -351,7 +340,7 @@ int main(int argc, char **argv)
                 } else {
                     for (int m = 1; m <= 32; m++) {
                         int64_t d;
-                        if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) fail();
+                        if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) tdm_die_check(prog);
                         if (d) {
                             snprintf(verdict, sizeof verdict, "differs at m=%d (%" PRId64 " bytes)", m, d);
                             break;

@@ -40,3 +40,15 @@ void tdm_die_input(const char *prog)
     fprintf(stderr, "%s: %s\n", prog, tdm_err());
     exit(TDM_EXIT_USAGE);
 }
+
+void tdm_die_usage(const char *prog, const char *msg, const char *arg)
+{
+    fprintf(stderr, "%s: %s%s%s\n", prog, msg, arg ? ": " : "", arg ? arg : "");
+    exit(TDM_EXIT_USAGE);
+}
+
+void tdm_die_check(const char *prog)
+{
+    fprintf(stderr, "%s: %s\n", prog, tdm_err());
+    exit(TDM_EXIT_CHECK);
+}

@@ -16,8 +16,12 @@ const char *tdm_err(void);
 /* Exit codes shared by every tool. */
 enum { TDM_EXIT_OK = 0, TDM_EXIT_CHECK = 1, TDM_EXIT_USAGE = 2 };
 
-/* Prints "prog: message" to stderr and exits 2 (bad usage or bad input). */
+/* Prints "prog: message" (the recorded error) to stderr and exits 2 (bad usage or bad input). */
 __attribute__((noreturn)) void tdm_die_input(const char *prog);
+/* Prints "prog: msg" or "prog: msg: arg" and exits 2 (bad usage). */
+__attribute__((noreturn)) void tdm_die_usage(const char *prog, const char *msg, const char *arg);
+/* Prints "prog: message" (the recorded error) and exits 1 (a check or a CUDA call failed). */
+__attribute__((noreturn)) void tdm_die_check(const char *prog);
 #ifdef __cplusplus
 }
 #endif
