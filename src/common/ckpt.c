@@ -1,8 +1,7 @@
 #include "ckpt.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include <errno.h>
-#include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +26,8 @@ static int add_file(struct tdm_ckpt *ck, const char *path)
 
 static int open_index(struct tdm_ckpt *ck, const char *index)
 {
-    char *buf;
-    size_t len;
-    if (tdm_read_file(index, 64u << 20, &buf, &len) != 0) return -1;
-    json_error_t e;
-    json_t *root = json_loadb(buf, len, 0, &e);
-    free(buf);
-    if (!root) return tdm_errf("%s: not JSON: %s (line %d)", index, e.text, e.line);
+    json_t *root = tdm_json_read_object(index, 64u << 20);
+    if (!root) return -1;
     int rc = -1;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) { tdm_errf("%s: missing 'weight_map'", index); goto out; }

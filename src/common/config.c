@@ -1,7 +1,6 @@
 #include "config.h"
 #include "err.h"
-#include "fileio.h"
-#include <jansson.h>
+#include "jsonfile.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,17 +182,8 @@ int tdm_config_load(const char *dir, struct tdm_config *c)
     memset(c, 0, sizeof *c);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *buf;
-    size_t len;
-    if (tdm_read_file(path, 16u << 20, &buf, &len) != 0) return -1;
-    json_error_t e;
-    json_t *root = json_loadb(buf, len, 0, &e);
-    free(buf);
-    if (!root) return tdm_errf("%s: not JSON: %s (line %d)", path, e.text, e.line);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return tdm_errf("%s: not a JSON object", path);
-    }
+    json_t *root = tdm_json_read_object(path, 16u << 20);
+    if (!root) return -1;
     struct reader r = {path, root, root};
     int rc = parse(&r, c);
     json_decref(root);

@@ -1,6 +1,7 @@
 #include "tiles.h"
 #include "err.h"
 #include "fileio.h"
+#include "jsonfile.h"
 #include "linear.h"
 #include "settings.h"
 #include "shapes.h"
@@ -142,18 +143,12 @@ static int want_string(const char *path, json_t *root, const char *field, const 
 int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
                         struct tdm_tile_entry **entries, int *count)
 {
-    char *buf;
-    size_t len;
     *entries = NULL;
     *count = 0;
-    if (tdm_read_file(path, TILE_MAX_TABLE_BYTES, &buf, &len) != 0) return -1;
-    json_error_t jerr;
-    json_t *root = json_loadb(buf, len, 0, &jerr);
-    free(buf);
-    if (!root) return tdm_errf("%s: line %d: %s", path, jerr.line, jerr.text);
+    json_t *root = tdm_json_read_object(path, TILE_MAX_TABLE_BYTES);
+    if (!root) return -1;
     int rc = -1;
     struct tdm_tile_entry *e = NULL;
-    if (!json_is_object(root)) { tdm_errf("%s: not a JSON object", path); goto out; }
     if (want_string(path, root, "kernel", tdm_mmk_name(kk)) || want_string(path, root, "arch", arch) ||
         want_string(path, root, "device", NULL) || want_string(path, root, "sweep", NULL))
         goto out;
