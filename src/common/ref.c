@@ -105,6 +105,68 @@ const float *tdm_ref_router_gaps(const struct tdm_ref *r, int mtp) { return mtp 
 
 /* ---- Gated DeltaNet ---- */
 
+void tdm_ref_gdn_conv(const float *conv_w, int C, int K, float *cs, const float *mixed, int T, float *conv)
+{
+    for (int t = 0; t < T; t++)
+        for (int ch = 0; ch < C; ch++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) {
+                int s = t - (K - 1) + j;
+                float in = s >= 0 ? mixed[(size_t)s * C + ch] : cs[(size_t)(K - 1 + s) * C + ch];
+                acc += conv_w[(size_t)ch * K + j] * in;
+            }
+            conv[(size_t)t * C + ch] = bf(siluf(bf(acc)));
+        }
+    /* the new conv state: the last K-1 inputs of (state ++ this chunk) */
+    for (int j = 0; j < K - 1; j++) {
+        int s = T - (K - 1) + j;
+        float *dst = cs + (size_t)j * C;
+        if (s >= 0) memcpy(dst, mixed + (size_t)s * C, (size_t)C * sizeof(float));
+        else memcpy(dst, cs + (size_t)(j + T) * C, (size_t)C * sizeof(float)); /* j + T < K - 1: shift */
+    }
+}
+
+void tdm_ref_gdn_token(int Hk, int Hv, int Dk, int Dv, const float *A_log, const float *dt_bias, const float *ct,
+                       const float *bt, const float *at, float *S_all, float *o, float *scratch)
+{
+    const int rep = Hv / Hk;
+    float *qn = scratch, *kn = scratch + Hk * Dk, *kv = scratch + 2 * Hk * Dk;
+    const float qscale = 1.0f / sqrtf((float)Dk);
+    memcpy(qn, ct, (size_t)Hk * Dk * sizeof(float));
+    memcpy(kn, ct + Hk * Dk, (size_t)Hk * Dk * sizeof(float));
+    for (int h = 0; h < Hk; h++) {
+        l2norm(qn + h * Dk, Dk);
+        l2norm(kn + h * Dk, Dk);
+    }
+    for (int i = 0; i < Hk * Dk; i++) qn[i] *= qscale;
+    for (int h = 0; h < Hv; h++) {
+        const float beta = bf(sigmoidf(bt[h]));
+        const float gt = -expf(A_log[h]) * softplusf(at[h] + dt_bias[h]);
+        const float decay = expf(gt);
+        const float *q = qn + (h / rep) * Dk, *k = kn + (h / rep) * Dk, *v = ct + 2 * Hk * Dk + h * Dv;
+        float *S = S_all + (size_t)h * Dk * Dv;
+        for (int i = 0; i < Dk * Dv; i++) S[i] *= decay;
+        for (int j = 0; j < Dv; j++) kv[j] = 0.0f;
+        for (int i = 0; i < Dk; i++)
+            for (int j = 0; j < Dv; j++) kv[j] += S[i * Dv + j] * k[i];
+        for (int j = 0; j < Dv; j++) kv[j] = (v[j] - kv[j]) * beta;
+        for (int i = 0; i < Dk; i++)
+            for (int j = 0; j < Dv; j++) S[i * Dv + j] += k[i] * kv[j];
+        float *ot = o + (size_t)h * Dv;
+        for (int j = 0; j < Dv; j++) ot[j] = 0.0f;
+        for (int i = 0; i < Dk; i++)
+            for (int j = 0; j < Dv; j++) ot[j] += S[i * Dv + j] * q[i];
+    }
+}
+
+/* 6. gated RMSNorm (not centred): norm ->bf16, * w ->bf16, * silu(z) ->bf16 */
+void tdm_ref_gated_norm(float *ot, const float *zt, const float *w, int Dv, float eps)
+{
+    for (int j = 0; j < Dv; j++) ot[j] = bf(ot[j]);
+    float rr = 1.0f / sqrtf(tdm_dot(ot, ot, Dv) / (float)Dv + eps);
+    for (int j = 0; j < Dv; j++) ot[j] = bf(bf(bf(ot[j] * rr) * w[j]) * siluf(zt[j]));
+}
+
 static void gdn_forward(struct tdm_ref *r, const struct tdm_gdn *g, int slot, const float *x, int T, float *out)
 {
     const struct tdm_config *c = &r->m->cfg;
@@ -141,71 +203,27 @@ static void gdn_forward(struct tdm_ref *r, const struct tdm_gdn *g, int slot, co
     }
 
     /* 2. causal depthwise conv over [q | k | v] with the cached inputs, ->bf16, silu ->bf16 */
-    float *cs = r->conv[slot], *conv = xmalloc((size_t)T * C * sizeof(float));
-    for (int t = 0; t < T; t++)
-        for (int ch = 0; ch < C; ch++) {
-            float acc = 0.0f;
-            for (int j = 0; j < K; j++) {
-                int s = t - (K - 1) + j;
-                float in = s >= 0 ? mixed[(size_t)s * C + ch] : cs[(size_t)(K - 1 + s) * C + ch];
-                acc += g->conv_w[(size_t)ch * K + j] * in;
-            }
-            conv[(size_t)t * C + ch] = bf(siluf(bf(acc)));
-        }
-    /* the new conv state: the last K-1 inputs of (state ++ this chunk) */
-    for (int j = 0; j < K - 1; j++) {
-        int s = T - (K - 1) + j;
-        float *dst = cs + (size_t)j * C;
-        if (s >= 0) memcpy(dst, mixed + (size_t)s * C, (size_t)C * sizeof(float));
-        else memcpy(dst, cs + (size_t)(j + T) * C, (size_t)C * sizeof(float)); /* j + T < K - 1: shift */
-    }
+    float *conv = xmalloc((size_t)T * C * sizeof(float));
+    tdm_ref_gdn_conv(g->conv_w, C, K, r->conv[slot], mixed, T, conv);
 
-    /* 3-5. gates, L2 norms, the delta rule per value head */
+    /* 3-5. gates, L2 norms, the delta rule per value head; 6. the gated norm per head */
     float *o = xmalloc((size_t)T * Hv * Dv * sizeof(float));
-    float *qn = xmalloc((size_t)Hk * Dk * sizeof(float)), *kn = xmalloc((size_t)Hk * Dk * sizeof(float));
-    float *kv = xmalloc((size_t)Dv * sizeof(float));
-    const float qscale = 1.0f / sqrtf((float)Dk);
+    float *scratch = xmalloc((size_t)(2 * Hk * Dk + Dv) * sizeof(float));
     for (int t = 0; t < T; t++) {
-        const float *ct = conv + (size_t)t * C;
-        memcpy(qn, ct, (size_t)Hk * Dk * sizeof(float));
-        memcpy(kn, ct + Hk * Dk, (size_t)Hk * Dk * sizeof(float));
-        for (int h = 0; h < Hk; h++) {
-            l2norm(qn + h * Dk, Dk);
-            l2norm(kn + h * Dk, Dk);
-        }
-        for (int i = 0; i < Hk * Dk; i++) qn[i] *= qscale;
-        for (int h = 0; h < Hv; h++) {
-            const float beta = bf(sigmoidf(bb[(size_t)t * Hv + h]));
-            const float gt = -expf(g->A_log[h]) * softplusf(aa[(size_t)t * Hv + h] + g->dt_bias[h]);
-            const float decay = expf(gt);
-            const float *q = qn + (h / rep) * Dk, *k = kn + (h / rep) * Dk, *v = ct + 2 * Hk * Dk + h * Dv;
-            float *S = r->S[slot] + (size_t)h * Dk * Dv;
-            for (int i = 0; i < Dk * Dv; i++) S[i] *= decay;
-            for (int j = 0; j < Dv; j++) kv[j] = 0.0f;
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) kv[j] += S[i * Dv + j] * k[i];
-            for (int j = 0; j < Dv; j++) kv[j] = (v[j] - kv[j]) * beta;
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) S[i * Dv + j] += k[i] * kv[j];
-            float *ot = o + (size_t)t * Hv * Dv + (size_t)h * Dv;
-            for (int j = 0; j < Dv; j++) ot[j] = 0.0f;
-            for (int i = 0; i < Dk; i++)
-                for (int j = 0; j < Dv; j++) ot[j] += S[i * Dv + j] * q[i];
-            /* 6. gated RMSNorm (not centred): norm ->bf16, * w ->bf16, * silu(z) ->bf16 */
-            for (int j = 0; j < Dv; j++) ot[j] = bf(ot[j]);
-            float rr = 1.0f / sqrtf(tdm_dot(ot, ot, Dv) / (float)Dv + c->rms_eps);
-            const float *zt = z + (size_t)t * Hv * Dv + (size_t)h * Dv;
-            for (int j = 0; j < Dv; j++) ot[j] = bf(bf(bf(ot[j] * rr) * g->norm_w[j]) * siluf(zt[j]));
-        }
+        float *ot = o + (size_t)t * Hv * Dv;
+        tdm_ref_gdn_token(Hk, Hv, Dk, Dv, g->A_log, g->dt_bias, conv + (size_t)t * C, bb + (size_t)t * Hv,
+                          aa + (size_t)t * Hv, r->S[slot], ot, scratch);
+        for (int h = 0; h < Hv; h++)
+            tdm_ref_gated_norm(ot + (size_t)h * Dv, z + (size_t)t * Hv * Dv + (size_t)h * Dv, g->norm_w, Dv, c->rms_eps);
     }
     tdm_ref_linear_bf16(&g->out, o, T, out);
     (void)H;
-    free(mixed); free(z); free(bb); free(aa); free(conv); free(o); free(qn); free(kn); free(kv);
+    free(mixed); free(z); free(bb); free(aa); free(conv); free(o); free(scratch);
 }
 
 /* ---- gated attention ---- */
 
-static void rope_bf16(float *x, int R, int pos, double theta)
+void tdm_ref_rope_bf16(float *x, int R, int pos, double theta)
 {
     for (int i = 0; i < R / 2; i++) {
         float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)R);
@@ -215,6 +233,30 @@ static void rope_bf16(float *x, int R, int pos, double theta)
         x[i] = bf(bf(a * cs) + bf(-b * sn));
         x[i + R / 2] = bf(bf(b * cs) + bf(a * sn));
     }
+}
+
+void tdm_ref_attn_head(const float *q, const float *gate, const float *kc, const float *vc, size_t row, int n, int D,
+                       float *p, float *o)
+{
+    const float scale = 1.0f / sqrtf((float)D);
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        p[j] = tdm_dot(q, kc + (size_t)j * row, D) * scale;
+        mx = fmaxf(mx, p[j]);
+    }
+    /* Flash-attention rounding, as transformers' SDPA path computes it: the unnormalised
+     * probabilities exp(s - max) enter the product with V in BF16, the sum that divides them
+     * stays FP32. Measured against transformers: this halves an attention layer's distance
+     * (0.31 % -> 0.14 % of the layer output) compared with FP32 probabilities. */
+    for (int j = 0; j < n; j++) { p[j] = expf(p[j] - mx); sum += p[j]; }
+    for (int d = 0; d < D; d++) o[d] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *vj = vc + (size_t)j * row;
+        const float pj = bf(p[j]);
+        for (int d = 0; d < D; d++) o[d] += pj * vj[d];
+    }
+    for (int d = 0; d < D; d++) o[d] /= sum;
+    for (int d = 0; d < D; d++) o[d] = bf(bf(o[d]) * bf(sigmoidf(gate[d])));
 }
 
 static int attn_forward(struct tdm_ref *r, const struct tdm_attn *at, int slot, const float *x, int T, int pos0, float *out)
@@ -233,43 +275,25 @@ static int attn_forward(struct tdm_ref *r, const struct tdm_attn *at, int slot, 
             float *q = qg + ((size_t)t * Hq + h) * 2 * D;
             tdm_ref_rmsnorm(q, at->q_norm, D, c->rms_eps, tmp);
             memcpy(q, tmp, (size_t)D * sizeof(float));
-            rope_bf16(q, c->rotary_dim, pos0 + t, c->rope_theta);
+            tdm_ref_rope_bf16(q, c->rotary_dim, pos0 + t, c->rope_theta);
         }
         for (int h = 0; h < Hkv; h++) {
             float *k = kk + ((size_t)t * Hkv + h) * D;
             tdm_ref_rmsnorm(k, at->k_norm, D, c->rms_eps, tmp);
             memcpy(k, tmp, (size_t)D * sizeof(float));
-            rope_bf16(k, c->rotary_dim, pos0 + t, c->rope_theta);
+            tdm_ref_rope_bf16(k, c->rotary_dim, pos0 + t, c->rope_theta);
         }
     }
     const size_t row = (size_t)Hkv * D;
     memcpy(r->k[slot] + (size_t)pos0 * row, kk, (size_t)T * row * sizeof(float));
     memcpy(r->v[slot] + (size_t)pos0 * row, vv, (size_t)T * row * sizeof(float));
     float *att = xmalloc((size_t)T * Hq * D * sizeof(float)), *p = xmalloc((size_t)(pos0 + T) * sizeof(float));
-    const float scale = 1.0f / sqrtf((float)D);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
-            const float *q = qg + ((size_t)t * Hq + h) * 2 * D, *gate = q + D;
+            const float *q = qg + ((size_t)t * Hq + h) * 2 * D;
             const int kvh = h / grp, n = pos0 + t + 1;
-            float mx = -INFINITY, sum = 0.0f;
-            for (int j = 0; j < n; j++) {
-                p[j] = tdm_dot(q, r->k[slot] + (size_t)j * row + (size_t)kvh * D, D) * scale;
-                mx = fmaxf(mx, p[j]);
-            }
-            /* Flash-attention rounding, as transformers' SDPA path computes it: the unnormalised
-             * probabilities exp(s - max) enter the product with V in BF16, the sum that divides them
-             * stays FP32. Measured against transformers: this halves an attention layer's distance
-             * (0.31 % -> 0.14 % of the layer output) compared with FP32 probabilities. */
-            for (int j = 0; j < n; j++) { p[j] = expf(p[j] - mx); sum += p[j]; }
-            float *o = att + ((size_t)t * Hq + h) * D;
-            for (int d = 0; d < D; d++) o[d] = 0.0f;
-            for (int j = 0; j < n; j++) {
-                const float *vj = r->v[slot] + (size_t)j * row + (size_t)kvh * D;
-                const float pj = bf(p[j]);
-                for (int d = 0; d < D; d++) o[d] += pj * vj[d];
-            }
-            for (int d = 0; d < D; d++) o[d] /= sum;
-            for (int d = 0; d < D; d++) o[d] = bf(bf(o[d]) * bf(sigmoidf(gate[d])));
+            tdm_ref_attn_head(q, q + D, r->k[slot] + (size_t)kvh * D, r->v[slot] + (size_t)kvh * D, row, n, D, p,
+                              att + ((size_t)t * Hq + h) * D);
         }
     tdm_ref_linear_bf16(&at->o, att, T, out);
     free(qg); free(kk); free(vv); free(tmp); free(att); free(p);
@@ -290,6 +314,34 @@ static void mlp_forward(const struct tdm_mlp *mlp, const float *x, int T, float 
     free(up);
 }
 
+void tdm_ref_route(const float *rl, int E, int k, int norm_topk, float *p, int *sel, float *w)
+{
+    float mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = fmaxf(mx, rl[e]);
+    for (int e = 0; e < E; e++) { p[e] = expf(rl[e] - mx); sum += p[e]; }
+    for (int e = 0; e < E; e++) p[e] /= sum;
+    /* top-k by probability, ties to the lower expert id */
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[j] = best;
+        w[j] = p[best];
+    }
+    if (norm_topk) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) s += w[j];
+        for (int j = 0; j < k; j++) w[j] /= s;
+    }
+    /* The weights are rounded to BF16 before they scale the experts' outputs. models.md says
+     * transformers multiplies by p in FP32; the fixtures' oracle (transformers 5.17) rounds p
+     * first — measured: layer 0's routed sum matches it bit for bit this way, 60 % otherwise. */
+    for (int j = 0; j < k; j++) w[j] = bf(w[j]);
+}
+
 static void moe_forward(const struct tdm_model *m, const struct tdm_moe *moe, const float *x, int T, float *out, float *gap)
 {
     const struct tdm_config *c = &m->cfg;
@@ -302,21 +354,7 @@ static void moe_forward(const struct tdm_model *m, const struct tdm_moe *moe, co
     mlp_forward(&moe->shared, x, T, sh);
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * H;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int e = 0; e < E; e++) mx = fmaxf(mx, rl[(size_t)t * E + e]);
-        for (int e = 0; e < E; e++) { p[e] = expf(rl[(size_t)t * E + e] - mx); sum += p[e]; }
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        /* top-k by probability, ties to the lower expert id */
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++) taken |= sel[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            sel[j] = best;
-            w[j] = p[best];
-        }
+        tdm_ref_route(rl + (size_t)t * E, E, k, c->norm_topk, p, sel, w);
         /* the router margin: the k-th chosen logit over the best one left out */
         if (gap && k < E) {
             float out_best = -INFINITY;
@@ -327,15 +365,6 @@ static void moe_forward(const struct tdm_model *m, const struct tdm_moe *moe, co
             }
             gap[t] = fminf(gap[t], rl[(size_t)t * E + sel[k - 1]] - out_best);
         }
-        if (c->norm_topk) {
-            float s = 0.0f;
-            for (int j = 0; j < k; j++) s += w[j];
-            for (int j = 0; j < k; j++) w[j] /= s;
-        }
-        /* The weights are rounded to BF16 before they scale the experts' outputs. models.md says
-         * transformers multiplies by p in FP32; the fixtures' oracle (transformers 5.17) rounds p
-         * first — measured: layer 0's routed sum matches it bit for bit this way, 60 % otherwise. */
-        for (int j = 0; j < k; j++) w[j] = bf(w[j]);
         /* the experts' contributions added in BF16, ascending expert id */
         float *o = out + (size_t)t * H;
         for (int i = 0; i < H; i++) o[i] = 0.0f;

@@ -44,6 +44,27 @@ float tdm_margin(const float *logits, int n);
  * points of models.md applied). */
 void tdm_ref_rmsnorm(const float *x, const float *w, int n, float eps, float *y);       /* zero-centred, ->bf16 */
 void tdm_ref_linear_bf16(const struct tdm_qweight *w, const float *x, int m, float *y);  /* x W^T ->bf16 */
+
+/* The pieces of the layers that the GPU kernels replace, one function each (kernels/layers.h). */
+/* Causal depthwise conv of T tokens [T][C] over the state [K-1][C] (the last K-1 inputs, oldest
+ * first; updated), taps w [C][K]: y [T][C] = bf16(silu(bf16(conv))). */
+void tdm_ref_gdn_conv(const float *w, int C, int K, float *state, const float *x, int T, float *y);
+/* One token of the Gated DeltaNet: conv output ct [2 Hk Dk + Hv Dv], b and a [Hv]; gates, FP32 L2
+ * norms of q and k, the delta rule on S [Hv][Dk][Dv] (updated); o [Hv][Dv] FP32 (not rounded).
+ * scratch: 2 Hk Dk + Dv floats. */
+void tdm_ref_gdn_token(int Hk, int Hv, int Dk, int Dv, const float *A_log, const float *dt_bias, const float *ct,
+                       const float *b, const float *a, float *S, float *o, float *scratch);
+/* The GDN gated RMSNorm of one head, in place: o ->bf16, norm ->bf16, * w ->bf16, * silu(z) ->bf16. */
+void tdm_ref_gated_norm(float *o, const float *z, const float *w, int n, float eps);
+/* Rotary on the first R dims of one head at position pos, BF16 arithmetic (models.md). */
+void tdm_ref_rope_bf16(float *x, int R, int pos, double theta);
+/* One query head against n cached positions: q and gate [D], K and V rows of the query's KV head
+ * at kc + j*row, vc + j*row; p: n floats of scratch; o [D] = bf16(bf16(attn) * bf16(sigmoid(gate))). */
+void tdm_ref_attn_head(const float *q, const float *gate, const float *kc, const float *vc, size_t row, int n, int D,
+                       float *p, float *o);
+/* The router of one row: logits rl [E] -> softmax p [E], top-k sel [k] (descending, ties to the lower
+ * id), weights w [k] (renormalised when norm_topk, ->bf16). */
+void tdm_ref_route(const float *rl, int E, int k, int norm_topk, float *p, int *sel, float *w);
 #ifdef __cplusplus
 }
 #endif
