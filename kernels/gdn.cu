@@ -1,0 +1,176 @@
+// gdn.cu — the Gated DeltaNet layer's own kernels (layers.h): the causal conv with its rolling
+// state, and the gates + L2 norms + delta-rule recurrence over the FP32 state. The projections
+// are matrix products (matmul.h); the gated norm is in norm.cu.
+#include "layers.h"
+#include "layers_dev.cuh"
+#include "cuda_check.h"
+
+using namespace tdm_ly;
+
+namespace {
+
+constexpr int CONV_THREADS = 256;
+
+// One thread a channel, the M tokens in order: exactly tdm_ref_gdn_conv's arithmetic
+// (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))).
+template <int K>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv_kernel(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, uint16_t *y)
+{
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= C) return;
+    float win[K], wk[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) win[j] = bf2f(state[(size_t)j * C + c]);
+    for (int t = 0; t < M; t++) {
+        win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
+        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+#pragma unroll
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + c] = f2bf(win[j]);
+}
+
+constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
+
+// One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
+// column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
+// M tokens. Per token, tdm_ref_gdn_token's steps in its order, elementwise with its operations:
+//   q, k of key head h / rep: L2 norms in tdm_dot's order (warp_dot_ref), q *= 1/sqrt(Dk);
+//   beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), S *= exp(g);
+//   kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp order;
+//   u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
+// Only the two sums over Dk differ from the CPU's serial order. No value depends on M: the tokens
+// run in sequence and a token's arithmetic is the same in every call.
+template <int ROWS>
+__global__ void __launch_bounds__(REC_WARPS * 32)
+recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
+             const float *dt_bias, float *S, int M, int Hk, int Hv, int Dv, uint16_t *o)
+{
+    constexpr int Dk = ROWS * REC_WARPS;
+    __shared__ float qs[Dk], ks[Dk], red[REC_WARPS][32], us[32], sc[4];
+    const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
+    const int kh = h / (Hv / Hk), C = 2 * Hk * Dk + Hv * Dv;
+    float *Sh = S + (size_t)h * Dk * Dv;
+    float s[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
+    for (int t = 0; t < M; t++) {
+        const uint16_t *ct = qkv + (size_t)t * C;
+        for (int i = tid; i < Dk; i += REC_WARPS * 32) {
+            qs[i] = bf2f(ct[(size_t)kh * Dk + i]);
+            ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const float d = warp_dot_ref(qs, qs, Dk);
+            if (lane == 0) sc[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
+        } else if (warp == 1) {
+            const float d = warp_dot_ref(ks, ks, Dk);
+            if (lane == 0) sc[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
+        } else if (warp == 2 && lane == 0) {
+            sc[2] = bfr(sigmoid_ref(bf2f(b[(size_t)t * ldb + h])));
+            const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(bf2f(a[(size_t)t * lda + h]), dt_bias[h])));
+            sc[3] = expf(gt);
+        }
+        __syncthreads();
+        const float invq = sc[0], invk = sc[1], beta = sc[2], decay = sc[3];
+        // every thread scales its own copy of the rows it needs: no second barrier for qs/ks
+        float kr[ROWS], qr[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            kr[r] = __fmul_rn(ks[i0 + r], invk);
+            qr[r] = __fmul_rn(__fmul_rn(qs[i0 + r], invq), qscale);
+        }
+        const float v = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + j]);
+        float p = 0.0f;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            s[r] = __fmul_rn(s[r], decay);
+            p = __fadd_rn(p, __fmul_rn(s[r], kr[r]));
+        }
+        red[warp][lane] = p;
+        __syncthreads();
+        if (warp == 0) {
+            float kv = red[0][lane];
+#pragma unroll
+            for (int w = 1; w < REC_WARPS; w++) kv = __fadd_rn(kv, red[w][lane]);
+            us[lane] = __fmul_rn(__fsub_rn(v, kv), beta);
+        }
+        __syncthreads();
+        const float u = us[lane];
+        p = 0.0f;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
+            p = __fadd_rn(p, __fmul_rn(s[r], qr[r]));
+        }
+        red[warp][lane] = p;  // warp 0 read red before the barrier above
+        __syncthreads();
+        if (warp == 0) {
+            float ov = red[0][lane];
+#pragma unroll
+            for (int w = 1; w < REC_WARPS; w++) ov = __fadd_rn(ov, red[w][lane]);
+            o[((size_t)t * Hv + h) * Dv + j] = f2bf(ov);
+        }
+        __syncthreads();  // qs, ks, sc, red are rewritten by the next token
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) Sh[(size_t)(i0 + r) * Dv + j] = s[r];
+}
+
+}  // namespace
+
+extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                            uint16_t *y, void *stream)
+{
+    if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C)
+        return tdm_errf("tdm_gdn_conv: bad shape M %d, C %d, K %d (2..4), ldx %lld", M, C, K, (long long)ldx);
+    if (M == 0) return 0;
+    const int blocks = (C + CONV_THREADS - 1) / CONV_THREADS;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    else if (K == 3) conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_gdn_conv_bytes(int M, int C, int K)
+{
+    // x in, y out, taps, the state read and written
+    return (int64_t)M * C * 4 + (int64_t)C * K * 4 + (int64_t)(K - 1) * C * 4;
+}
+
+extern "C" int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                             const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                             uint16_t *o, void *stream)
+{
+    if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
+        ldb < Hv || lda < Hv)
+        return tdm_errf("tdm_gdn_recur: bad shape M %d, Hk %d, Hv %d, Dk %d (64, 128 or 256), Dv %d (a multiple of 32), "
+                        "ldb %lld, lda %lld", M, Hk, Hv, Dk, Dv, (long long)ldb, (long long)lda);
+    if (M == 0) return 0;
+    dim3 grid(Hv, Dv / 32);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (Dk == 128) recur_kernel<16><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
+    else if (Dk == 64) recur_kernel<8><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
+    else recur_kernel<32><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv)
+{
+    // the conv output (q, k, v), b and a in; o out; the state read and written; A_log, dt_bias
+    const int64_t C = 2LL * Hk * Dk + (int64_t)Hv * Dv;
+    return (int64_t)M * (C * 2 + (int64_t)Hv * 4 + (int64_t)Hv * Dv * 2) + (int64_t)Hv * Dk * Dv * 8 + (int64_t)Hv * 8;
+}

@@ -1,0 +1,129 @@
+/* layers.h — the per-layer GPU kernels other than the projection products: norms, the Gated
+ * DeltaNet conv and recurrence, decode attention, the MoE router and the greedy head. Each
+ * replaces one function of the CPU reference (src/common/ref.c, named per launcher) and is checked
+ * against it in t/unit/layers_gpu.c.
+ *
+ * Conventions (as kernels/matmul.h): activations BF16 on the device (uint16_t), row-major, rows
+ * contiguous unless a row stride (ld, in elements) is given; recurrent state FP32; weights of the
+ * norms, conv taps, A_log and dt_bias FP32 (as src/common/model.h holds them). Every launcher
+ * takes an explicit stream (a cudaStream_t, NULL = legacy default), checks its arguments and the
+ * launch, and returns 0 or -1 with tdm_err() set.
+ *
+ * Row invariance: M is the number of rows of one sequence (1..32 for a verify; the launchers
+ * accept more). Row r of an M-row call is the same bits as a one-row call on that row; for the
+ * stateful kernels (conv, recurrence, KV append, attention) as M one-row calls made in sequence.
+ * No kernel uses atomics; every reduction has a fixed order that depends on the shape only.
+ *
+ * Positions: pos0 is the position of row 0 (row r is at pos0 + r). d_pos0, when not NULL, is a
+ * device int32 holding pos0 instead (so that one captured CUDA graph serves every round); the host
+ * pos0 is then only used to size the grid and must be >= the device value. */
+#ifndef TDM_LAYERS_H
+#define TDM_LAYERS_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- norms (kernels/norm.cu) ---------------------------------------------------------------- */
+
+/* Residual add and zero-centred RMSNorm (decoder layer, final and MTP norms; ref: layer_forward's
+ * h = bf16(h + y), then tdm_ref_rmsnorm). h [M][H]: when y is not NULL, h = bf16(h + y) in place
+ * (y [M][H], row stride ldy); then out [M][H] = bf16(h * rsqrt(mean(h^2) + eps) * (1 + w)).
+ * One block a row; the sum of squares is a fixed tree over 256 threads (not the CPU's order).
+ * H <= 11264. */
+int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                    uint16_t *out, void *stream);
+int64_t tdm_add_rmsnorm_bytes(int H, int M, int add);
+
+/* The GDN gated RMSNorm (ref: tdm_ref_gated_norm) per value head: o [M][Hv][Dv] (the recurrence's
+ * BF16 output), z [M][Hv*Dv] (row stride ldz), w [Dv]; y [M][Hv*Dv] = bf16(bf16(bf16(norm(o)) * w)
+ * * silu(z)). The sum of squares in the reference's order (tdm_dot). Dv <= 1024. */
+int tdm_gdn_gated_norm(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv, int Dv,
+                       float eps, uint16_t *y, void *stream);
+int64_t tdm_gdn_gated_norm_bytes(int M, int Hv, int Dv);
+
+/* Attention's q and k head norms (zero-centred RMSNorm, the sum in the reference's order) and
+ * rotary on the first R dims at position pos0 + r (ref: tdm_ref_rmsnorm, tdm_ref_rope_bf16), and
+ * the KV-cache append. qg [M][Hq][2D] (row stride ldqg: per head the query, then the gate); k, v
+ * [M][Hkv][D] (row stride ldkv); q_norm, k_norm [D]. Writes q_out [M][Hq][D], and k (normed,
+ * rotated) and v (as given) into the BF16 caches [ctx][Hkv][D] at rows pos0 + r. D <= 1024,
+ * R even, R <= D. */
+int tdm_qk_norm_rope(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
+                     const float *q_norm, const float *k_norm, int M, int Hq, int Hkv, int D, int R, double theta,
+                     float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out, uint16_t *kcache,
+                     uint16_t *vcache, void *stream);
+int64_t tdm_qk_norm_rope_bytes(int M, int Hq, int Hkv, int D);
+
+/* ---- Gated DeltaNet (kernels/gdn.cu) -------------------------------------------------------- */
+
+/* Causal depthwise conv + SiLU over the channels [q | k | v] (C = 2 Hk Dk + Hv Dv) for M tokens
+ * in order (ref: tdm_ref_gdn_conv): x [M][C] (row stride ldx: the in_proj_qkv output, already in
+ * conv order — qwen3_next's grouped in_proj_qkvz must be reordered, e.g. by permuting the weight's
+ * rows at load), taps w [C][K] FP32, state [K-1][C] BF16 (the last K-1 inputs, oldest first;
+ * BF16 holds them exactly; updated); y [M][C] = bf16(silu(bf16(conv))). One thread a channel, the
+ * tokens in sequence with the reference's arithmetic. K in 2..4. */
+int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K, uint16_t *y,
+                 void *stream);
+int64_t tdm_gdn_conv_bytes(int M, int C, int K);
+
+/* Gates, FP32 L2 norms of q and k (the reference's order) and the delta rule for M tokens of one
+ * sequence in order (ref: tdm_ref_gdn_token): qkv [M][C] (the conv output), b and a [M][Hv] (row
+ * strides ldb, lda), A_log and dt_bias [Hv]; S [Hv][Dk][Dv] FP32, updated; o [M][Hv][Dv] =
+ * bf16(S^T q). One block per (value head, 32 columns of Dv): the state columns live in registers
+ * across the tokens; S^T k and S^T q are summed over Dk as 8 serial partials of Dk/8 rows added in
+ * warp order (the CPU sums serially). Dk in {64, 128, 256}, Dv a multiple of 32, Hv a multiple of
+ * Hk. */
+int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                  const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                  uint16_t *o, void *stream);
+int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv);
+
+/* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
+
+/* Positions per KV chunk: chunk boundaries are multiples of this, whatever the call's M. */
+#define TDM_ATTN_CHUNK 256
+
+/* Scratch (device, FP32) that tdm_attn_decode needs for M rows of Hq heads and a cache of ctx
+ * positions: per (row, head, chunk) the partial output [D] and its max and sum. */
+size_t tdm_attn_scratch_bytes(int M, int Hq, int D, int ctx);
+
+/* Causal GQA attention of M new queries against the BF16 cache (ref: tdm_ref_attn_head): query r
+ * (at position pos0 + r) sees cache rows 0..pos0 + r (the new rows must already be in the cache:
+ * tdm_qk_norm_rope). q [M][Hq][D] (normed, rotated); the gate is the second half of each head of
+ * qg [M][Hq][2D] (row stride ldqg); caches [ctx][Hkv][D]; out [M][Hq*D] = bf16(bf16(attn) *
+ * bf16(sigmoid(gate))). Flash-decoding: one block per (chunk of TDM_ATTN_CHUNK positions, q head),
+ * a warp per query row; per chunk the max, the sum of exp(s - max) and the BF16-rounded
+ * probabilities times V; a second kernel adds the chunks in ascending order. The probabilities
+ * are rounded relative to the chunk's max (the reference: the row's max), so the check has a
+ * bound. D in {64, 128, 256}, Hq a multiple of Hkv. */
+int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
+                    const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
+                    float *scratch, uint16_t *out, void *stream);
+int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0);
+
+/* ---- MoE router (kernels/moe_route.cu) ------------------------------------------------------ */
+
+/* Per row (ref: tdm_ref_route): softmax of the BF16 router logits [M][E] (row stride ld) in FP32,
+ * top-k by probability (ties to the lower expert id), sel [M][k] in descending order; weights
+ * w [M][k] BF16 (renormalised over the k when norm_topk, in selection order, then ->bf16). One
+ * block a row; the max is exact, the softmax sum a fixed tree (not the CPU's order). E <= 8192,
+ * k <= 64. */
+int tdm_moe_route(const uint16_t *logits, int64_t ld, int M, int E, int k, int norm_topk, int32_t *sel, uint16_t *w,
+                  void *stream);
+int64_t tdm_moe_route_bytes(int M, int E, int k);
+
+/* ---- greedy head (kernels/head.cu) ---------------------------------------------------------- */
+
+/* Scratch (device) for tdm_argmax_rows. */
+size_t tdm_argmax_scratch_bytes(int M, int64_t V);
+/* ids[r] = argmax of FP32 logits row r [M][V] (row stride ld), ties to the lower id (ref:
+ * tdm_argmax; NaN is never chosen, an all-NaN row gives 0). Blocks over fixed slices of V, then
+ * one warp a row; a max with ties to the lower id does not depend on the order at all. */
+int tdm_argmax_rows(const float *logits, int64_t ld, int M, int64_t V, void *scratch, int32_t *ids, void *stream);
+int64_t tdm_argmax_rows_bytes(int M, int64_t V);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

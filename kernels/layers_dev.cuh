@@ -1,0 +1,76 @@
+// layers_dev.cuh — device helpers shared by the layer kernels (norm.cu, gdn.cu, attn.cu,
+// moe_route.cu, head.cu): BF16 conversion, the reference's scalar functions, and the reference's
+// dot-product order. The arithmetic that must match the CPU reference is written with explicit
+// round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never contracts into FMAs,
+// so that one operation of the C reference is one operation here.
+#ifndef TDM_LAYERS_DEV_CUH
+#define TDM_LAYERS_DEV_CUH
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace tdm_ly {
+
+constexpr unsigned FULL = 0xffffffffu;
+
+__device__ __forceinline__ float bf2f(uint16_t u) { return __uint_as_float((uint32_t)u << 16); }
+__device__ __forceinline__ uint16_t f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ float bfr(float f) { return bf2f(f2bf(f)); }  // the "->bf16" of models.md
+
+// ref.c's sigmoidf, siluf, softplusf
+__device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float silu_ref(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float softplus_ref(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+// 1 / sqrtf(x), both correctly rounded as in C
+__device__ __forceinline__ float rsqrt_ref(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }
+
+// tdm_dot(a, b, n) (src/common/linear.c) in its exact order: eight interleaved serial partial sums,
+// the tail into the first, added as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). Called by
+// all 32 lanes of a warp (lanes 0..7 do the sums); every lane gets the result. a and b may be
+// shared or global memory.
+__device__ __forceinline__ float warp_dot_ref(const float *a, const float *b, int n)
+{
+    const int lane = threadIdx.x & 31;
+    float p = 0.0f;
+    if (lane < 8) {
+        int c = 0;
+        for (; c + 8 <= n; c += 8) p = __fadd_rn(p, __fmul_rn(a[c + lane], b[c + lane]));
+        if (lane == 0)
+            for (; c < n; c++) p = __fadd_rn(p, __fmul_rn(a[c], b[c]));
+    }
+    // xor butterflies: lane 0 ends with exactly the reference's tree (addition is commutative)
+    p = __fadd_rn(p, __shfl_xor_sync(FULL, p, 1));
+    p = __fadd_rn(p, __shfl_xor_sync(FULL, p, 2));
+    p = __fadd_rn(p, __shfl_xor_sync(FULL, p, 4));
+    return __shfl_sync(FULL, p, 0);
+}
+
+// Sum over a warp, the same bits in every lane (each butterfly step adds the same two values in
+// both partner lanes).
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int s = 16; s > 0; s >>= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL, v, s));
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, s));
+    return v;
+}
+
+// Argmax pairs: (v2, i2) beats (v1, i1) when it is larger, or equal with a lower index; i < 0 is
+// "none". Associative and commutative, so any reduction order gives the same pair.
+__device__ __forceinline__ bool beats(float v2, int i2, float v1, int i1)
+{
+    return i2 >= 0 && (i1 < 0 || v2 > v1 || (v2 == v1 && i2 < i1));
+}
+__device__ __forceinline__ void warp_argmax(float &v, int &i)
+{
+    for (int s = 16; s > 0; s >>= 1) {
+        const float ov = __shfl_xor_sync(FULL, v, s);
+        const int oi = __shfl_xor_sync(FULL, i, s);
+        if (beats(ov, oi, v, i)) { v = ov; i = oi; }
+    }
+}
+
+}  // namespace tdm_ly
+#endif

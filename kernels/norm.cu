@@ -1,0 +1,175 @@
+// norm.cu — the RMS norms of the layers: residual add + zero-centred RMSNorm, the GDN gated norm,
+// and attention's q/k head norms fused with partial rotary and the KV-cache append (layers.h).
+#include "layers.h"
+#include "layers_dev.cuh"
+#include "cuda_check.h"
+
+using namespace tdm_ly;
+
+namespace {
+
+constexpr int NORM_THREADS = 256;
+constexpr int NORM_MAX_H = 11264;  // the row in shared memory as FP32: 44 KB (of the 48 KB without opt-in)
+
+// One block a row. h = bf16(h + y) (when y), then out = bf16((h * r) * (1 + w)) with
+// r = 1 / sqrtf(sum(h^2) / H + eps), as tdm_ref_rmsnorm; the sum is thread-serial over a stride of
+// 256, then butterflies, then the 8 warps' sums in warp order.
+__global__ void __launch_bounds__(NORM_THREADS)
+add_rmsnorm_kernel(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, float eps, uint16_t *out)
+{
+    extern __shared__ float xs[];
+    __shared__ float red[NORM_THREADS / 32];
+    const int r = blockIdx.x, tid = threadIdx.x;
+    uint16_t *hr = h + (size_t)r * H;
+    const uint16_t *yr = y ? y + (size_t)r * ldy : nullptr;
+    float ss = 0.0f;
+    for (int i = tid; i < H; i += NORM_THREADS) {
+        float x = bf2f(hr[i]);
+        if (yr) {
+            x = bfr(__fadd_rn(x, bf2f(yr[i])));
+            hr[i] = f2bf(x);
+        }
+        xs[i] = x;
+        ss = __fadd_rn(ss, __fmul_rn(x, x));
+    }
+    ss = warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    __syncthreads();
+    float tot = red[0];
+    for (int i = 1; i < NORM_THREADS / 32; i++) tot = __fadd_rn(tot, red[i]);
+    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(tot, (float)H), eps));
+    uint16_t *o = out + (size_t)r * H;
+    for (int i = tid; i < H; i += NORM_THREADS) o[i] = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
+}
+
+constexpr int GN_WARPS = 4;
+constexpr int GN_MAX_D = 1024;
+
+// One warp per (row, value head): tdm_ref_gated_norm with the sum in tdm_dot's order.
+__global__ void __launch_bounds__(GN_WARPS * 32)
+gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv, int Dv, float eps,
+                  uint16_t *y)
+{
+    __shared__ float buf[GN_WARPS][GN_MAX_D];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int task = blockIdx.x * GN_WARPS + warp;
+    if (task >= M * Hv) return;  // warp-uniform
+    const int r = task / Hv, hd = task % Hv;
+    const uint16_t *orow = o + ((size_t)r * Hv + hd) * Dv;
+    const uint16_t *zrow = z + (size_t)r * ldz + (size_t)hd * Dv;
+    float *xs = buf[warp];
+    for (int j = lane; j < Dv; j += 32) xs[j] = bf2f(orow[j]);  // o is BF16 already: the first ->bf16
+    __syncwarp();
+    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
+    uint16_t *yrow = y + (size_t)r * Hv * Dv + (size_t)hd * Dv;
+    for (int j = lane; j < Dv; j += 32)
+        yrow[j] = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
+}
+
+// One warp per (row, head); heads 0..Hq-1 are the queries, Hq..Hq+Hkv-1 the keys (and values).
+__global__ void __launch_bounds__(32)
+qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
+                    const float *q_norm, const float *k_norm, int Hq, int Hkv, int D, int R, float theta, float eps,
+                    int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out, uint16_t *kcache, uint16_t *vcache)
+{
+    __shared__ float xs[GN_MAX_D];
+    const int hd = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    const int pos = (d_pos0 ? *d_pos0 : pos0) + r;
+    const bool isq = hd < Hq;
+    const int g = hd - Hq;
+    if (!isq && (pos < 0 || pos >= ctx)) return;  // the host checks this when pos0 is given on the host
+    const uint16_t *src = isq ? qg + (size_t)r * ldqg + (size_t)hd * 2 * D : k + (size_t)r * ldkv + (size_t)g * D;
+    const float *w = isq ? q_norm : k_norm;
+    for (int i = lane; i < D; i += 32) xs[i] = bf2f(src[i]);
+    __syncwarp();
+    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, D), (float)D), eps));
+    __syncwarp();
+    for (int i = lane; i < D; i += 32) xs[i] = bfr(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
+    __syncwarp();
+    // tdm_ref_rope_bf16: one lane per pair (i, i + R/2)
+    const int half = R / 2;
+    for (int i = lane; i < half; i += 32) {
+        const float inv = __fdiv_rn(1.0f, powf(theta, __fdiv_rn((float)(2 * i), (float)R)));
+        const float ang = __fmul_rn((float)pos, inv);
+        const float cs = bfr(cosf(ang)), sn = bfr(sinf(ang));
+        const float a = xs[i], b = xs[i + half];
+        xs[i] = bfr(__fadd_rn(bfr(__fmul_rn(a, cs)), bfr(__fmul_rn(-b, sn))));
+        xs[i + half] = bfr(__fadd_rn(bfr(__fmul_rn(b, cs)), bfr(__fmul_rn(a, sn))));
+    }
+    __syncwarp();
+    if (isq) {
+        uint16_t *dst = q_out + ((size_t)r * Hq + hd) * D;
+        for (int i = lane; i < D; i += 32) dst[i] = f2bf(xs[i]);
+    } else {
+        const size_t at = ((size_t)pos * Hkv + g) * D;
+        const uint16_t *vs = v + (size_t)r * ldkv + (size_t)g * D;
+        for (int i = lane; i < D; i += 32) {
+            kcache[at + i] = f2bf(xs[i]);
+            vcache[at + i] = vs[i];
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                               uint16_t *out, void *stream)
+{
+    if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H))
+        return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld", M, H, NORM_MAX_H, (long long)ldy);
+    if (M == 0) return 0;
+    add_rmsnorm_kernel<<<M, NORM_THREADS, (size_t)H * sizeof(float), (cudaStream_t)stream>>>(h, y, ldy, w, H, eps, out);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_add_rmsnorm_bytes(int H, int M, int add)
+{
+    // reads h (and y), the weight; writes out (and h)
+    return (int64_t)M * H * 2 * (add ? 4 : 2) + (int64_t)H * 4;
+}
+
+extern "C" int tdm_gdn_gated_norm(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv,
+                                  int Dv, float eps, uint16_t *y, void *stream)
+{
+    if (M < 0 || Hv <= 0 || Dv <= 0 || Dv > GN_MAX_D || ldz < (int64_t)Hv * Dv)
+        return tdm_errf("tdm_gdn_gated_norm: bad shape M %d, Hv %d, Dv %d (at most %d), ldz %lld", M, Hv, Dv, GN_MAX_D,
+                        (long long)ldz);
+    if (M == 0) return 0;
+    const int tasks = M * Hv;
+    gated_norm_kernel<<<(tasks + GN_WARPS - 1) / GN_WARPS, GN_WARPS * 32, 0, (cudaStream_t)stream>>>(o, z, ldz, w, M, Hv,
+                                                                                                     Dv, eps, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_gdn_gated_norm_bytes(int M, int Hv, int Dv)
+{
+    return (int64_t)M * Hv * Dv * 2 * 3 + (int64_t)Dv * 4;  // o, z in; y out
+}
+
+extern "C" int tdm_qk_norm_rope(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
+                                const float *q_norm, const float *k_norm, int M, int Hq, int Hkv, int D, int R,
+                                double theta, float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out,
+                                uint16_t *kcache, uint16_t *vcache, void *stream)
+{
+    if (M < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || D > GN_MAX_D || R < 0 || R > D || (R & 1) ||
+        ldqg < (int64_t)Hq * 2 * D || ldkv < (int64_t)Hkv * D)
+        return tdm_errf("tdm_qk_norm_rope: bad shape M %d, Hq %d, Hkv %d, D %d, R %d, ldqg %lld, ldkv %lld", M, Hq, Hkv,
+                        D, R, (long long)ldqg, (long long)ldkv);
+    if (pos0 < 0 || (int64_t)pos0 + M > ctx)
+        return tdm_errf("tdm_qk_norm_rope: positions %d..%d exceed the cache of %d", pos0, pos0 + M - 1, ctx);
+    if (M == 0) return 0;
+    dim3 grid(Hq + Hkv, M);
+    qk_norm_rope_kernel<<<grid, 32, 0, (cudaStream_t)stream>>>(qg, ldqg, k, v, ldkv, q_norm, k_norm, Hq, Hkv, D, R,
+                                                               (float)theta, eps, pos0, d_pos0, ctx, q_out, kcache,
+                                                               vcache);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_qk_norm_rope_bytes(int M, int Hq, int Hkv, int D)
+{
+    // q (the query halves), k, v in; q_out, the two cache rows out; the norm weights
+    return (int64_t)M * D * 2 * (2 * Hq + 4 * Hkv) + (int64_t)D * 8;
+}

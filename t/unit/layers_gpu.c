@@ -1,0 +1,739 @@
+/* The layer kernels on the GPU (kernels/layers.h; skips without a device), on the shapes of the
+ * tiny fixtures (both layouts), Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/presets.c):
+ *   check: each kernel against the CPU reference function it replaces (src/common/ref.c), 32 rows
+ *     of random inputs (rows 9 and 21 repeat row 0, row 30 repeats row 3), outputs poisoned (0xff)
+ *     before every run. Bounds, per element (an "ulp" below is 2^-7 |ref|, at least one BF16 ulp):
+ *       add_rmsnorm: the residual h = bf16(h + y) bit for bit; the norm within 1 ulp (the sum of
+ *         squares is a parallel tree, not the CPU's order);
+ *       gated norm, conv (+ its state bit for bit): within 1 ulp (the order is the reference's;
+ *         only expf may differ by an FP32 ulp from the C library's);
+ *       q/k norm + rotary: within 1 ulp + 2^-7 max|normed head| (cos, sin, pow of the GPU), the V
+ *         rows appended bit for bit;
+ *       recurrence (32 tokens in sequence): o within 1 ulp + 1e-4 max|o| of the head and token, the
+ *         state within 1e-4 max|S| of the head (the sums over Dk are parallel);
+ *       attention: within 2^-7 (A + |ref|), A = sum_j p_j |v_j| / sum_j p_j (the probabilities are
+ *         rounded to BF16 relative to their chunk's max, the reference's relative to the row's);
+ *       router: the chosen experts equal, the weights within 1 ulp; argmax: equal;
+ *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
+ *     every output (and the state after M tokens for the conv and the recurrence); every element
+ *     written; attention and the q/k append also with the position in device memory. */
+#include "config.h"
+#include "device.h"
+#include "err.h"
+#include "formats.h"
+#include "layers.h"
+#include "presets.h"
+#include "ref.h"
+#include "tap.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define R 32 /* rows of every check and the largest twin */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0f - 1.0f; } /* [-1, 1) */
+
+static tdm_stream st;
+
+static void bail(const char *what)
+{
+    printf("Bail out! %s: %s\n", what, tdm_err());
+    exit(1);
+}
+static void *dal(size_t bytes)
+{
+    void *p = NULL;
+    if (tdm_cuda_malloc(&p, bytes ? bytes : 1) != 0) bail("cudaMalloc");
+    return p;
+}
+static void *hal(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { printf("Bail out! out of host memory\n"); exit(1); }
+    return p;
+}
+/* The test's stream is non-blocking: copies and fills on the legacy stream are fenced by device-wide
+ * synchronisations on both sides. */
+static void up(void *d, const void *h, size_t n)
+{
+    if (tdm_cuda_sync() != 0 || tdm_cuda_h2d(d, h, n) != 0 || tdm_cuda_sync() != 0) bail("copy to device");
+}
+static void down(void *h, const void *d, size_t n)
+{
+    if (tdm_stream_sync(st) != 0 || tdm_cuda_sync() != 0 || tdm_cuda_d2h(h, d, n) != 0) bail("copy from device");
+}
+static void poison(void *d, size_t n)
+{
+    if (tdm_cuda_sync() != 0 || tdm_cuda_memset(d, 0xff, n) != 0 || tdm_cuda_sync() != 0) bail("cudaMemset");
+}
+
+/* n random BF16 values in [-amp, amp), and their floats */
+static void rand_bf16(uint16_t *h, float *f, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++) {
+        h[i] = tdm_f32_to_bf16(frand() * amp);
+        f[i] = tdm_bf16_to_f32(h[i]);
+    }
+}
+/* rows 9 and 21 repeat row 0, row 30 repeats row 3 */
+static void share_rows(uint16_t *h, float *f, size_t row)
+{
+    const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
+    for (int i = 0; i < 3; i++) {
+        memcpy(h + same[i][0] * row, h + same[i][1] * row, row * sizeof *h);
+        memcpy(f + same[i][0] * row, f + same[i][1] * row, row * sizeof *f);
+    }
+}
+static float bfv(float x) { return tdm_bf16r(x); }
+static float ulp(float ref) { return ldexpf(fabsf(ref), -7); }
+
+/* ---- comparisons ---- */
+
+struct cmp { long n, bad, exact; double worst; };
+static void cmp_add(struct cmp *c, float got, float ref, double bound)
+{
+    const double d = fabs((double)got - (double)ref);
+    c->n++;
+    if (memcmp(&got, &ref, sizeof got) == 0) c->exact++;
+    if (!(d <= bound)) c->bad++;
+    const double q = isnan(d) ? INFINITY : d == 0 ? 0 : bound > 0 ? d / bound : INFINITY;
+    if (q > c->worst) c->worst = q;
+}
+static void cmp_ok(const struct cmp *c, const char *label, const char *what)
+{
+    ok(c->n > 0 && c->bad == 0, "%s: %s: %ld of %ld outside the bound, %.2f%% bit-identical to the reference, worst %.3g "
+       "of the bound", label, what, c->bad, c->n, c->n ? 100.0 * c->exact / c->n : 0.0, c->worst);
+}
+
+/* ---- twins ---- */
+
+struct dout {
+    void *d;            /* device: row 0 of the output */
+    size_t row_bytes;
+    int kind;           /* 0: BF16 (poison 0xffff is NaN, never a result), 1: int32 (>= 0), 2: in/out, not poisoned */
+};
+struct twin {
+    int (*launch)(void *ctx, int row0, int m, int devpos); /* rows row0..row0+m-1 (continuing the sequence) */
+    void (*reset)(void *ctx);                             /* inputs and state back to the start */
+    void *ctx;
+    int nout;
+    struct dout out[3];
+    void *state;        /* device, or NULL */
+    size_t state_bytes;
+    int devpos;         /* also compare the call with the position in device memory */
+};
+
+static int unwritten(const struct dout *o, const unsigned char *h, int rows)
+{
+    int n = 0;
+    if (o->kind == 0) {
+        const uint16_t *p = (const uint16_t *)h;
+        for (size_t i = 0; i < rows * o->row_bytes / 2; i++) n += p[i] == 0xffff;
+    } else if (o->kind == 1) {
+        const int32_t *p = (const int32_t *)h;
+        for (size_t i = 0; i < rows * o->row_bytes / 4; i++) n += p[i] < 0;
+    }
+    return n;
+}
+
+static void twin_test(const char *label, const struct twin *t)
+{
+    unsigned char *one[3], *many[3], *st1 = NULL, *stm = NULL;
+    for (int o = 0; o < t->nout; o++) {
+        one[o] = hal(R * t->out[o].row_bytes);
+        many[o] = hal(R * t->out[o].row_bytes);
+    }
+    if (t->state) {
+        st1 = hal((size_t)R * t->state_bytes);
+        stm = hal(t->state_bytes);
+    }
+    int bad_rows = 0, bad_state = 0, unw = 0, bad_dev = 0, rc = 0;
+    t->reset(t->ctx);
+    for (int r = 0; r < R && !rc; r++) {
+        for (int o = 0; o < t->nout; o++)
+            if (t->out[o].kind != 2) poison(t->out[o].d, R * t->out[o].row_bytes);
+        rc = t->launch(t->ctx, r, 1, 0);
+        for (int o = 0; o < t->nout && !rc; o++)
+            down(one[o] + r * t->out[o].row_bytes, (char *)t->out[o].d + r * t->out[o].row_bytes, t->out[o].row_bytes);
+        if (t->state && !rc) down(st1 + (size_t)r * t->state_bytes, t->state, t->state_bytes);
+    }
+    for (int o = 0; o < t->nout && !rc; o++) unw += unwritten(&t->out[o], one[o], R);
+    for (int m = 2; m <= R && !rc; m++) {
+        for (int dp = 0; dp <= (t->devpos && (m == 2 || m == 7 || m == R)) && !rc; dp++) {
+            t->reset(t->ctx);
+            for (int o = 0; o < t->nout; o++)
+                if (t->out[o].kind != 2) poison(t->out[o].d, R * t->out[o].row_bytes);
+            rc = t->launch(t->ctx, 0, m, dp);
+            int bad = 0;
+            for (int o = 0; o < t->nout && !rc; o++) {
+                down(many[o], t->out[o].d, m * t->out[o].row_bytes);
+                for (int r = 0; r < m; r++)
+                    if (memcmp(many[o] + r * t->out[o].row_bytes, one[o] + r * t->out[o].row_bytes, t->out[o].row_bytes))
+                        bad++;
+            }
+            if (t->state && !rc) {
+                down(stm, t->state, t->state_bytes);
+                if (memcmp(stm, st1 + (size_t)(m - 1) * t->state_bytes, t->state_bytes)) bad_state++;
+            }
+            if (dp) bad_dev += bad;
+            else bad_rows += bad;
+        }
+    }
+    ok(!rc && bad_rows == 0 && bad_state == 0 && unw == 0,
+       "%s: twins, M = 2..32 rows equal M one-row calls in sequence bit for bit (%d rows differ, %d states differ, %d "
+       "outputs unwritten)%s%s", label, bad_rows, bad_state, unw, rc ? ": " : "", rc ? tdm_err() : "");
+    if (t->devpos)
+        ok(!rc && bad_dev == 0, "%s: the position in device memory gives the same bits (M = 2, 7, 32; %d rows differ)",
+           label, bad_dev);
+    for (int o = 0; o < t->nout; o++) { free(one[o]); free(many[o]); }
+    free(st1);
+    free(stm);
+}
+
+/* ---- the shapes ---- */
+
+struct shape { const char *name; struct tdm_config c; };
+static struct shape shapes[4];
+static int nshapes;
+
+static void add_shape(const char *label, const char *preset, enum tdm_arch arch)
+{
+    struct shape *s = &shapes[nshapes];
+    if (tdm_preset(preset, arch, &s->c) != 0) bail("preset");
+    s->name = label;
+    nshapes++;
+}
+
+/* ================================================================================================
+ * add_rmsnorm
+ */
+struct norm_ctx { uint16_t *dh, *dy, *dout, *h0; float *dw; int H; float eps; };
+static int norm_launch(void *p, int r0, int m, int devpos)
+{
+    struct norm_ctx *c = p;
+    (void)devpos;
+    const size_t H = c->H;
+    return tdm_add_rmsnorm(c->dh + r0 * H, c->dy + r0 * H, H, c->dw, c->H, m, c->eps, c->dout + r0 * H, st);
+}
+static void norm_reset(void *p)
+{
+    struct norm_ctx *c = p;
+    up(c->dh, c->h0, (size_t)R * c->H * 2);
+}
+
+static void test_norm(const struct shape *s)
+{
+    const int H = s->c.hidden;
+    const float eps = s->c.rms_eps;
+    char label[128];
+    snprintf(label, sizeof label, "%s add_rmsnorm H %d", s->name, H);
+    const size_t n = (size_t)R * H;
+    uint16_t *h = hal(n * 2), *y = hal(n * 2), *out = hal(n * 2), *hg = hal(n * 2);
+    float *hf = hal(n * 4), *yf = hal(n * 4), *w = hal(H * 4), *x = hal(H * 4), *ref = hal(H * 4);
+    rand_bf16(h, hf, n, 4.0f);
+    rand_bf16(y, yf, n, 4.0f);
+    share_rows(h, hf, H);
+    share_rows(y, yf, H);
+    for (int i = 0; i < H; i++) w[i] = bfv(frand() * 0.5f);
+    struct norm_ctx c = {dal(n * 2), dal(n * 2), dal(n * 2), h, dal(H * 4), H, eps};
+    up(c.dy, y, n * 2);
+    up(c.dw, w, H * 4);
+    for (int add = 1; add >= 0; add--) {
+        norm_reset(&c);
+        poison(c.dout, n * 2);
+        if (tdm_add_rmsnorm(c.dh, add ? c.dy : NULL, H, c.dw, H, R, eps, c.dout, st) != 0) bail("tdm_add_rmsnorm");
+        down(out, c.dout, n * 2);
+        down(hg, c.dh, n * 2);
+        struct cmp cn = {0}, ch = {0};
+        for (int r = 0; r < R; r++) {
+            for (int i = 0; i < H; i++) {
+                const size_t at = (size_t)r * H + i;
+                x[i] = add ? bfv(hf[at] + yf[at]) : hf[at];
+                cmp_add(&ch, tdm_bf16_to_f32(hg[at]), x[i], 0);
+            }
+            tdm_ref_rmsnorm(x, w, H, eps, ref);
+            for (int i = 0; i < H; i++) cmp_add(&cn, tdm_bf16_to_f32(out[(size_t)r * H + i]), ref[i], ulp(ref[i]));
+        }
+        if (add) ok(ch.bad == 0 && ch.exact == ch.n, "%s: residual h = bf16(h + y) bit for bit (%ld of %ld differ)", label,
+                    ch.n - ch.exact, ch.n);
+        else ok(ch.exact == ch.n, "%s: without y, h is left alone", label);
+        cmp_ok(&cn, label, add ? "check against bf16(h + y), tdm_ref_rmsnorm (1 ulp)" : "check without the add (1 ulp)");
+    }
+    struct twin t = {norm_launch, norm_reset, &c, 2, {{c.dout, (size_t)H * 2, 0}, {c.dh, (size_t)H * 2, 2}}, NULL, 0, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dh); tdm_cuda_free(c.dy); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw);
+    free(h); free(y); free(out); free(hg); free(hf); free(yf); free(w); free(x); free(ref);
+}
+
+/* ================================================================================================
+ * GDN gated norm
+ */
+struct gn_ctx { uint16_t *dO, *dz, *dy; float *dw; int Hv, Dv; float eps; };
+static int gn_launch(void *p, int r0, int m, int devpos)
+{
+    struct gn_ctx *c = p;
+    (void)devpos;
+    const size_t row = (size_t)c->Hv * c->Dv;
+    return tdm_gdn_gated_norm(c->dO + r0 * row, c->dz + r0 * row, row, c->dw, m, c->Hv, c->Dv, c->eps, c->dy + r0 * row, st);
+}
+static void noop_reset(void *p) { (void)p; }
+
+static void test_gated_norm(const struct shape *s)
+{
+    const int Hv = s->c.gdn_v_heads, Dv = s->c.gdn_v_dim;
+    const size_t row = (size_t)Hv * Dv, n = R * row;
+    char label[128];
+    snprintf(label, sizeof label, "%s gdn_gated_norm Hv %d Dv %d", s->name, Hv, Dv);
+    uint16_t *o = hal(n * 2), *z = hal(n * 2), *y = hal(n * 2);
+    float *of = hal(n * 4), *zf = hal(n * 4), *w = hal(Dv * 4), *ref = hal(Dv * 4);
+    rand_bf16(o, of, n, 2.0f);
+    rand_bf16(z, zf, n, 4.0f);
+    share_rows(o, of, row);
+    share_rows(z, zf, row);
+    for (int i = 0; i < Dv; i++) w[i] = bfv(1.0f + frand() * 0.5f);
+    struct gn_ctx c = {dal(n * 2), dal(n * 2), dal(n * 2), dal(Dv * 4), Hv, Dv, s->c.rms_eps};
+    up(c.dO, o, n * 2);
+    up(c.dz, z, n * 2);
+    up(c.dw, w, Dv * 4);
+    poison(c.dy, n * 2);
+    if (gn_launch(&c, 0, R, 0) != 0) bail("tdm_gdn_gated_norm");
+    down(y, c.dy, n * 2);
+    struct cmp cm = {0};
+    for (size_t hd = 0; hd < (size_t)R * Hv; hd++) {
+        memcpy(ref, of + hd * Dv, Dv * 4);
+        tdm_ref_gated_norm(ref, zf + hd * Dv, w, Dv, s->c.rms_eps);
+        for (int j = 0; j < Dv; j++) cmp_add(&cm, tdm_bf16_to_f32(y[hd * Dv + j]), ref[j], ulp(ref[j]));
+    }
+    cmp_ok(&cm, label, "check against tdm_ref_gated_norm (1 ulp)");
+    struct twin t = {gn_launch, noop_reset, &c, 1, {{c.dy, row * 2, 0}}, NULL, 0, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dO); tdm_cuda_free(c.dz); tdm_cuda_free(c.dy); tdm_cuda_free(c.dw);
+    free(o); free(z); free(y); free(of); free(zf); free(w); free(ref);
+}
+
+/* ================================================================================================
+ * q/k norm + rotary + KV append
+ */
+struct qk_ctx {
+    uint16_t *dqg, *dk, *dv, *dq, *dkc, *dvc;
+    float *dqn, *dkn;
+    int32_t *dpos;
+    int Hq, Hkv, D, Rd, P, ctx;
+    double theta;
+    float eps;
+};
+static int qk_launch(void *p, int r0, int m, int devpos)
+{
+    struct qk_ctx *c = p;
+    const size_t ldqg = (size_t)c->Hq * 2 * c->D, ldkv = (size_t)c->Hkv * c->D;
+    if (devpos) {
+        const int32_t pos = c->P + r0;
+        up(c->dpos, &pos, 4);
+    }
+    /* with the position on the device, the host value is only an upper bound */
+    return tdm_qk_norm_rope(c->dqg + r0 * ldqg, ldqg, c->dk + r0 * ldkv, c->dv + r0 * ldkv, ldkv, c->dqn, c->dkn, m, c->Hq,
+                            c->Hkv, c->D, c->Rd, c->theta, c->eps, c->P + r0, devpos ? c->dpos : NULL, c->ctx,
+                            c->dq + r0 * (size_t)c->Hq * c->D, c->dkc, c->dvc, st);
+}
+
+static void test_qk(const struct shape *s, int P)
+{
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, Rd = s->c.rotary_dim;
+    const size_t ldqg = (size_t)Hq * 2 * D, ldkv = (size_t)Hkv * D;
+    const int ctx = P + R;
+    char label[160];
+    snprintf(label, sizeof label, "%s qk_norm_rope Hq %d Hkv %d D %d R %d at %d", s->name, Hq, Hkv, D, Rd, P);
+    uint16_t *qg = hal(R * ldqg * 2), *k = hal(R * ldkv * 2), *v = hal(R * ldkv * 2), *q = hal(R * Hq * D * 2);
+    uint16_t *kc = hal(R * ldkv * 2), *vc = hal(R * ldkv * 2);
+    float *qgf = hal(R * ldqg * 4), *kf = hal(R * ldkv * 4), *vf = hal(R * ldkv * 4), *qn = hal(D * 4), *kn = hal(D * 4);
+    float *ref = hal(D * 4);
+    rand_bf16(qg, qgf, R * ldqg, 3.0f);
+    rand_bf16(k, kf, R * ldkv, 3.0f);
+    rand_bf16(v, vf, R * ldkv, 3.0f);
+    share_rows(qg, qgf, ldqg);
+    share_rows(k, kf, ldkv);
+    share_rows(v, vf, ldkv);
+    for (int i = 0; i < D; i++) { qn[i] = bfv(frand() * 0.5f); kn[i] = bfv(frand() * 0.5f); }
+    struct qk_ctx c = {dal(R * ldqg * 2), dal(R * ldkv * 2), dal(R * ldkv * 2), dal(R * Hq * D * 2),
+                       dal((size_t)ctx * ldkv * 2), dal((size_t)ctx * ldkv * 2), dal(D * 4), dal(D * 4), dal(4),
+                       Hq, Hkv, D, Rd, P, ctx, s->c.rope_theta, s->c.rms_eps};
+    up(c.dqg, qg, R * ldqg * 2);
+    up(c.dk, k, R * ldkv * 2);
+    up(c.dv, v, R * ldkv * 2);
+    up(c.dqn, qn, D * 4);
+    up(c.dkn, kn, D * 4);
+    uint16_t *dkrows = c.dkc + (size_t)P * ldkv, *dvrows = c.dvc + (size_t)P * ldkv;
+    poison(c.dq, R * Hq * D * 2);
+    poison(dkrows, R * ldkv * 2);
+    poison(dvrows, R * ldkv * 2);
+    if (qk_launch(&c, 0, R, 0) != 0) bail("tdm_qk_norm_rope");
+    down(q, c.dq, R * Hq * D * 2);
+    down(kc, dkrows, R * ldkv * 2);
+    down(vc, dvrows, R * ldkv * 2);
+    struct cmp cq = {0}, ck = {0};
+    int vbad = 0;
+    for (int r = 0; r < R; r++) {
+        for (int hd = 0; hd < Hq + Hkv; hd++) {
+            const float *src = hd < Hq ? qgf + r * ldqg + (size_t)hd * 2 * D : kf + r * ldkv + (size_t)(hd - Hq) * D;
+            tdm_ref_rmsnorm(src, hd < Hq ? qn : kn, D, s->c.rms_eps, ref);
+            float mx = 0;
+            for (int i = 0; i < D; i++) mx = fmaxf(mx, fabsf(ref[i]));
+            tdm_ref_rope_bf16(ref, Rd, P + r, s->c.rope_theta);
+            const uint16_t *got = hd < Hq ? q + ((size_t)r * Hq + hd) * D : kc + r * ldkv + (size_t)(hd - Hq) * D;
+            for (int i = 0; i < D; i++)
+                cmp_add(hd < Hq ? &cq : &ck, tdm_bf16_to_f32(got[i]), ref[i], ulp(ref[i]) + ldexpf(mx, -7));
+        }
+        vbad += memcmp(vc + r * ldkv, v + r * ldkv, ldkv * 2) != 0;
+    }
+    cmp_ok(&cq, label, "q against tdm_ref_rmsnorm + tdm_ref_rope_bf16 (1 ulp + 2^-7 max)");
+    cmp_ok(&ck, label, "k cache rows against tdm_ref_rmsnorm + tdm_ref_rope_bf16 (1 ulp + 2^-7 max)");
+    ok(vbad == 0, "%s: v cache rows are the v rows (%d rows differ)", label, vbad);
+    struct twin t = {qk_launch, noop_reset, &c, 3,
+                     {{c.dq, (size_t)Hq * D * 2, 0}, {dkrows, ldkv * 2, 0}, {dvrows, ldkv * 2, 0}}, NULL, 0, 1};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dqg); tdm_cuda_free(c.dk); tdm_cuda_free(c.dv); tdm_cuda_free(c.dq); tdm_cuda_free(c.dkc);
+    tdm_cuda_free(c.dvc); tdm_cuda_free(c.dqn); tdm_cuda_free(c.dkn); tdm_cuda_free(c.dpos);
+    free(qg); free(k); free(v); free(q); free(kc); free(vc); free(qgf); free(kf); free(vf); free(qn); free(kn); free(ref);
+}
+
+/* ================================================================================================
+ * GDN conv
+ */
+struct conv_ctx { uint16_t *dx, *dy, *dst, *st0; float *dw; int C, K; };
+static int conv_launch(void *p, int r0, int m, int devpos)
+{
+    struct conv_ctx *c = p;
+    (void)devpos;
+    return tdm_gdn_conv(c->dx + (size_t)r0 * c->C, c->C, c->dw, c->dst, m, c->C, c->K, c->dy + (size_t)r0 * c->C, st);
+}
+static void conv_reset(void *p)
+{
+    struct conv_ctx *c = p;
+    up(c->dst, c->st0, (size_t)(c->K - 1) * c->C * 2);
+}
+
+static void test_conv(const struct shape *s)
+{
+    const int C = tdm_gdn_conv_dim(&s->c), K = s->c.conv_kernel;
+    const size_t n = (size_t)R * C, ns = (size_t)(K - 1) * C;
+    char label[128];
+    snprintf(label, sizeof label, "%s gdn_conv C %d K %d", s->name, C, K);
+    uint16_t *x = hal(n * 2), *y = hal(n * 2), *s0 = hal(ns * 2), *sg = hal(ns * 2);
+    float *xf = hal(n * 4), *sf = hal(ns * 4), *w = hal((size_t)C * K * 4), *ref = hal(n * 4);
+    rand_bf16(x, xf, n, 3.0f);
+    share_rows(x, xf, C);
+    rand_bf16(s0, sf, ns, 3.0f);
+    for (size_t i = 0; i < (size_t)C * K; i++) w[i] = bfv(frand() * 0.6f);
+    struct conv_ctx c = {dal(n * 2), dal(n * 2), dal(ns * 2), s0, dal((size_t)C * K * 4), C, K};
+    up(c.dx, x, n * 2);
+    up(c.dw, w, (size_t)C * K * 4);
+    conv_reset(&c);
+    poison(c.dy, n * 2);
+    if (conv_launch(&c, 0, R, 0) != 0) bail("tdm_gdn_conv");
+    down(y, c.dy, n * 2);
+    down(sg, c.dst, ns * 2);
+    tdm_ref_gdn_conv(w, C, K, sf, xf, R, ref);
+    struct cmp cm = {0}, cs = {0};
+    for (size_t i = 0; i < n; i++) cmp_add(&cm, tdm_bf16_to_f32(y[i]), ref[i], ulp(ref[i]));
+    for (size_t i = 0; i < ns; i++) cmp_add(&cs, tdm_bf16_to_f32(sg[i]), sf[i], 0);
+    cmp_ok(&cm, label, "check against tdm_ref_gdn_conv, 32 tokens (1 ulp)");
+    ok(cs.bad == 0 && cs.exact == cs.n, "%s: the conv state after 32 tokens equals the reference's bit for bit (%ld of %ld "
+       "differ)", label, cs.n - cs.exact, cs.n);
+    struct twin t = {conv_launch, conv_reset, &c, 1, {{c.dy, (size_t)C * 2, 0}}, c.dst, ns * 2, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dx); tdm_cuda_free(c.dy); tdm_cuda_free(c.dst); tdm_cuda_free(c.dw);
+    free(x); free(y); free(s0); free(sg); free(xf); free(sf); free(w); free(ref);
+}
+
+/* ================================================================================================
+ * GDN recurrence
+ */
+struct rec_ctx { uint16_t *dqkv, *db, *da, *dO; float *dA, *ddt, *dS, *S0; int Hk, Hv, Dk, Dv, C; };
+static int rec_launch(void *p, int r0, int m, int devpos)
+{
+    struct rec_ctx *c = p;
+    (void)devpos;
+    return tdm_gdn_recur(c->dqkv + (size_t)r0 * c->C, c->db + (size_t)r0 * c->Hv, c->Hv, c->da + (size_t)r0 * c->Hv, c->Hv,
+                         c->dA, c->ddt, c->dS, m, c->Hk, c->Hv, c->Dk, c->Dv, c->dO + (size_t)r0 * c->Hv * c->Dv, st);
+}
+static void rec_reset(void *p)
+{
+    struct rec_ctx *c = p;
+    up(c->dS, c->S0, (size_t)c->Hv * c->Dk * c->Dv * 4);
+}
+
+static void test_recur(const struct shape *s)
+{
+    const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
+    const int C = tdm_gdn_conv_dim(&s->c);
+    const size_t nS = (size_t)Hv * Dk * Dv, no = (size_t)Hv * Dv;
+    char label[160];
+    snprintf(label, sizeof label, "%s gdn_recur Hk %d Hv %d Dk %d Dv %d", s->name, Hk, Hv, Dk, Dv);
+    uint16_t *qkv = hal((size_t)R * C * 2), *b = hal((size_t)R * Hv * 2), *a = hal((size_t)R * Hv * 2);
+    uint16_t *o = hal(R * no * 2);
+    float *qkvf = hal((size_t)R * C * 4), *bf_ = hal((size_t)R * Hv * 4), *af = hal((size_t)R * Hv * 4);
+    float *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *S = hal(nS * 4), *Sg = hal(nS * 4);
+    float *oref = hal(no * 4), *scratch = hal((size_t)(2 * Hk * Dk + Dv) * 4);
+    rand_bf16(qkv, qkvf, (size_t)R * C, 1.0f);
+    share_rows(qkv, qkvf, C);
+    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
+    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
+    share_rows(b, bf_, Hv);
+    share_rows(a, af, Hv);
+    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
+    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    struct rec_ctx c = {dal((size_t)R * C * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2), dal(R * no * 2),
+                        dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C};
+    up(c.dqkv, qkv, (size_t)R * C * 2);
+    up(c.db, b, (size_t)R * Hv * 2);
+    up(c.da, a, (size_t)R * Hv * 2);
+    up(c.dA, A, Hv * 4);
+    up(c.ddt, dt, Hv * 4);
+    rec_reset(&c);
+    poison(c.dO, R * no * 2);
+    if (rec_launch(&c, 0, R, 0) != 0) bail("tdm_gdn_recur");
+    down(o, c.dO, R * no * 2);
+    down(Sg, c.dS, nS * 4);
+    memcpy(S, S0, nS * 4);
+    struct cmp co = {0}, cs = {0};
+    for (int t = 0; t < R; t++) {
+        tdm_ref_gdn_token(Hk, Hv, Dk, Dv, A, dt, qkvf + (size_t)t * C, bf_ + (size_t)t * Hv, af + (size_t)t * Hv, S, oref,
+                          scratch);
+        for (int h = 0; h < Hv; h++) {
+            float mx = 0;
+            for (int j = 0; j < Dv; j++) mx = fmaxf(mx, fabsf(bfv(oref[h * Dv + j])));
+            for (int j = 0; j < Dv; j++) {
+                const float ref = bfv(oref[h * Dv + j]);
+                cmp_add(&co, tdm_bf16_to_f32(o[(size_t)t * no + h * Dv + j]), ref, ulp(ref) + 1e-4 * mx);
+            }
+        }
+    }
+    for (int h = 0; h < Hv; h++) {
+        const float *Sh = S + (size_t)h * Dk * Dv;
+        float mx = 0;
+        for (size_t i = 0; i < (size_t)Dk * Dv; i++) mx = fmaxf(mx, fabsf(Sh[i]));
+        for (size_t i = 0; i < (size_t)Dk * Dv; i++) cmp_add(&cs, Sg[(size_t)h * Dk * Dv + i], Sh[i], 1e-4 * mx);
+    }
+    cmp_ok(&co, label, "o of 32 tokens against tdm_ref_gdn_token (1 ulp + 1e-4 max|o|)");
+    cmp_ok(&cs, label, "the state after 32 tokens against tdm_ref_gdn_token (1e-4 max|S|)");
+    struct twin t = {rec_launch, rec_reset, &c, 1, {{c.dO, no * 2, 0}}, c.dS, nS * 4, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
+    tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
+    free(qkv); free(b); free(a); free(o); free(qkvf); free(bf_); free(af); free(A); free(dt); free(S0); free(S); free(Sg);
+    free(oref); free(scratch);
+}
+
+/* ================================================================================================
+ * attention
+ */
+struct att_ctx { uint16_t *dq, *dqg, *dkc, *dvc, *dout; float *scratch; int32_t *dpos; int Hq, Hkv, D, P, ctx; };
+static int att_launch(void *p, int r0, int m, int devpos)
+{
+    struct att_ctx *c = p;
+    const size_t ldqg = (size_t)c->Hq * 2 * c->D, row = (size_t)c->Hq * c->D;
+    int pos = c->P + r0;
+    if (devpos) {
+        const int32_t dp = pos;
+        up(c->dpos, &dp, 4);
+        pos = c->ctx - m; /* the host value is only an upper bound: a larger grid, the same bits */
+    }
+    return tdm_attn_decode(c->dq + r0 * row, c->dqg + r0 * ldqg, ldqg, c->dkc, c->dvc, m, c->Hq, c->Hkv, c->D, pos,
+                           devpos ? c->dpos : NULL, c->ctx, c->scratch, c->dout + r0 * row, st);
+}
+
+static void test_attn(const struct shape *s, int P)
+{
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, grp = Hq / Hkv;
+    const size_t ldqg = (size_t)Hq * 2 * D, row = (size_t)Hq * D, kvrow = (size_t)Hkv * D;
+    const int ctx = P + R + 600; /* rows past P + 31 are never seen */
+    char label[160];
+    snprintf(label, sizeof label, "%s attn_decode Hq %d Hkv %d D %d at %d", s->name, Hq, Hkv, D, P);
+    uint16_t *q = hal(R * row * 2), *qg = hal(R * ldqg * 2), *kc = hal((size_t)ctx * kvrow * 2);
+    uint16_t *vc = hal((size_t)ctx * kvrow * 2), *out = hal(R * row * 2);
+    float *qf = hal(R * row * 4), *qgf = hal(R * ldqg * 4), *kf = hal((size_t)ctx * kvrow * 4);
+    float *vf = hal((size_t)ctx * kvrow * 4), *pr = hal((size_t)ctx * 4), *ref = hal(D * 4);
+    double *amag = hal(D * sizeof(double));
+    rand_bf16(q, qf, R * row, 2.0f);
+    rand_bf16(qg, qgf, R * ldqg, 4.0f);
+    share_rows(q, qf, row);
+    share_rows(qg, qgf, ldqg);
+    rand_bf16(kc, kf, (size_t)ctx * kvrow, 2.0f);
+    rand_bf16(vc, vf, (size_t)ctx * kvrow, 3.0f);
+    const size_t sb = tdm_attn_scratch_bytes(R, Hq, D, ctx);
+    struct att_ctx c = {dal(R * row * 2), dal(R * ldqg * 2), dal((size_t)ctx * kvrow * 2), dal((size_t)ctx * kvrow * 2),
+                        dal(R * row * 2), dal(sb), dal(4), Hq, Hkv, D, P, ctx};
+    up(c.dq, q, R * row * 2);
+    up(c.dqg, qg, R * ldqg * 2);
+    up(c.dkc, kc, (size_t)ctx * kvrow * 2);
+    up(c.dvc, vc, (size_t)ctx * kvrow * 2);
+    poison(c.dout, R * row * 2);
+    poison(c.scratch, sb);
+    if (att_launch(&c, 0, R, 0) != 0) bail("tdm_attn_decode");
+    down(out, c.dout, R * row * 2);
+    struct cmp cm = {0};
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < Hq; h++) {
+            const float *qr = qf + r * row + (size_t)h * D, *gate = qgf + r * ldqg + (size_t)h * 2 * D + D;
+            const float *kh = kf + (size_t)(h / grp) * D, *vh = vf + (size_t)(h / grp) * D;
+            const int n = P + r + 1;
+            /* the rounding of the probabilities may move the output by 2^-8 of A = sum p |v| / sum p */
+            double mxs = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) mxs = fmax(mxs, (double)tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale);
+            for (int d = 0; d < D; d++) amag[d] = 0;
+            for (int j = 0; j < n; j++) {
+                const double p = exp((double)tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale - mxs);
+                sum += p;
+                for (int d = 0; d < D; d++) amag[d] += p * fabs(vh[(size_t)j * kvrow + d]);
+            }
+            tdm_ref_attn_head(qr, gate, kh, vh, kvrow, n, D, pr, ref);
+            for (int d = 0; d < D; d++)
+                cmp_add(&cm, tdm_bf16_to_f32(out[r * row + (size_t)h * D + d]), ref[d],
+                        ldexp(amag[d] / sum + fabs(ref[d]), -7));
+        }
+    cmp_ok(&cm, label, "check against tdm_ref_attn_head (2^-7 (A + |ref|))");
+    struct twin t = {att_launch, noop_reset, &c, 1, {{c.dout, row * 2, 0}}, NULL, 0, 1};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dq); tdm_cuda_free(c.dqg); tdm_cuda_free(c.dkc); tdm_cuda_free(c.dvc); tdm_cuda_free(c.dout);
+    tdm_cuda_free(c.scratch); tdm_cuda_free(c.dpos);
+    free(q); free(qg); free(kc); free(vc); free(out); free(qf); free(qgf); free(kf); free(vf); free(pr); free(ref);
+    free(amag);
+}
+
+/* ================================================================================================
+ * MoE router
+ */
+struct route_ctx { uint16_t *dl, *dw; int32_t *dsel; int E, k, norm; };
+static int route_launch(void *p, int r0, int m, int devpos)
+{
+    struct route_ctx *c = p;
+    (void)devpos;
+    return tdm_moe_route(c->dl + (size_t)r0 * c->E, c->E, m, c->E, c->k, c->norm, c->dsel + (size_t)r0 * c->k,
+                         c->dw + (size_t)r0 * c->k, st);
+}
+
+static void test_route(const struct shape *s, int norm)
+{
+    const int E = s->c.n_experts, k = s->c.top_k;
+    const size_t n = (size_t)R * E;
+    char label[128];
+    snprintf(label, sizeof label, "%s moe_route E %d k %d%s", s->name, E, k, norm ? "" : " (no renormalisation)");
+    uint16_t *l = hal(n * 2), *w = hal((size_t)R * k * 2);
+    int32_t *sel = hal((size_t)R * k * 4);
+    float *lf = hal(n * 4), *p = hal(E * 4), *wr = hal(k * 4);
+    int *sr = hal(k * sizeof(int));
+    rand_bf16(l, lf, n, 4.0f);
+    /* ties: row 5 all equal, row 6 on a coarse grid (many equal logits), row 7 two equal maxima */
+    for (int e = 0; e < E; e++) {
+        l[5 * E + e] = tdm_f32_to_bf16(0.5f);
+        l[6 * E + e] = tdm_f32_to_bf16((float)(next() % 5));
+    }
+    l[7 * E + E - 1] = l[7 * E + 1] = tdm_f32_to_bf16(9.0f);
+    for (size_t i = 0; i < n; i++) lf[i] = tdm_bf16_to_f32(l[i]);
+    share_rows(l, lf, E);
+    struct route_ctx c = {dal(n * 2), dal((size_t)R * k * 2), dal((size_t)R * k * 4), E, k, norm};
+    up(c.dl, l, n * 2);
+    poison(c.dw, (size_t)R * k * 2);
+    poison(c.dsel, (size_t)R * k * 4);
+    if (route_launch(&c, 0, R, 0) != 0) bail("tdm_moe_route");
+    down(w, c.dw, (size_t)R * k * 2);
+    down(sel, c.dsel, (size_t)R * k * 4);
+    struct cmp cw = {0};
+    int selbad = 0;
+    for (int r = 0; r < R; r++) {
+        tdm_ref_route(lf + (size_t)r * E, E, k, norm, p, sr, wr);
+        for (int j = 0; j < k; j++) {
+            selbad += sel[r * k + j] != sr[j];
+            cmp_add(&cw, tdm_bf16_to_f32(w[r * k + j]), wr[j], ulp(wr[j]));
+        }
+    }
+    ok(selbad == 0, "%s: the chosen experts equal tdm_ref_route's, in order (%d of %d differ)", label, selbad, R * k);
+    cmp_ok(&cw, label, "weights against tdm_ref_route (1 ulp)");
+    struct twin t = {route_launch, noop_reset, &c, 2, {{c.dsel, (size_t)k * 4, 1}, {c.dw, (size_t)k * 2, 0}}, NULL, 0, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dl); tdm_cuda_free(c.dw); tdm_cuda_free(c.dsel);
+    free(l); free(w); free(sel); free(lf); free(p); free(wr); free(sr);
+}
+
+/* ================================================================================================
+ * argmax
+ */
+struct am_ctx { float *dl; void *scratch; int32_t *dids; int V; };
+static int am_launch(void *p, int r0, int m, int devpos)
+{
+    struct am_ctx *c = p;
+    (void)devpos;
+    return tdm_argmax_rows(c->dl + (size_t)r0 * c->V, c->V, m, c->V, c->scratch, c->dids + r0, st);
+}
+
+static void test_argmax(const struct shape *s)
+{
+    const int V = s->c.vocab;
+    const size_t n = (size_t)R * V;
+    char label[128];
+    snprintf(label, sizeof label, "%s argmax V %d", s->name, V);
+    float *l = hal(n * 4);
+    int32_t ids[R];
+    for (size_t i = 0; i < n; i++) l[i] = frand() * 10.0f;
+    /* ties: row 1 the maximum at two ids (first in a later slice of 8192 too), row 2 all equal,
+     * row 4 the maximum at the last id, row 8 a NaN before the maximum */
+    l[(size_t)1 * V + V - 3] = l[(size_t)1 * V + V / 2] = 20.0f;
+    for (int i = 0; i < V; i++) l[(size_t)2 * V + i] = -1.0f;
+    l[(size_t)4 * V + V - 1] = 30.0f;
+    l[(size_t)8 * V + 3] = NAN;
+    l[(size_t)8 * V + 5] = 25.0f;
+    for (int i = 0; i < 3; i++) {
+        const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
+        memcpy(l + (size_t)same[i][0] * V, l + (size_t)same[i][1] * V, (size_t)V * 4);
+    }
+    const size_t sb = tdm_argmax_scratch_bytes(R, V);
+    struct am_ctx c = {dal(n * 4), dal(sb), dal(R * 4), V};
+    up(c.dl, l, n * 4);
+    poison(c.dids, R * 4);
+    if (am_launch(&c, 0, R, 0) != 0) bail("tdm_argmax_rows");
+    down(ids, c.dids, R * 4);
+    int bad = 0;
+    for (int r = 0; r < R; r++) bad += ids[r] != tdm_argmax(l + (size_t)r * V, V);
+    ok(bad == 0, "%s: check against tdm_argmax, ties to the lower id (%d of %d rows differ)", label, bad, R);
+    struct twin t = {am_launch, noop_reset, &c, 1, {{c.dids, 4, 1}}, NULL, 0, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dl); tdm_cuda_free(c.scratch); tdm_cuda_free(c.dids);
+    free(l);
+}
+
+int main(void)
+{
+    if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
+    struct tdm_device_info info;
+    if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) bail("device");
+    printf("# %s, sm_%d%d\n", info.name, info.sm_major, info.sm_minor);
+    add_shape("qwen35-tiny", "tiny", TDM_ARCH_QWEN3_5);
+    add_shape("qwen3next-tiny", "tiny", TDM_ARCH_QWEN3_NEXT);
+    add_shape("qwen3.8-27b", "qwen3.8-27b", TDM_ARCH_QWEN3_5);
+    add_shape("qwen3-next-80b", "qwen3-next-80b", TDM_ARCH_QWEN3_NEXT);
+    for (int i = 0; i < nshapes; i++) {
+        const struct shape *s = &shapes[i];
+        test_norm(s);
+        test_gated_norm(s);
+        test_qk(s, 3000);
+        test_conv(s);
+        test_recur(s);
+        test_attn(s, 500);
+        if (s->c.n_experts) test_route(s, 1);
+        test_argmax(s);
+    }
+    test_qk(&shapes[0], 250000);  /* large rotary angles */
+    test_attn(&shapes[0], 0);     /* the first tokens */
+    test_attn(&shapes[2], 3000);  /* 12 chunks */
+    test_route(&shapes[3], 0);
+    for (int i = 0; i < nshapes; i++) tdm_config_free(&shapes[i].c);
+    tdm_stream_destroy(st);
+    return done_testing();
+}
