@@ -66,6 +66,8 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
         load_bf16<DPL>(q + ((size_t)r * Hq + h) * D + lane * DPL, qr);
         const int n = end - start;
         float *ps = sc[warp];
+        // unrolled so that the butterflies of several positions overlap; each position's sum is the same
+#pragma unroll 4
         for (int jl = 0; jl < n; jl++) {
             float kr[DPL];
             load_bf16<DPL>(kc + ((size_t)(start + jl) * Hkv + kvh) * D + lane * DPL, kr);
@@ -90,6 +92,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
         float o[DPL];
 #pragma unroll
         for (int i = 0; i < DPL; i++) o[i] = 0.0f;
+#pragma unroll 4
         for (int jl = 0; jl < n; jl++) {
             const float pb = bfr(ps[jl]);
             float vr[DPL];

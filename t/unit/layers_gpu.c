@@ -16,7 +16,8 @@
  *       router: the chosen experts equal, the weights within 1 ulp; argmax: equal;
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
  *     every output (and the state after M tokens for the conv and the recurrence); every element
- *     written; attention and the q/k append also with the position in device memory. */
+ *     written; attention and the q/k append also with the position in device memory, and as a
+ *     CUDA graph captured once and replayed. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
@@ -119,7 +120,9 @@ struct dout {
     int kind;           /* 0: BF16 (poison 0xffff is NaN, never a result), 1: int32 (>= 0), 2: in/out, not poisoned */
 };
 struct twin {
-    int (*launch)(void *ctx, int row0, int m, int devpos); /* rows row0..row0+m-1 (continuing the sequence) */
+    /* rows row0..row0+m-1 (continuing the sequence); devpos 1: the position of row0 copied to device
+     * memory and read from there, 2: read from there as set (for graph capture) */
+    int (*launch)(void *ctx, int row0, int m, int devpos);
     void (*reset)(void *ctx);                             /* inputs and state back to the start */
     void *ctx;
     int nout;
@@ -127,6 +130,8 @@ struct twin {
     void *state;        /* device, or NULL */
     size_t state_bytes;
     int devpos;         /* also compare the call with the position in device memory */
+    int32_t *dpos;      /* that position (device), and the position of row 0 */
+    int P;
 };
 
 static int unwritten(const struct dout *o, const unsigned char *h, int rows)
@@ -194,6 +199,39 @@ static void twin_test(const char *label, const struct twin *t)
     for (int o = 0; o < t->nout; o++) { free(one[o]); free(many[o]); }
     free(st1);
     free(stm);
+}
+
+/* A CUDA graph captured once with the position in device memory, replayed for rows 3..7, equals
+ * the eager call bit for bit. */
+static void graph_test(const char *label, const struct twin *t)
+{
+    const int r0 = 3, m = 5;
+    const int32_t pos = t->P + r0;
+    unsigned char *eager[3], *replay[3];
+    int rc = 0, bad = 0;
+    tdm_graph g = NULL;
+    for (int o = 0; o < t->nout; o++) {
+        eager[o] = hal(m * t->out[o].row_bytes);
+        replay[o] = hal(m * t->out[o].row_bytes);
+    }
+    t->reset(t->ctx);
+    for (int o = 0; o < t->nout; o++) poison(t->out[o].d, R * t->out[o].row_bytes);
+    rc = t->launch(t->ctx, r0, m, 0);
+    for (int o = 0; o < t->nout && !rc; o++)
+        down(eager[o], (char *)t->out[o].d + r0 * t->out[o].row_bytes, m * t->out[o].row_bytes);
+    up(t->dpos, &pos, 4);
+    rc = rc || tdm_graph_begin(st) || t->launch(t->ctx, r0, m, 2) || tdm_graph_end(st, &g);
+    t->reset(t->ctx);
+    for (int o = 0; o < t->nout; o++) poison(t->out[o].d, R * t->out[o].row_bytes);
+    rc = rc || tdm_graph_launch(g, st);
+    for (int o = 0; o < t->nout && !rc; o++) {
+        down(replay[o], (char *)t->out[o].d + r0 * t->out[o].row_bytes, m * t->out[o].row_bytes);
+        bad += memcmp(eager[o], replay[o], m * t->out[o].row_bytes) != 0;
+    }
+    ok(!rc && bad == 0, "%s: graph replay (position in device memory) equals eager, rows 3..7 (%d outputs differ)%s%s",
+       label, bad, rc ? ": " : "", rc ? tdm_err() : "");
+    if (g) tdm_graph_destroy(g);
+    for (int o = 0; o < t->nout; o++) { free(eager[o]); free(replay[o]); }
 }
 
 /* ---- the shapes ---- */
@@ -265,7 +303,7 @@ static void test_norm(const struct shape *s)
         else ok(ch.exact == ch.n, "%s: without y, h is left alone", label);
         cmp_ok(&cn, label, add ? "check against bf16(h + y), tdm_ref_rmsnorm (1 ulp)" : "check without the add (1 ulp)");
     }
-    struct twin t = {norm_launch, norm_reset, &c, 2, {{c.dout, (size_t)H * 2, 0}, {c.dh, (size_t)H * 2, 2}}, NULL, 0, 0};
+    struct twin t = {norm_launch, norm_reset, &c, 2, {{c.dout, (size_t)H * 2, 0}, {c.dh, (size_t)H * 2, 2}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dh); tdm_cuda_free(c.dy); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw);
     free(h); free(y); free(out); free(hg); free(hf); free(yf); free(w); free(x); free(ref);
@@ -311,7 +349,7 @@ static void test_gated_norm(const struct shape *s)
         for (int j = 0; j < Dv; j++) cmp_add(&cm, tdm_bf16_to_f32(y[hd * Dv + j]), ref[j], ulp(ref[j]));
     }
     cmp_ok(&cm, label, "check against tdm_ref_gated_norm (1 ulp)");
-    struct twin t = {gn_launch, noop_reset, &c, 1, {{c.dy, row * 2, 0}}, NULL, 0, 0};
+    struct twin t = {gn_launch, noop_reset, &c, 1, {{c.dy, row * 2, 0}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dO); tdm_cuda_free(c.dz); tdm_cuda_free(c.dy); tdm_cuda_free(c.dw);
     free(o); free(z); free(y); free(of); free(zf); free(w); free(ref);
@@ -332,7 +370,7 @@ static int qk_launch(void *p, int r0, int m, int devpos)
 {
     struct qk_ctx *c = p;
     const size_t ldqg = (size_t)c->Hq * 2 * c->D, ldkv = (size_t)c->Hkv * c->D;
-    if (devpos) {
+    if (devpos == 1) {
         const int32_t pos = c->P + r0;
         up(c->dpos, &pos, 4);
     }
@@ -395,8 +433,9 @@ static void test_qk(const struct shape *s, int P)
     cmp_ok(&ck, label, "k cache rows against tdm_ref_rmsnorm + tdm_ref_rope_bf16 (1 ulp + 2^-7 max)");
     ok(vbad == 0, "%s: v cache rows are the v rows (%d rows differ)", label, vbad);
     struct twin t = {qk_launch, noop_reset, &c, 3,
-                     {{c.dq, (size_t)Hq * D * 2, 0}, {dkrows, ldkv * 2, 0}, {dvrows, ldkv * 2, 0}}, NULL, 0, 1};
+                     {{c.dq, (size_t)Hq * D * 2, 0}, {dkrows, ldkv * 2, 0}, {dvrows, ldkv * 2, 0}}, NULL, 0, 1, c.dpos, P};
     twin_test(label, &t);
+    graph_test(label, &t);
     tdm_cuda_free(c.dqg); tdm_cuda_free(c.dk); tdm_cuda_free(c.dv); tdm_cuda_free(c.dq); tdm_cuda_free(c.dkc);
     tdm_cuda_free(c.dvc); tdm_cuda_free(c.dqn); tdm_cuda_free(c.dkn); tdm_cuda_free(c.dpos);
     free(qg); free(k); free(v); free(q); free(kc); free(vc); free(qgf); free(kf); free(vf); free(qn); free(kn); free(ref);
@@ -445,7 +484,7 @@ static void test_conv(const struct shape *s)
     cmp_ok(&cm, label, "check against tdm_ref_gdn_conv, 32 tokens (1 ulp)");
     ok(cs.bad == 0 && cs.exact == cs.n, "%s: the conv state after 32 tokens equals the reference's bit for bit (%ld of %ld "
        "differ)", label, cs.n - cs.exact, cs.n);
-    struct twin t = {conv_launch, conv_reset, &c, 1, {{c.dy, (size_t)C * 2, 0}}, c.dst, ns * 2, 0};
+    struct twin t = {conv_launch, conv_reset, &c, 1, {{c.dy, (size_t)C * 2, 0}}, c.dst, ns * 2, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dx); tdm_cuda_free(c.dy); tdm_cuda_free(c.dst); tdm_cuda_free(c.dw);
     free(x); free(y); free(s0); free(sg); free(xf); free(sf); free(w); free(ref);
@@ -522,7 +561,7 @@ static void test_recur(const struct shape *s)
     }
     cmp_ok(&co, label, "o of 32 tokens against tdm_ref_gdn_token (1 ulp + 1e-4 max|o|)");
     cmp_ok(&cs, label, "the state after 32 tokens against tdm_ref_gdn_token (1e-4 max|S|)");
-    struct twin t = {rec_launch, rec_reset, &c, 1, {{c.dO, no * 2, 0}}, c.dS, nS * 4, 0};
+    struct twin t = {rec_launch, rec_reset, &c, 1, {{c.dO, no * 2, 0}}, c.dS, nS * 4, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
@@ -541,7 +580,7 @@ static int att_launch(void *p, int r0, int m, int devpos)
     int pos = c->P + r0;
     if (devpos) {
         const int32_t dp = pos;
-        up(c->dpos, &dp, 4);
+        if (devpos == 1) up(c->dpos, &dp, 4);
         pos = c->ctx - m; /* the host value is only an upper bound: a larger grid, the same bits */
     }
     return tdm_attn_decode(c->dq + r0 * row, c->dqg + r0 * ldqg, ldqg, c->dkc, c->dvc, m, c->Hq, c->Hkv, c->D, pos,
@@ -599,8 +638,9 @@ static void test_attn(const struct shape *s, int P)
                         ldexp(amag[d] / sum + fabs(ref[d]), -7));
         }
     cmp_ok(&cm, label, "check against tdm_ref_attn_head (2^-7 (A + |ref|))");
-    struct twin t = {att_launch, noop_reset, &c, 1, {{c.dout, row * 2, 0}}, NULL, 0, 1};
+    struct twin t = {att_launch, noop_reset, &c, 1, {{c.dout, row * 2, 0}}, NULL, 0, 1, c.dpos, P};
     twin_test(label, &t);
+    graph_test(label, &t);
     tdm_cuda_free(c.dq); tdm_cuda_free(c.dqg); tdm_cuda_free(c.dkc); tdm_cuda_free(c.dvc); tdm_cuda_free(c.dout);
     tdm_cuda_free(c.scratch); tdm_cuda_free(c.dpos);
     free(q); free(qg); free(kc); free(vc); free(out); free(qf); free(qgf); free(kf); free(vf); free(pr); free(ref);
@@ -656,7 +696,7 @@ static void test_route(const struct shape *s, int norm)
     }
     ok(selbad == 0, "%s: the chosen experts equal tdm_ref_route's, in order (%d of %d differ)", label, selbad, R * k);
     cmp_ok(&cw, label, "weights against tdm_ref_route (1 ulp)");
-    struct twin t = {route_launch, noop_reset, &c, 2, {{c.dsel, (size_t)k * 4, 1}, {c.dw, (size_t)k * 2, 0}}, NULL, 0, 0};
+    struct twin t = {route_launch, noop_reset, &c, 2, {{c.dsel, (size_t)k * 4, 1}, {c.dw, (size_t)k * 2, 0}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dl); tdm_cuda_free(c.dw); tdm_cuda_free(c.dsel);
     free(l); free(w); free(sel); free(lf); free(p); free(wr); free(sr);
@@ -702,7 +742,7 @@ static void test_argmax(const struct shape *s)
     int bad = 0;
     for (int r = 0; r < R; r++) bad += ids[r] != tdm_argmax(l + (size_t)r * V, V);
     ok(bad == 0, "%s: check against tdm_argmax, ties to the lower id (%d of %d rows differ)", label, bad, R);
-    struct twin t = {am_launch, noop_reset, &c, 1, {{c.dids, 4, 1}}, NULL, 0, 0};
+    struct twin t = {am_launch, noop_reset, &c, 1, {{c.dids, 4, 1}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dl); tdm_cuda_free(c.scratch); tdm_cuda_free(c.dids);
     free(l);
