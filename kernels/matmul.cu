@@ -151,12 +151,14 @@ extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x,
     if (tdm_tile_check((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
         return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
     struct tdm_tile t = *tile;
-    const bool vec = rows_aligned(w);
-    if (!vec) t.nt = t.pf = 1;   // the byte-wise instantiation (launch settings change no bits)
-    const int mt = m <= 16 ? 1 : 2;
+    // The vector instantiation needs aligned weight rows and activation rows; the other loads
+    // byte-wise (launch settings and load widths change no bits).
+    const bool vec = rows_aligned(w) && a.x_vec;
+    if (!vec) t.nt = t.pf = 1;
+    const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
-    const size_t smem = tdm_tile_smem(&t, mt);
+    const size_t smem = tdm_tile_smem(&t, (int)m);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {

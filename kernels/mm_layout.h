@@ -39,6 +39,30 @@
 #define TDM_MMF_FP8 2
 #define TDM_MMF_NVFP4 3
 
+/* Slabs of activations a CTA stages into shared memory at a time (double-buffered). */
+#define TDM_MM_STAGE_SLABS 4
+
+/* The settings each format's skinny kernel is built for, as (format, nt, mt, pf): nt n8-tiles a
+ * warp, mt 16-row activation tiles (1: 1-16 rows, 2: 17-32), pf slabs of weights in flight (pf + 1
+ * divides TDM_MM_STAGE_SLABS). The list holds what ptxas compiles without spilling at <= 128
+ * registers a thread (mm_skinny.cuh asks for two CTAs of 256 threads a SM). One list: the kernels
+ * instantiate it and the tile-table check (src/common/tiles.c) refuses any other setting. */
+#define TDM_MM_VARIANTS(X)                                                                      \
+    X(TDM_MMF_NVFP4, 2, 1, 1) X(TDM_MMF_NVFP4, 2, 1, 3) X(TDM_MMF_NVFP4, 1, 1, 1)               \
+    X(TDM_MMF_NVFP4, 1, 1, 3) X(TDM_MMF_NVFP4, 2, 2, 1) X(TDM_MMF_NVFP4, 1, 2, 1)               \
+    X(TDM_MMF_NVFP4, 1, 2, 3)                                                                   \
+    X(TDM_MMF_FP8, 1, 1, 1) X(TDM_MMF_FP8, 1, 2, 1) X(TDM_MMF_FP8, 1, 1, 3) X(TDM_MMF_FP8, 1, 2, 3) \
+    X(TDM_MMF_BF16, 1, 1, 1) X(TDM_MMF_BF16, 1, 2, 1) X(TDM_MMF_BF16, 2, 1, 1) X(TDM_MMF_BF16, 2, 2, 1)
+
+/* Whether the kernels are built for (fmt, nt, mt, pf). */
+TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)
+{
+#define TDM_MM_VARIANT_IS(F, NT, MT, PF) if (fmt == (F) && nt == (NT) && mt == (MT) && pf == (PF)) return 1;
+    TDM_MM_VARIANTS(TDM_MM_VARIANT_IS)
+#undef TDM_MM_VARIANT_IS
+    return 0;
+}
+
 #define TDM_MM_SLAB_K 128     /* k per slab; also the FP8 scale block */
 #define TDM_MM_CHUNK_K 32     /* k per lane chunk (four lane chunks make a slab) */
 #define TDM_MM_STEPS 8        /* mma k16 steps per slab */
@@ -83,13 +107,19 @@ TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
 {
 #ifdef __CUDA_ARCH__
 #pragma unroll
-#endif
+    for (int q = 0; q < 4; q++) {   // one byte permute a register (the indices fold at compile time)
+        const int klo = tdm_mm_unit_k(fmt, 2 * q), khi = tdm_mm_unit_k(fmt, 2 * q + 1);
+        const unsigned lo = 2 * (klo & 1), hi = 4 + 2 * (khi & 1);
+        out[q] = __byte_perm(in[klo >> 1], in[khi >> 1], lo | (lo + 1) << 4 | hi << 8 | (hi + 1) << 12);
+    }
+#else
     for (int q = 0; q < 4; q++) {
         int klo = tdm_mm_unit_k(fmt, 2 * q), khi = tdm_mm_unit_k(fmt, 2 * q + 1);
         uint32_t lo = (in[klo >> 1] >> (16 * (klo & 1))) & 0xffffu;
         uint32_t hi = (in[khi >> 1] >> (16 * (khi & 1))) & 0xffffu;
         out[q] = lo | (hi << 16);
     }
+#endif
 }
 
 /* Position (in 16-byte units) of activation row `row`, lane chunk t, unit u in one staged slab.

@@ -7,19 +7,22 @@
 //   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
 //   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
 //   tile and step, 17-32 rows two, over the same decoded B registers.
-// - Activations are read by each lane straight from global memory (L1/L2-resident: every warp of
-//   a column block reads the same rows): the A operand of a lane's chunk is the 16-byte unit of 8 k
-//   at k = 32t + 8u of its rows, permuted in registers (tdm_mm_permute_unit) into the A registers
-//   of two steps. No shared memory and no barrier inside the K loop: each warp streams on its own,
-//   with the weights prefetched PF slabs ahead in a register ring. (A first version staged the
-//   activations into shared memory with a CTA barrier per slab; it ran at 12-20 % of the read
-//   bandwidth. The operands and their order are unchanged, so the bits are too.)
+// - Activations (fast path: full slabs, aligned data): the CTA stages them CH slabs at a time
+//   into shared memory with cp.async (double-buffered), then permutes each chunk once into the
+//   mma A quads of every (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma
+//   and spends no instruction on the K permutation; the weights stream PF slabs ahead in a
+//   register ring. The partial last slab and unaligned data take the checked path (per-lane
+//   global loads, permuted in registers): the same operands, so the same bits. (v1 staged the
+//   activations with a barrier per slab; v2 read them per lane from global memory; v3 is this:
+//   bench/NOTES.md has the measurements.)
 // - K is cut into kchains chains (a function of (N, K) only): warp group wk of cluster rank r runs
 //   chain r*wk_count + wk. Chains are summed as a balanced binary tree (in shared memory inside a
 //   CTA, over distributed shared memory across the cluster), then scaled and stored by rank 0.
 // Row invariance by construction: a row's A values, the B registers, the mma sequence and the
 // tree are the same whatever m is; rows 16-31 run the same instructions on their own accumulators;
-// no atomics.
+// at most 8 rows run an instantiation whose rows 8-15 repeat rows 0-7 (an mma output row depends
+// only on its own A row, and t/gpu/matmul.t's twins compare every m against one-row calls); no
+// atomics.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -27,6 +30,7 @@
 #include <cuda_fp8.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
+#include <type_traits>
 #include "mm_layout.h"
 
 namespace tdm_mm {
@@ -70,6 +74,22 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 
 // Weights are read once per product: stream them past L1 and let L2 evict them first.
 __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) { return __ldcs(reinterpret_cast<const uint4 *>(p)); }
+
+// 16 bytes global -> shared without a trip through registers (completes at cp_async_wait).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+// 16 zero bytes into shared memory through the same queue (src-size 0: nothing is read).
+__device__ __forceinline__ void cp_async16_zero(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Bytes [0, valid) of a chunk, zero past it, with byte loads (tails and unaligned rows).
 template <int NW>
@@ -204,13 +224,24 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 // ---- the kernel ---------------------------------------------------------------------------------
 
 constexpr int MAX_THREADS = 256;
+// At least two CTAs of MAX_THREADS resident per SM: the compiler keeps a thread at <= 128
+// registers, so that a SM holds >= 16 warps and their loads in flight (v2 ran 164 registers and
+// 8 warps a SM, latency-bound: ncu issued 0.34 instructions a cycle per scheduler).
+constexpr int MIN_BLOCKS = 2;
 
-template <int FMT, int NT, int MT, int PF, bool VEC>
-__global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs a)
+// MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile are
+// compile-time zeros: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
+// instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
+template <int FMT, int NT, int MTA, int PF, bool VEC>
+__global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const SkinnyArgs a)
 {
+    constexpr int MT = MTA == 0 ? 1 : MTA;
+    constexpr bool LO8 = MTA == 0;
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
+    constexpr int CB = FmtInfo<FMT>::NUM * TDM_MM_CHUNK_K / FmtInfo<FMT>::DEN;   // lane chunk bytes
+    constexpr int SB = 4 * CB;                      // bytes of one weight row per slab
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wn_count = (nthr >> 5) / a.wk;
@@ -220,7 +251,12 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
     const int wcol = col0 + wn * 8 * NT;            // of this warp
     const int rank = blockIdx.y;                    // CTA rank in the cluster = block of chains
     const int s_begin = (rank * a.wk + wk) * a.chain_len;
-    const int L = a.chain_len;
+    const int s_end = min(s_begin + a.chain_len, a.slabs);
+    const int L = max(0, s_end - s_begin);          // slabs of this chain
+    // The fast slabs: every k present and (VEC) every row and activation aligned: no checks in
+    // the loop. The rest (at most the last slab of K) take the checked path. Both paths load the
+    // same operands, so which path a slab takes changes no bits.
+    const int Lf = VEC ? max(0, min(s_end, a.k / TDM_MM_SLAB_K) - s_begin) : 0;
 
     // This lane's B rows (clamped into the view: columns past n compute garbage nobody stores)
     // and, for FP8, its C columns.
@@ -232,6 +268,7 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
         ccol1[nt] = min(wcol + 8 * nt + 2 * t + 1, a.n - 1);
     }
 
+    // ---- the checked path (partial slabs, unaligned data) ----
     // One 16-byte activation unit: 8 k of row `row` from k0, zero past k and for rows >= m.
     auto load_unit = [&](int row, int64_t k0) -> uint4 {
         if (row >= a.m) return make_uint4(0, 0, 0, 0);
@@ -247,13 +284,102 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
         tdm_mm_permute_unit(FMT, in, out);
         return make_uint4(out[0], out[1], out[2], out[3]);
     };
-
-    Chunk<FMT> ring[D][NT];
-    auto load_slab = [&](Chunk<FMT>(&dst)[NT], int i) {
-        const int slab = s_begin + i;
-        if (i >= L || slab >= a.slabs) return;
+    auto load_checked = [&](Chunk<FMT>(&dst)[NT], int i) {
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) load_chunk<FMT, VEC>(dst[nt], a, brow[nt], ccol0[nt], ccol1[nt], slab, t);
+        for (int nt = 0; nt < NT; nt++)
+            load_chunk<FMT, VEC>(dst[nt], a, brow[nt], ccol0[nt], ccol1[nt], s_begin + i, t);
+    };
+
+    // ---- the fast path: per-lane weight pointers, slab i of the chain at + i * (slab stride) ----
+    const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
+    const uint8_t *wp[NT];
+    const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
+    int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        wp[nt] = a.w + (a.row0 + brow[nt]) * rowbytes + (int64_t)s_begin * SB + t * CB;
+        sp[nt] = a.scale + (a.row0 + brow[nt]) * (int64_t)(a.k / 16) + (int64_t)s_begin * 8 + 2 * t;
+        fs0[nt] = ((a.row0 + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
+        fs1[nt] = ((a.row0 + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
+    }
+    (void)sp; (void)fs0; (void)fs1;
+    auto load_fast = [&](Chunk<FMT>(&dst)[NT], int i) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint8_t *p = wp[nt] + (int64_t)i * SB;
+#pragma unroll
+            for (int q = 0; q < CB / 16; q++) {
+                uint4 v = ldg_stream(p + 16 * q);
+                dst[nt].w[4 * q] = v.x; dst[nt].w[4 * q + 1] = v.y; dst[nt].w[4 * q + 2] = v.z; dst[nt].w[4 * q + 3] = v.w;
+            }
+            if constexpr (FMT == TDM_MMF_NVFP4) {
+                dst[nt].sc = __ldcs(reinterpret_cast<const unsigned short *>(sp[nt] + 8 * i));
+            } else if constexpr (FMT == TDM_MMF_FP8) {
+                if (a.scale_bf16) {
+                    const uint16_t *s = reinterpret_cast<const uint16_t *>(a.scale);
+                    dst[nt].sc[0] = __uint_as_float((uint32_t)__ldg(s + fs0[nt] + i) << 16);
+                    dst[nt].sc[1] = __uint_as_float((uint32_t)__ldg(s + fs1[nt] + i) << 16);
+                } else {
+                    const float *s = reinterpret_cast<const float *>(a.scale);
+                    dst[nt].sc[0] = __ldg(s + fs0[nt] + i);
+                    dst[nt].sc[1] = __ldg(s + fs1[nt] + i);
+                }
+            }
+        }
+    };
+
+    // ---- the activations of the fast path, staged by the CTA CH slabs at a time in two steps:
+    // (1) cp.async copies the raw rows into a double buffer: buffer b, chain w, slab s of the
+    //     chunk, unit u, row r (< m rounded up to 8, zeros past m), lane chunk t holds the 16
+    //     bytes of x row r at k = slab * 128 + 32 t + 8 u;
+    // (2) after the chunk lands, the CTA permutes it once into mma A quads: chain w, slab s, step
+    //     q, 16-row tile mt, lane holds the lane's four A registers of that step, so the K loop
+    //     reads one 16-byte quad per mma (512 consecutive bytes a warp: no bank conflicts) and
+    //     spends no instruction on the permutation. Rows 8-15 of a tile at most 8 rows deep repeat
+    //     rows 0-7 (their results are never stored).
+    constexpr int CH = TDM_MM_STAGE_SLABS;
+    const int am = a.m, am8 = (am + 7) & ~7;        // rows staged: m rounded up to 8, zeros past m
+    const int per_slab = 16 * am8;                  // raw uint4 per (chain, slab)
+    const int per_buf = a.wk * CH * per_slab;       // raw uint4 per buffer
+    constexpr int QSLAB = TDM_MM_STEPS * MT * 32;  // quads per (chain, slab)
+    uint4 *abuf = reinterpret_cast<uint4 *>(smem);
+    uint4 *aquad = abuf + 2 * per_buf;
+    const int nch = VEC ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
+    auto fast_slabs = [&](int w) {                  // fast slabs of the CTA's chain w
+        const int b = (rank * a.wk + w) * a.chain_len;
+        return max(0, min(min(b + a.chain_len, a.slabs), a.k / TDM_MM_SLAB_K) - b);
+    };
+    auto stage = [&](int c) {
+        if (c < nch) {
+            uint4 *dst = abuf + (c & 1) * per_buf;
+            const int per_chain = CH * per_slab;
+            for (int e = tid; e < a.wk * per_chain; e += nthr) {
+                const int w = e / per_chain, r = e - w * per_chain;
+                const int sl = r / per_slab, r2 = r - sl * per_slab;
+                const int u = r2 / (4 * am8), r3 = r2 - u * 4 * am8, row = r3 >> 2, tt = r3 & 3;
+                const int i = c * CH + sl;
+                if (i < fast_slabs(w)) {
+                    const int64_t k0 = ((int64_t)(rank * a.wk + w) * a.chain_len + i) * TDM_MM_SLAB_K + 32 * tt + 8 * u;
+                    if (row < am) cp_async16(dst + e, a.x + row * a.ldx + k0);
+                    else cp_async16_zero(dst + e, a.x);
+                }
+            }
+        }
+        cp_async_commit();   // an empty group past the end keeps the wait counts uniform
+    };
+    auto quads = [&](int c) {   // raw buffer c & 1 -> the quads of chunk c
+        const uint4 *raw = abuf + (c & 1) * per_buf;
+        for (int e = tid; e < a.wk * CH * TDM_MM_UNITS * MT * 32; e += nthr) {
+            const int lane_q = e & 31, r = e >> 5, mt = r % MT, r2 = r / MT, u = r2 % TDM_MM_UNITS,
+                      r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
+            const int gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
+            const uint4 *src = raw + (w * CH + sl) * per_slab + u * 4 * am8 + tq;
+            const uint4 p0 = permute(src[4 * row0]);
+            const uint4 p1 = LO8 ? p0 : row1 < am8 ? permute(src[4 * row1]) : make_uint4(0, 0, 0, 0);
+            uint4 *dst = aquad + ((w * CH + sl) * TDM_MM_STEPS + 2 * u) * MT * 32 + mt * 32 + lane_q;
+            dst[0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
+            dst[MT * 32] = make_uint4(p0.z, p1.z, p0.w, p1.w);
+        }
     };
 
     float acc[NT][MT][4];
@@ -264,9 +390,14 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[nt][mt][c] = 0.0f;
 
-    auto compute = [&](const Chunk<FMT>(&ch)[NT], int i) {
+    // One slab: the A units (staged: from the shared-memory chunk ab; checked: load_unit), the B
+    // registers decoded from the chunks, the mmas in one fixed order.
+    // (The quads' shared-memory address as a 32-bit offset, read by ld.shared: no
+    // generic-to-shared conversion per load.)
+    const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) + 16 * lane;
+    auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
+        constexpr bool STAGED = decltype(staged)::value;
         const int slab = s_begin + i;
-        if (slab >= a.slabs) return;   // an empty tail chain
         const int64_t kbase = (int64_t)slab * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t;
         uint32_t sa[NT], sb[NT];
         if constexpr (FMT == TDM_MMF_NVFP4) {
@@ -288,11 +419,21 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
         }
 #pragma unroll
         for (int u = 0; u < TDM_MM_UNITS; u++) {
-            uint4 af[MT][2];
+            uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                af[mt][0] = permute(load_unit(16 * mt + g, kbase + 8 * u));
-                af[mt][1] = permute(load_unit(16 * mt + 8 + g, kbase + 8 * u));
+                if constexpr (STAGED) {
+#pragma unroll
+                    for (int q = 0; q < 2; q++)
+                        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                     : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
+                                     : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
+                } else {
+                    const uint4 p0 = permute(load_unit(16 * mt + g, kbase + 8 * u));
+                    const uint4 p1 = LO8 ? p0 : permute(load_unit(16 * mt + 8 + g, kbase + 8 * u));
+                    aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
+                    aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
+                }
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
@@ -300,13 +441,9 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
                 bregs<FMT>(ch[nt], u, sa[nt], sb[nt], b);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if constexpr (FMT == TDM_MMF_FP8) {
-                        mma_bf16(blk[nt][mt], af[mt][0].x, af[mt][1].x, af[mt][0].y, af[mt][1].y, b[0], b[1]);
-                        mma_bf16(blk[nt][mt], af[mt][0].z, af[mt][1].z, af[mt][0].w, af[mt][1].w, b[2], b[3]);
-                    } else {
-                        mma_bf16(acc[nt][mt], af[mt][0].x, af[mt][1].x, af[mt][0].y, af[mt][1].y, b[0], b[1]);
-                        mma_bf16(acc[nt][mt], af[mt][0].z, af[mt][1].z, af[mt][0].w, af[mt][1].w, b[2], b[3]);
-                    }
+                    float(&c)[4] = FMT == TDM_MMF_FP8 ? blk[nt][mt] : acc[nt][mt];
+                    mma_bf16(c, aq[mt][0].x, aq[mt][0].y, aq[mt][0].z, aq[mt][0].w, b[0], b[1]);
+                    mma_bf16(c, aq[mt][1].x, aq[mt][1].y, aq[mt][1].z, aq[mt][1].w, b[2], b[3]);
                 }
             }
         }
@@ -320,19 +457,38 @@ __global__ void __launch_bounds__(MAX_THREADS, 1) skinny_kernel(const SkinnyArgs
         }
     };
 
-    // Prologue: the weights of the first PF slabs in flight.
+    static_assert(CH % D == 0, "the weight ring depth must divide the staged chunk");
+    Chunk<FMT> ring[D][NT];
+    if (nch > 0) {
+        // The weights of the first PF slabs in flight, then the first two activation chunks.
 #pragma unroll
-    for (int p = 0; p < PF; p++) load_slab(ring[p], p);
-
-    for (int i0 = 0; i0 < L; i0 += D) {
+        for (int p = 0; p < PF; p++)
+            if (p < Lf) load_fast(ring[p], p);
+        stage(0);
+        for (int c = 0; c < nch; c++) {
+            cp_async_wait<0>();
+            __syncthreads();                         // raw chunk c landed; every warp is done with chunk c - 1
+            stage(c + 1);                            // into the other raw buffer, while chunk c computes
+            quads(c);
+            __syncthreads();                         // the quads of chunk c are ready
+            const uint32_t ab = aquad_s + 16 * (wk * CH * QSLAB);
 #pragma unroll
-        for (int d = 0; d < D; d++) {
-            const int i = i0 + d;
-            if (i >= L) break;
-            load_slab(ring[(d + PF) % D], i + PF);
-            compute(ring[d], i);
+            for (int sl = 0; sl < CH; sl++) {
+                const int i = c * CH + sl;
+                if (i < Lf) {
+                    if (i + PF < Lf) load_fast(ring[(sl + PF) % D], i + PF);
+                    compute(ring[sl % D], i, ab + 16 * sl * QSLAB, std::true_type());
+                }
+            }
         }
+        cp_async_wait<0>();
     }
+    // The checked slabs (the last, partial slab of K; everything when the data are unaligned).
+    for (int i = Lf; i < L; i++) {
+        load_checked(ring[0], i);
+        compute(ring[0], i, 0u, std::false_type());
+    }
+    __syncthreads();                                 // the staging buffers become the tree's
 
     // ---- the sum of the chains, then the output ----
     const int rstride = cols + 8;                // floats; 8 mod 32 keeps the fragment stores conflict-free
@@ -421,29 +577,21 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 
-// Picks the instantiation for (nt, mt, pf, vec); unaligned rows take nt 1, pf 1 (the setting only
-// distributes work, so this changes no bits).
-template <int FMT, int NTMAX>
+// Picks the instantiation for (nt, mt, pf, vec) from TDM_MM_VARIANTS (mt 0: at most 8 rows, built
+// beside every mt 1 entry); unaligned data take nt 1,
+// pf 1 (the setting only distributes work, so this changes no bits).
+template <int FMT>
 cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st)
 {
-    if (!vec) return mt == 1 ? launch<FMT, 1, 1, 1, false>(a, wn, cs, smem, st) : launch<FMT, 1, 2, 1, false>(a, wn, cs, smem, st);
-#define TDM_MM_PF(NT_, MT_)                                                                                  \
-    switch (pf) {                                                                                           \
-    case 1: return launch<FMT, NT_, MT_, 1, true>(a, wn, cs, smem, st);                                    \
-    case 2: return launch<FMT, NT_, MT_, 2, true>(a, wn, cs, smem, st);                                    \
-    case 4: return launch<FMT, NT_, MT_, 4, true>(a, wn, cs, smem, st);                                    \
-    default: return cudaErrorInvalidValue;                                                                  \
+    if (!vec) return mt <= 1 ? launch<FMT, 1, 1, 1, false>(a, wn, cs, smem, st) : launch<FMT, 1, 2, 1, false>(a, wn, cs, smem, st);
+#define TDM_MM_LAUNCH_IF(F, NT_, MT_, PF_)                                                     \
+    if constexpr (F == FMT) {                                                                   \
+        if (nt == NT_ && mt == MT_ && pf == PF_) return launch<FMT, NT_, MT_, PF_, true>(a, wn, cs, smem, st); \
+        if constexpr (MT_ == 1)                                                                 \
+            if (nt == NT_ && mt == 0 && pf == PF_) return launch<FMT, NT_, 0, PF_, true>(a, wn, cs, smem, st); \
     }
-#define TDM_MM_CASE(NT_)                                                                                     \
-    if (nt == NT_) {                                                                                         \
-        if (mt == 1) { TDM_MM_PF(NT_, 1) }                                                                   \
-        TDM_MM_PF(NT_, 2)                                                                                    \
-    }
-    TDM_MM_CASE(1)
-    TDM_MM_CASE(2)
-    if constexpr (NTMAX >= 4) { TDM_MM_CASE(4) }
-#undef TDM_MM_CASE
-#undef TDM_MM_PF
+    TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
+#undef TDM_MM_LAUNCH_IF
     return cudaErrorInvalidValue;
 }
 

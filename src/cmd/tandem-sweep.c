@@ -81,7 +81,7 @@ static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *ou
     for (int nt = 1; nt <= 4; nt *= 2)
         for (int wn = 1; wn <= 8; wn *= 2)
             for (int wk = 1; wk <= 8; wk *= 2)
-                for (int pf = 1; pf <= 4; pf *= 2) {
+                for (int pf = 1; pf <= 4; pf++) {
                     struct tdm_tile t = {nt, wn, wk, def.kchains / wk, pf, def.kchains};
                     if (def.kchains % wk || tdm_tile_check(kk, n, k, &t) != 0) continue;
                     if (memcmp(&t, &def, sizeof t) == 0 || cnt == max) continue;
@@ -107,12 +107,18 @@ static int run_call(void *p, int i, void *stream)
     return tdm_matmul_skinny(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
 }
 
-/* Runs setting t at every row count 1..32 into out[m-1] (poisoned first). */
-static int run_all_rows(const struct tdm_dweight *w, const uint16_t *x, const struct tdm_tile *t, float **out, tdm_stream st)
+/* Runs every row count 1..32 into out[m-1] (poisoned first): setting t where kernel kk serves m
+ * rows, the serving kernel's default elsewhere (NVFP4 has one table for 1-16 rows and one for
+ * 17-32; the rows of the other table still check that the candidate's rows agree with it). */
+static int run_all_rows(enum tdm_mmk kk, const struct tdm_dweight *w, const uint16_t *x, const struct tdm_tile *t,
+                        float **out, tdm_stream st)
 {
     for (int m = 1; m <= 32; m++) {
+        const int serving = tdm_mmk_for(w->fmt, m);
+        const struct tdm_tile def = tdm_tile_default((enum tdm_mmk)serving, w->n, w->k);
         if (tdm_cuda_memset(out[m - 1], 0xff, (size_t)(m * w->n * 4)) != 0) return -1;
-        if (tdm_matmul_skinny(w, x, w->k, m, out[m - 1], w->n, TDM_MM_F32, t, st) != 0) return -1;
+        if (tdm_matmul_skinny(w, x, w->k, m, out[m - 1], w->n, TDM_MM_F32, serving == (int)kk ? t : &def, st) != 0)
+            return -1;
     }
     return tdm_stream_sync(st);
 }
@@ -317,7 +323,7 @@ int main(int argc, char **argv)
             struct tdm_tile cand[512];
             int ncand = candidates((enum tdm_mmk)kk, n, k, cand, 512);
             /* the default twice: it must reproduce its own bits (a race would not) */
-            if (run_all_rows(&vset.w[0], x, &cand[0], ref, st) != 0 || run_all_rows(&vset.w[0], x, &cand[0], got, st) != 0) {
+            if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[0], ref, st) != 0 || run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[0], got, st) != 0) {
                 fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default setting fails: %s\n", prog, kname, n, k, tdm_err());
                 exit(TDM_EXIT_CHECK);
             }
@@ -335,7 +341,7 @@ int main(int argc, char **argv)
             for (int ci = 0; ci < ncand; ci++) {
                 char ts[96], verdict[256] = "identical";
                 tdm_tile_str(&cand[ci], ts, sizeof ts);
-                if (run_all_rows(&vset.w[0], x, &cand[ci], got, st) != 0) {
+                if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[ci], got, st) != 0) {
                     snprintf(verdict, sizeof verdict, "failed: %s", tdm_err());
                 } else {
                     for (int m = 1; m <= 32; m++) {

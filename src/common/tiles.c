@@ -5,6 +5,7 @@
 #include "linear.h"
 #include "settings.h"
 #include "shapes.h"
+#include "mm_layout.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -16,18 +17,18 @@
 #define SMEM_LIMIT 232448   /* the largest dynamic shared memory a CTA may ask for (sm_90) */
 #define TILE_MAX_TABLE_BYTES (16u << 20)
 
-/* Defaults (speed only: the chains fix the bits): two warps of 32 columns (NVFP4), one slab of
- * weights prefetched a warp. Measured on the H200 against four warps and two slabs: a whole 27B
- * token's NVFP4 projections 15.0 ms against 24.0 ms at one row (bench/NOTES.md). */
+/* Defaults (speed only: the chains fix the bits): nt n8-tiles a warp, wn warps along n a CTA, pf
+ * slabs of weights in flight (bench/NOTES.md, v3). mt: the activation tiles the kernel serves
+ * (1: 1-16 rows, 2: 17-32 rows, 3: both). */
 static const struct {
     const char *name;
-    int fmt;
-    int nt_default, wn_default;
+    int fmt, mt;
+    int nt_default, wn_default, pf_default;
 } kernels[TDM_MMK_COUNT] = {
-    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 4, 2},
-    [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 4, 4},
-    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 2, 4},
-    [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 1, 8},
+    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 1, 2, 8, 3},
+    [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 2, 1, 8, 1},
+    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 3, 1, 8, 1},
+    [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 3, 1, 8, 1},
 };
 
 const char *tdm_mmk_name(enum tdm_mmk kk) { return kk < TDM_MMK_COUNT ? kernels[kk].name : "?"; }
@@ -51,27 +52,34 @@ int tdm_mmk_for(int fmt, int64_t m)
     }
 }
 
-/* Enough CTAs for two per SM of a 132-SM part at 128 columns a CTA, keeping at least two slabs
- * (256 k) a chain. A fixed rule of (n, k), not of the device: the chains are the sum order. */
+/* The most chains (1, 2, 4 or 8, at least two slabs each) for which the CTAs of 128 columns and
+ * one chain still fit the resident slots of a 132-SM part at two CTAs a SM (264): a wave that
+ * overflows by a few CTAs leaves most SMs idle while the last ones run (v3: ncu showed the SMs
+ * active 59 % of the time for 272 CTAs). A fixed rule of (n, k), not of the device: the chains are
+ * the sum order. */
 int tdm_mm_kchains(int64_t n, int64_t k)
 {
     const int64_t slabs = (k + SLAB_K - 1) / SLAB_K, colblocks = (n + 127) / 128;
     int s = 1;
-    while (s < 8 && colblocks * s < 264 && slabs >= 4 * s) s *= 2;
+    while (s < 8 && colblocks * 2 * s <= 264 && slabs >= 4 * s) s *= 2;
     return s;
 }
 
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
 {
-    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, 1, 1, tdm_mm_kchains(n, k)};
+    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, 1, kernels[kk].pf_default, tdm_mm_kchains(n, k)};
     t.cs = t.kchains; /* one chain per CTA, the chains of a column block in one cluster */
     return t;
 }
 
-size_t tdm_tile_smem(const struct tdm_tile *t, int mt)
+size_t tdm_tile_smem(const struct tdm_tile *t, int m)
 {
-    size_t rows = 16 * (size_t)mt, cols = 8 * (size_t)t->nt * t->wn;
-    return (size_t)t->wk * rows * (cols + 8) * sizeof(float); /* the chains' partial sums */
+    const size_t rows = m <= 16 ? 16 : 32, cols = 8 * (size_t)t->nt * t->wn;
+    const size_t tree = (size_t)t->wk * rows * (cols + 8) * sizeof(float);   /* the chains' partial sums */
+    const size_t mt = m <= 16 ? 1 : 2;
+    const size_t staged = (2 * 16 * (size_t)((m + 7) & ~7)            /* two raw activation chunks, rows padded to 8 */
+                           + TDM_MM_STEPS * mt * 32) * t->wk * TDM_MM_STAGE_SLABS * 16;   /* and the chunk's A quads */
+    return tree > staged ? tree : staged;
 }
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
@@ -79,12 +87,14 @@ static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t)
 {
     if (kk >= TDM_MMK_COUNT) return tdm_errf("unknown kernel");
-    int fmt = kernels[kk].fmt, ntmax = fmt == TDM_W_NVFP4 ? 4 : 2;
-    if (!pow2_upto(t->nt, ntmax)) return tdm_errf("nt %d: expected 1..%d, a power of two", t->nt, ntmax);
+    const int fmt = kernels[kk].fmt;
+    for (int mt = 1; mt <= 2; mt++)
+        if ((kernels[kk].mt & mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
+            return tdm_errf("nt %d, pf %d: not a setting the kernel is built for at %s rows "
+                            "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf, mt == 1 ? "1-16" : "17-32");
     if (!pow2_upto(t->wn, 8)) return tdm_errf("wn %d: expected 1, 2, 4 or 8", t->wn);
     if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
     if (!pow2_upto(t->cs, 8)) return tdm_errf("cs %d: expected 1, 2, 4 or 8", t->cs);
-    if (t->pf != 1 && t->pf != 2 && t->pf != 4) return tdm_errf("pf %d: expected 1, 2 or 4", t->pf);
     int want = tdm_mm_kchains(n, k);
     if (t->kchains != want)
         return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
@@ -93,8 +103,9 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
         return tdm_errf("wk %d x cs %d is not kchains %d", t->wk, t->cs, t->kchains);
     if (32 * t->wn * t->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
         return tdm_errf("wn %d x wk %d warps exceed 256 threads", t->wn, t->wk);
-    if (tdm_tile_smem(t, 2) > SMEM_LIMIT)
-        return tdm_errf("needs %zu bytes of shared memory (at most %d)", tdm_tile_smem(t, 2), SMEM_LIMIT);
+    const int mmax = (kernels[kk].mt & 2) ? 32 : 16;
+    if (tdm_tile_smem(t, mmax) > SMEM_LIMIT)
+        return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, mmax), mmax, SMEM_LIMIT);
     return 0;
 }
 

@@ -46,8 +46,8 @@ struct tdm_tile {
 int tdm_mm_kchains(int64_t n, int64_t k);
 /* The default setting of kernel kk for shape (n, k) (row-invariant like every valid setting). */
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
-/* Shared memory (bytes) a setting needs at 16*mt rows. */
-size_t tdm_tile_smem(const struct tdm_tile *t, int mt);
+/* Shared memory (bytes) a setting needs at m rows: the staged activations or the chains' sum. */
+size_t tdm_tile_smem(const struct tdm_tile *t, int m);
 /* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
 /* "nt=4 wn=4 wk=1 cs=2 pf=1" into buf. */

@@ -51,8 +51,8 @@ int main(void)
         }
     ok(all_valid, "every default setting passes the checks");
     ok(invariant, "the defaults' chains of K are tdm_mm_kchains(n, k): one sum order per shape for every kernel");
-    ok(tdm_mm_kchains(17408, 5120) == 2 && tdm_mm_kchains(5120, 17408) == 8 && tdm_mm_kchains(2048, 512) == 2,
-       "kchains of the 27B MLP shapes and a short K: 2, 8, 2");
+    ok(tdm_mm_kchains(17408, 5120) == 1 && tdm_mm_kchains(5120, 17408) == 4 && tdm_mm_kchains(2048, 512) == 2,
+       "kchains of the 27B MLP shapes and a short K: 1, 4, 2");
     struct tdm_tile t = tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120);
     t.kchains = 4;
     t.cs = 4;
@@ -72,20 +72,20 @@ int main(void)
     tdm_tiles_free(tl);
 
     /* a table written by the writer reads back; a missing shape falls back */
-    struct tdm_tile_entry e[2] = {{17408, 5120, tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120), 12.5, "rows 1..16"},
+    struct tdm_tile_entry e[2] = {{5120, 17408, tdm_tile_default(TDM_MMK_NVFP4, 5120, 17408), 12.5, "rows 1..16"},
                                   {1024, 5120, tdm_tile_default(TDM_MMK_NVFP4, 1024, 5120), 0, NULL}};
     e[0].tile.nt = 1;
     e[0].tile.wn = 4;
     e[0].tile.wk = 2;
-    e[0].tile.cs = 1;
-    e[0].tile.pf = 2;
+    e[0].tile.cs = 2;   /* kchains 4 = wk 2 x cs 2 */
+    e[0].tile.pf = 3;
     struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
     char path[512];
     snprintf(path, sizeof path, "%s/sm_90/nvfp4-skinny.json", dir);
     ok(tdm_tile_table_write(path, &tb) == 0, "the writer writes %s", path);
     ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "and it loads: %s", tl ? "ok" : tdm_err());
-    got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 17408, 5120);
-    ok(memcmp(&got, &e[0].tile, sizeof got) == 0 && tdm_tiles_has(tl, TDM_MMK_NVFP4, 17408, 5120), "the entry comes back");
+    got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 5120, 17408);
+    ok(memcmp(&got, &e[0].tile, sizeof got) == 0 && tdm_tiles_has(tl, TDM_MMK_NVFP4, 5120, 17408), "the entry comes back");
     got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 6144, 5120);
     want = tdm_tile_default(TDM_MMK_NVFP4, 6144, 5120);
     ok(memcmp(&got, &want, sizeof got) == 0, "a shape not in the table takes the default");
@@ -114,7 +114,7 @@ int main(void)
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "kchains"), "a missing field: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 4, \"pf\": 1, \"kchains\": 4}}}", hdr);
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 4, \"pf\": 1, \"kchains\": 4}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "sum order"), "chains of K that are not the shape's: %s", tdm_err());
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 3, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
@@ -123,11 +123,11 @@ int main(void)
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2, \"us\": 9.5}}}", hdr);
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 1, \"pf\": 3, \"kchains\": 1, \"us\": 9.5}}}", hdr);
     write_text("fp8.json", text);
-    ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads");
+    ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads: %s", tdm_err());
     got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
-    ok(got.nt == 2 && got.wn == 4 && got.cs == 2, "and its entry is used");
+    ok(got.nt == 1 && got.wn == 4 && got.pf == 3, "and its entry is used");
     tdm_tiles_free(tl);
 
     /* the shipped tables */
