@@ -66,6 +66,18 @@ t "tandem-exactcheck --spec draft without --draft-model exits 2" \
   "$EC -m $tmp/m -p $tmp/p.tok --spec draft >/dev/null 2>$tmp/err; [ \$? -eq 2 ]"
 t "tandem-exactcheck --rows 40 exits 2" "$EC -m $tmp/m -p $tmp/p.tok --rows 40 >/dev/null 2>$tmp/err; [ \$? -eq 2 ]"
 
+# A near tie, measured: with this seed's model the tree's first divergence from one-token decode is
+# a flip across a gap of about 0.003 (found by trying seeds; if the reference's arithmetic changes,
+# pick another seed). Reported and excused under the default margin; a failure under a tiny one.
+# shellcheck disable=SC2086
+$MK -o "$tmp/s6" $small --seed 6 2>"$tmp/err"
+ec6="$EC -m $tmp/s6 -p $tmp/p.tok -n 114 --spec ngram --rows 2"
+t "tandem-exactcheck: a tree divergence at a near tie is reported with its gap, exit 0" \
+  "$ec6 --json $tmp/ec6.json >$tmp/out 2>$tmp/err && grep -q 'tree 3,2,1 .*: near-tie at token [0-9]* (.*gap' $tmp/out &&
+   grep -q '(0 failures, 1 near ties)' $tmp/out && grep -q '\"near_ties\": 1' $tmp/ec6.json"
+t "tandem-exactcheck: the same divergence under --tie-margin 0.0001 fails, exit 1" \
+  "$ec6 --tie-margin 0.0001 >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] && grep -q 'tree 3,2,1 .*: fail at token' $tmp/out"
+
 # The fixture model (transformers' qwen3_5 layout with its MTP layer), when present.
 FIX=${TANDEM_FIXTURES:-../shared/fixtures}
 if [ -d "$FIX/qwen35-tiny/bf16" ]; then
