@@ -8,8 +8,8 @@ for tool in build/san/bin/tandem-*; do
     t "$name --help exits 0 and shows usage" "$tool --help 2>&1 | grep -q '^usage: $name'"
     t "$name --bogus-option exits 2" "$tool --bogus-option >/dev/null 2>&1; [ \$? -eq 2 ]"
 done
-t "tandem-exactcheck says it is not built yet" \
-  "build/san/bin/tandem-exactcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-exactcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
+t "tandem-exactcheck --backend cuda: the CUDA engine is not built yet, exit 2" \
+  "build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet' && { build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>/dev/null; [ \$? -eq 2 ]; }"
 t "tandem-prefillcheck says it is not built yet" \
   "build/san/bin/tandem-prefillcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-prefillcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
 t "tandem-run --backend cuda: not built yet, exit 2" \

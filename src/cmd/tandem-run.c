@@ -7,6 +7,7 @@
 #include "ref.h"
 #include "safetensors.h"
 #include "settings.h"
+#include "spec.h"
 #include "tokens.h"
 #include <getopt.h>
 #include <jansson.h>
@@ -33,11 +34,26 @@ static void usage(FILE *f)
             "                           whose logits were computed (with -n 0: every prompt position)\n"
             "      --force FILE         feed these ids through the decode path instead of the argmax\n"
             "                           (teacher forcing); stdout still shows the argmax at each step\n"
-            "      --json FILE          write a JSON record of the run\n"
+            "      --spec KIND          speculative decoding with a drafter: mtp (the model's MTP layer),\n"
+            "                           ngram (prompt lookup, no model), draft (--draft-model), or off\n"
+            "                           (default: plain one-token greedy decode). Rounds run on the CPU\n"
+            "                           reference; the tokens are the greedy tokens (chain verify is bit-\n"
+            "                           identical to one-token decode; tree verify may flip a near tie)\n"
+            "      --draft N            chain: draft tokens per round, 1..31 (default %d)\n"
+            "      --tree SPEC          tree verify instead of a chain: branching per depth from the drafter's\n"
+            "                           top-k, e.g. 3,2,1 (cut at 32 nodes with the root; depth-first)\n"
+            "      --draft-model DIR    the draft model for --spec draft (same vocabulary)\n"
+            "      --ngram N            longest suffix the n-gram drafter matches (default %d)\n"
+            "      --json FILE          write a JSON record of the run (with --spec: the round statistics)\n"
             "      --settings           print every TANDEM_* switch with its value and origin, then exit\n"
             "  -h, --help               this text\n"
             "\n"
-            "Exit status: 0 done, 2 bad usage or bad input (one line on stderr naming the file and fault).\n");
+            "With --spec, statistics go to stderr: accepted drafts per round, acceptance per draft depth,\n"
+            "rounds and round time by shape, and the GDN state bytes moved per round (TANDEM_SPEC_DEFER);\n"
+            "--dump-logits then writes the row each new token was chosen from.\n"
+            "\n"
+            "Exit status: 0 done, 2 bad usage or bad input (one line on stderr naming the file and fault).\n",
+            TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
 }
 
 static double now_ms(void)
@@ -86,17 +102,68 @@ static void count_fmt(void *ctx, const char *what, const struct tdm_qweight *w)
     ((struct fmt_bytes *)ctx)->b[w->fmt] += tdm_qweight_bytes(w);
 }
 
+/* --spec: speculative rounds on the CPU reference (spec.h); tokens to stdout, statistics to stderr. */
+static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const char *draft_dir, const int32_t *prompt,
+                    int n_prompt, int n_new, const char *dump_path, const char *json_path, const char *model_dir,
+                    enum tdm_backend backend)
+{
+    const int V = m->cfg.vocab;
+    struct tdm_model *dm = NULL;
+    if (draft_dir) {
+        if (!(dm = tdm_model_load(draft_dir))) tdm_die_input(prog);
+        so->draft_model = dm;
+    }
+    int32_t *out = malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof(int32_t));
+    float *rows = dump_path ? malloc((size_t)(n_new > 0 ? n_new : 1) * V * sizeof(float)) : NULL;
+    if (!out || (dump_path && !rows)) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
+    struct tdm_spec_stats st;
+    if (tdm_spec_generate(m, so, prompt, n_prompt, n_new, out, rows, &st) != 0) tdm_die_input(prog);
+    for (int i = 0; i < n_new; i++) printf("%d\n", out[i]);
+    fflush(stdout);
+    char shape[128];
+    tdm_spec_shape_name(so, shape, sizeof shape);
+    fprintf(stderr, "# prefill %d tokens: %.1f ms\n", n_prompt, st.prefill_ms);
+    fprintf(stderr, "# speculative %s, %s: %d tokens in %.1f ms, %.2f ms/token\n", tdm_spec_name(so->kind), shape, n_new,
+            st.decode_ms, n_new ? st.decode_ms / n_new : 0.0);
+    tdm_spec_stats_print(stderr, &st);
+    int rc = 0;
+    if (dump_path) {
+        struct tdm_st_desc d = {.name = "logits", .dtype = TDM_DT_F32, .ndim = 2, .shape = {n_new, V}, .data = rows};
+        if (tdm_st_write(dump_path, &d, 1) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }
+    }
+    if (json_path) {
+        json_t *toks = json_array();
+        for (int i = 0; i < n_new; i++) json_array_append_new(toks, json_integer(out[i]));
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:f, s:f, s:f, s:s, s:s, s:o}", "model", model_dir, "arch",
+                                tdm_arch_name(m->cfg.arch), "backend", tdm_backend_name(backend), "prompt_tokens",
+                                n_prompt, "new_tokens", n_new, "tokens", toks, "prefill_ms", st.prefill_ms, "decode_ms",
+                                st.decode_ms, "ms_per_token", n_new ? st.decode_ms / n_new : 0.0, "spec",
+                                tdm_spec_name(so->kind), "shape", shape, "speculative", tdm_spec_stats_json(&st));
+        if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
+        char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(rec);
+        if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }
+        free(s);
+    }
+    free(out);
+    free(rows);
+    tdm_model_free(dm);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_path = NULL, *dump_path = NULL, *force_path = NULL, *json_path = NULL;
-    const char *backend_opt = NULL;
-    long n_new = -1, ctx_opt = -1;
+    const char *backend_opt = NULL, *spec_opt = NULL, *tree_opt = NULL, *draft_dir = NULL;
+    long n_new = -1, ctx_opt = -1, draft_n = -1, ngram_n = -1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"new-tokens", required_argument, 0, 'n'}, {"ctx", required_argument, 0, 'c'},
         {"backend", required_argument, 0, 'b'}, {"dump-logits", required_argument, 0, 'd'},
         {"force", required_argument, 0, 'f'}, {"json", required_argument, 0, 'j'},
-        {"settings", no_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"settings", no_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {"spec", required_argument, 0, 'S'},
+        {"draft", required_argument, 0, 'D'}, {"tree", required_argument, 0, 'T'},
+        {"draft-model", required_argument, 0, 'M'}, {"ngram", required_argument, 0, 'G'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
         switch (o) {
@@ -108,6 +175,11 @@ int main(int argc, char **argv)
         case 'd': dump_path = optarg; break;
         case 'f': force_path = optarg; break;
         case 'j': json_path = optarg; break;
+        case 'S': spec_opt = optarg; break;
+        case 'D': draft_n = parse_count("--draft", optarg, TDM_SPEC_MAX_NODES - 1); break;
+        case 'T': tree_opt = optarg; break;
+        case 'M': draft_dir = optarg; break;
+        case 'G': ngram_n = parse_count("--ngram", optarg, 64); break;
         case 's':
             if (tdm_settings_check() != 0) tdm_die_input(prog);
             tdm_settings_print(stdout);
@@ -130,6 +202,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: TANDEM_PREFILL_CHUNK must be a positive integer\n", prog);
         return TDM_EXIT_USAGE;
     }
+    struct tdm_spec_opts so;
+    if (tdm_spec_opts_init(&so) != 0) tdm_die_input(prog);
+    if (spec_opt && tdm_spec_parse(spec_opt, &so.kind) != 0) tdm_die_input(prog);
+    if (tree_opt && tdm_spec_parse_tree(tree_opt, &so) != 0) tdm_die_input(prog);
+    if (draft_n >= 0) {
+        if (draft_n < 1) tdm_die_usage(prog, "--draft: expected 1 to 31 draft tokens", NULL);
+        so.draft = (int)draft_n;
+    }
+    if (ngram_n >= 0) {
+        if (ngram_n < 1) tdm_die_usage(prog, "--ngram: expected 1 to 64", NULL);
+        so.ngram_max = (int)ngram_n;
+    }
+    if (so.kind == TDM_SPEC_OFF && (tree_opt || draft_n >= 0 || draft_dir || ngram_n >= 0))
+        tdm_die_usage(prog, "--draft, --tree, --draft-model and --ngram need --spec", NULL);
+    if (so.kind == TDM_SPEC_DRAFT && !draft_dir) tdm_die_usage(prog, "--spec draft needs --draft-model DIR", NULL);
+    if (so.kind != TDM_SPEC_DRAFT && draft_dir) tdm_die_usage(prog, "--draft-model is for --spec draft", NULL);
+    if (so.kind != TDM_SPEC_OFF && force_path) tdm_die_usage(prog, "--force and --spec do not go together", NULL);
     enum tdm_backend backend;
     const char *why;
     if (tdm_backend_pick(backend_opt, &backend, &why) != 0) tdm_die_input(prog);
@@ -167,6 +256,13 @@ int main(int argc, char **argv)
     for (int f = 0; f < TDM_W_COUNT; f++)
         if (fb.b[f]) fprintf(stderr, " %s %.1f MB", tdm_wfmt_name((enum tdm_wfmt)f), fb.b[f] / 1e6);
     fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, now_ms() - t0);
+
+    if (so.kind != TDM_SPEC_OFF) {
+        int rc = run_spec(m, &so, draft_dir, prompt, n_prompt, (int)n_new, dump_path, json_path, model_dir, backend);
+        free(prompt);
+        tdm_model_free(m);
+        return rc;
+    }
 
     struct tdm_ref *r = tdm_ref_new(m, (int)(ctx > 0 ? ctx : 1));
     const int V = c->vocab;

@@ -5,6 +5,8 @@
 #ifndef TDM_REF_H
 #define TDM_REF_H
 #include "model.h"
+#include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +36,59 @@ int tdm_ref_mtp(struct tdm_ref *r, const int32_t *next_ids, const float *h, int 
  * (+infinity without MoE). A small margin is a routing near tie: another implementation may
  * choose differently there, and that position's output then differs by far more than rounding. */
 const float *tdm_ref_router_gaps(const struct tdm_ref *r, int mtp);
+
+/* ---- speculative rounds (speculative.md) ----
+ * A round verifies n <= TDM_SPEC_MAX_NODES nodes laid out depth-first: node 0 is the root, the last
+ * emitted token not yet fed (rotary position tdm_ref_pos), parent[0] = -1, every other node's parent
+ * is the most recent earlier node one level up (each subtree contiguous). Node t sits at rotary
+ * position pos + depth(t). Nothing committed changes during a verify: attention writes the nodes'
+ * K/V rows to scratch and each node attends to the committed cache plus its own ancestors (the
+ * ancestor mask); the GDN conv of a node reads its ancestors' inputs and, past the root, the
+ * committed conv state; the GDN state is only read.
+ *   factored = 0 (chain; parent[t] = t - 1): the state is materialised step by step on a scratch
+ *     copy with one-token decode's arithmetic, so each row has the bits of one-token decoding.
+ *   factored = 1 (tree): each node's values are rebuilt from the entry state S0 (S0^T k, S0^T q) and
+ *     its ancestors' factors (k_i, u_i, P_i) kept on a stack of one entry per depth; the order of
+ *     arithmetic differs from one-token decode, so a near tie can go the other way.
+ * logits [n][V] and final_h [n][H] (the final-norm output, for the MTP drafter) may be NULL. */
+#define TDM_SPEC_MAX_NODES 32
+int tdm_ref_verify(struct tdm_ref *r, const int32_t *ids, const int *parent, int n, int factored, float *logits,
+                   float *final_h);
+/* Commits the path path[0] = 0, path[j] a child of path[j-1], of the last verify: its K/V rows go
+ * into the cache at pos..pos+len-1 (the other nodes' rows are dropped), the conv state advances
+ * over the path's inputs, and the path's GDN factors become pending: the next load of each state
+ * (the next verify, or a tdm_ref_forward) applies them first — a chain replays the steps
+ * (bit-identical to one-token decode), a tree uses S = exp(P_L) S0 + sum exp(P_L - P_i) k_i u_i^T.
+ * With deferral off (tdm_ref_set_defer(r, 0)) the factors are applied at once: the same
+ * arithmetic, another time. pos advances by len. */
+int tdm_ref_commit(struct tdm_ref *r, const int *path, int len);
+void tdm_ref_set_defer(struct tdm_ref *r, int defer); /* default 1 */
+
+/* Bytes of GDN state and factors the main model's layers moved (as a fused kernel would: a load
+ * that applies pending factors and then updates the state writes it once). */
+struct tdm_ref_stats { int64_t state_read, state_written, factor_read, factor_written; };
+const struct tdm_ref_stats *tdm_ref_stats(const struct tdm_ref *r);
+size_t tdm_ref_state_bytes(const struct tdm_ref *r); /* all GDN layers' states */
+
+/* The MTP drafter with its output after mtp.norm (out_h [T][H], may be NULL; logits may be NULL):
+ * what a chained draft step takes as the next h. tdm_ref_mtp_rewind drops the drafter's positions
+ * from pos on (its KV rows there are overwritten by the next call). */
+int tdm_ref_mtp_h(struct tdm_ref *r, const int32_t *next_ids, const float *h, int T, float *logits, float *out_h);
+int tdm_ref_mtp_pos(const struct tdm_ref *r);
+int tdm_ref_mtp_rewind(struct tdm_ref *r, int pos);
+
+/* Snapshots of the recurrent state (positions, conv, GDN state, pending factors). KV rows are not
+ * copied: rows below the saved positions must not have been rewritten when it is loaded (only a
+ * tdm_ref_mtp_rewind below the saved MTP position does that). */
+struct tdm_ref_snap;
+struct tdm_ref_snap *tdm_ref_snap_new(const struct tdm_ref *r);
+void tdm_ref_snap_save(const struct tdm_ref *r, struct tdm_ref_snap *s);
+int tdm_ref_snap_load(struct tdm_ref *r, const struct tdm_ref_snap *s);
+void tdm_ref_snap_free(struct tdm_ref_snap *s);
+
+/* FNV-1a over the committed state as it would be used next: positions, KV rows in use (MTP's
+ * too), conv states, GDN states with pending factors applied (on a copy). */
+uint64_t tdm_ref_state_hash(const struct tdm_ref *r);
 
 /* Greedy choice: the largest logit, ties to the lower id. */
 int tdm_argmax(const float *logits, int n);

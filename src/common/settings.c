@@ -12,6 +12,12 @@ const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
     {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
+    {"TANDEM_SPEC_DEFER", "on", "on|off",
+     "speculative rounds: on records the accepted path's GDN factors and applies them when the next load "
+     "reads the state (deferred commit); off applies them at the commit"},
+    {"TANDEM_SPEC_FAULT", "0", "int",
+     "testing only: N > 0 makes the speculative engine emit the lowest-logit token as its N-th token, so "
+     "tests can show that tandem-exactcheck fails on a real difference; 0 off"},
 };
 const int tdm_nsettings = (int)(sizeof tdm_settings / sizeof tdm_settings[0]);
 

@@ -1,0 +1,431 @@
+/* spec.c — speculative rounds on the CPU reference (spec.h says how each drafter stays
+ * consistent after a rejection). */
+#include "spec.h"
+#include "err.h"
+#include "settings.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXN TDM_SPEC_MAX_NODES
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "tandem: out of memory (%zu bytes)\n", n); abort(); }
+    return p;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static const char *const kind_names[] = {"off", "mtp", "ngram", "draft"};
+const char *tdm_spec_name(enum tdm_spec_kind k) { return kind_names[k]; }
+
+int tdm_spec_parse(const char *s, enum tdm_spec_kind *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, kind_names[i]) == 0) { *out = (enum tdm_spec_kind)i; return 0; }
+    return tdm_errf("--spec %s: expected off, mtp, ngram or draft", s);
+}
+
+int tdm_spec_opts_init(struct tdm_spec_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->draft = TDM_SPEC_DEFAULT_DRAFT;
+    o->ngram_max = TDM_SPEC_DEFAULT_NGRAM;
+    o->defer = strcmp(tdm_setting("TANDEM_SPEC_DEFER"), "off") != 0;
+    long v;
+    if (tdm_setting_int("TANDEM_SPEC_FAULT", &v) != 0) return -1;
+    o->fault_at = v;
+    if (tdm_setting_int("TANDEM_PREFILL_CHUNK", &v) != 0) return -1;
+    if (v < 1) return tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
+    o->prefill_chunk = (int)(v > 1 << 30 ? 1 << 30 : v);
+    return 0;
+}
+
+int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o)
+{
+    int d = 0;
+    const char *p = spec;
+    while (*p) {
+        char *end;
+        long b = strtol(p, &end, 10);
+        if (end == p || b < 1 || b > 16 || d >= MAXN - 1 || (*end && *end != ','))
+            return tdm_errf("--tree %s: expected branching per depth such as 3,2,1 (each 1..16, at most %d depths)", spec,
+                            MAXN - 1);
+        o->branch[d++] = (int)b;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return tdm_errf("--tree %s: trailing comma", spec);
+    }
+    if (d == 0) return tdm_errf("--tree %s: empty", spec);
+    o->tree_depth = d;
+    return 0;
+}
+
+void tdm_spec_shape_name(const struct tdm_spec_opts *o, char *buf, size_t n)
+{
+    if (!o->tree_depth) { snprintf(buf, n, "chain %d", o->draft); return; }
+    size_t at = (size_t)snprintf(buf, n, "tree ");
+    for (int d = 0; d < o->tree_depth && at < n; d++) at += (size_t)snprintf(buf + at, n - at, d ? ",%d" : "%d", o->branch[d]);
+}
+
+int tdm_ngram_propose(const int32_t *h, int n, int ngram_max, int want, int32_t *out)
+{
+    int k = 0;
+    for (int len = ngram_max < n - 1 ? ngram_max : n - 1; len >= 1 && k < want; len--)
+        for (int i = n - len - 1; i >= 0 && k < want; i--) {
+            if (memcmp(h + i, h + n - len, (size_t)len * sizeof *h) != 0) continue;
+            int32_t tok = h[i + len], seen = 0;
+            for (int j = 0; j < k; j++) seen |= out[j] == tok;
+            if (!seen) out[k++] = tok;
+        }
+    return k;
+}
+
+/* The want best ids of a logits row, best first (ties to the lower id). */
+static int topk(const float *x, int V, int want, int32_t *out)
+{
+    int k = 0;
+    for (; k < want && k < V; k++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= out[j] == i;
+            if (!taken && (best < 0 || x[i] > x[best])) best = i;
+        }
+        out[k] = best;
+    }
+    return k;
+}
+
+/* ---- drafters ---- */
+
+struct drafter {
+    enum tdm_spec_kind kind;
+    const struct tdm_spec_opts *o;
+    int V, H;
+    /* the round's tree */
+    int n;
+    int32_t ids[MAXN];
+    int parent[MAXN], depth[MAXN], nchild[MAXN];
+    /* mtp */
+    struct tdm_ref *r;
+    float *mh, *mlog;        /* [MAXN][H]: MTP output h per node; [V]: logits of the latest step */
+    float *root_log;         /* [V]: the root's draft logits (from the catch-up) */
+    int root_pos;            /* main-model position of the root */
+    /* ngram */
+    int32_t *hist;
+    int nhist, caphist;
+    /* draft model */
+    struct tdm_ref *dr;
+    struct tdm_ref_snap *snap[MAXN + 1];
+    int snap_owner[MAXN + 1], cur;
+    float *dlog;
+};
+
+static void hist_add(struct drafter *d, const int32_t *t, int n)
+{
+    if (d->nhist + n + MAXN > d->caphist) {
+        d->caphist = 2 * (d->nhist + n + MAXN);
+        d->hist = realloc(d->hist, (size_t)d->caphist * sizeof *d->hist);
+        if (!d->hist) { fprintf(stderr, "tandem: out of memory\n"); abort(); }
+    }
+    memcpy(d->hist + d->nhist, t, (size_t)n * sizeof *t);
+    d->nhist += n;
+}
+
+/* The MTP rows of main positions p0..p0+T-1: (token at p+1, h_p); logits of the last row to root_log. */
+static int mtp_feed_real(struct drafter *d, int p0, const int32_t *next, const float *h, int T)
+{
+    if (tdm_ref_mtp_rewind(d->r, p0) != 0) return -1;
+    if (T > 1 && tdm_ref_mtp_h(d->r, next, h, T - 1, NULL, NULL) != 0) return -1;
+    return tdm_ref_mtp_h(d->r, next + T - 1, h + (size_t)(T - 1) * d->H, 1, d->root_log, d->mh);
+}
+
+/* Up to want proposals for the children of node t (its path fed as the drafter needs). */
+static int expand(struct drafter *d, int t, int want, int32_t *out)
+{
+    const int dep = d->depth[t], p = d->parent[t];
+    switch (d->kind) {
+    case TDM_SPEC_MTP:
+        if (t == 0) return topk(d->root_log, d->V, want, out);
+        /* node t at depth dep >= 1: MTP position root_pos - 1 + dep, fed (its token, its parent's h) */
+        if (tdm_ref_mtp_rewind(d->r, d->root_pos - 1 + dep) != 0) return -1;
+        if (tdm_ref_mtp_h(d->r, &d->ids[t], d->mh + (size_t)p * d->H, 1, d->mlog, d->mh + (size_t)t * d->H) != 0) return -1;
+        return topk(d->mlog, d->V, want, out);
+    case TDM_SPEC_NGRAM: {
+        int n0 = d->nhist;
+        for (int a = 1; a <= dep; a++) { /* the node's path beyond the root (the root is in the history) */
+            int x = t;
+            for (int up = dep; up > a; up--) x = d->parent[x];
+            d->hist[n0 + a - 1] = d->ids[x];
+        }
+        return tdm_ngram_propose(d->hist, n0 + dep, d->o->ngram_max, want, out);
+    }
+    case TDM_SPEC_DRAFT:
+        /* the draft model's state must hold the committed tokens plus t's path up to its parent */
+        if (d->cur != p) {
+            if (d->snap_owner[dep] != p) return tdm_errf("draft tree: no snapshot for node %d's parent", t);
+            if (tdm_ref_snap_load(d->dr, d->snap[dep]) != 0) return -1;
+        } else if (t > 0 && d->nchild[p] > 1 && d->snap_owner[dep] != p) {
+            if (!d->snap[dep]) d->snap[dep] = tdm_ref_snap_new(d->dr);
+            tdm_ref_snap_save(d->dr, d->snap[dep]);
+            d->snap_owner[dep] = p;
+        }
+        if (tdm_ref_forward(d->dr, &d->ids[t], 1, 0, d->dlog, NULL, NULL) != 0) return -1;
+        d->cur = t;
+        return topk(d->dlog, d->V, want, out);
+    default:
+        return 0;
+    }
+}
+
+static int build(struct drafter *d, int t, int maxdepth)
+{
+    const int dep = d->depth[t];
+    d->nchild[t] = 0;
+    if (dep >= maxdepth) return 0;
+    int want = d->o->tree_depth ? d->o->branch[dep] : 1;
+    if (want > MAXN - d->n) want = MAXN - d->n;
+    if (want <= 0) return 0;
+    int32_t cand[MAXN];
+    int k = expand(d, t, want, cand);
+    if (k < 0) return -1;
+    d->nchild[t] = k;
+    for (int i = 0; i < k && d->n < MAXN; i++) {
+        int c = d->n++;
+        d->ids[c] = cand[i];
+        d->parent[c] = t;
+        d->depth[c] = dep + 1;
+        if (build(d, c, maxdepth) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- rounds ---- */
+
+static void shape_add(struct tdm_spec_stats *st, int nodes, int tree, double ms)
+{
+    int i = 0;
+    while (i < st->nshapes && !(st->shapes[i].nodes == nodes && st->shapes[i].tree == tree)) i++;
+    if (i == st->nshapes) {
+        if (i == TDM_SPEC_MAX_SHAPES) return;
+        st->nshapes++;
+        st->shapes[i].nodes = nodes;
+        st->shapes[i].tree = tree;
+    }
+    st->shapes[i].rounds++;
+    st->shapes[i].ms += ms;
+}
+
+/* Greedy pick of the e-th emitted token (0-based). TANDEM_SPEC_FAULT=N makes the N-th pick the
+ * lowest logit instead, so the exactness gate can be shown to fail. */
+static int pick(const struct tdm_spec_opts *o, const float *x, int V, long e)
+{
+    if (o->fault_at > 0 && e + 1 == o->fault_at) {
+        int w = 0;
+        for (int i = 1; i < V; i++)
+            if (x[i] < x[w]) w = i;
+        return w;
+    }
+    return tdm_argmax(x, V);
+}
+
+int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, const int32_t *prompt, int n_prompt,
+                      int n_new, int32_t *out, float *out_logits, struct tdm_spec_stats *st)
+{
+    const struct tdm_config *c = &m->cfg;
+    const int V = c->vocab, H = c->hidden;
+    memset(st, 0, sizeof *st);
+    st->defer = o->defer;
+    if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
+    if (o->kind == TDM_SPEC_MTP && !m->has_mtp) return tdm_errf("%s: --spec mtp: the checkpoint has no MTP layer", m->dir);
+    if (o->kind == TDM_SPEC_DRAFT && !o->draft_model) return tdm_errf("--spec draft needs --draft-model DIR");
+    if (o->kind == TDM_SPEC_DRAFT && o->draft_model->cfg.vocab != V)
+        return tdm_errf("%s: the draft model's vocabulary (%d) differs from the model's (%d)", o->draft_model->dir,
+                        o->draft_model->cfg.vocab, V);
+    if (!o->tree_depth && (o->draft < 1 || o->draft > MAXN - 1)) return tdm_errf("--draft %d: expected 1 to %d", o->draft, MAXN - 1);
+    if (n_new <= 0) return 0;
+    const int ctx = n_prompt + n_new + MAXN + 1;
+    struct tdm_ref *r = tdm_ref_new(m, ctx);
+    tdm_ref_set_defer(r, o->defer);
+    struct drafter d = {.kind = o->kind, .o = o, .V = V, .H = H, .r = r, .cur = -1};
+    float *logits = xmalloc((size_t)MAXN * V * sizeof(float)), *fh = xmalloc((size_t)MAXN * H * sizeof(float));
+    float *ph = o->kind == TDM_SPEC_MTP ? xmalloc((size_t)n_prompt * H * sizeof(float)) : NULL;
+    int rc = -1;
+
+    /* prefill, chunk by chunk (final-norm outputs kept for the MTP drafter) */
+    double t0 = now_ms();
+    for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
+        int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
+        if (tdm_ref_forward(r, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, NULL, ph ? ph + (size_t)at * H : NULL) != 0)
+            goto done;
+    }
+    st->prefill_ms = now_ms() - t0;
+    long e = 0;
+    int32_t last = (int32_t)pick(o, logits, V, e);
+    if (out_logits) memcpy(out_logits, logits, (size_t)V * sizeof(float));
+    out[e++] = last;
+
+    double td = now_ms();
+    struct tdm_ref_stats b0 = *tdm_ref_stats(r);
+    /* the drafters' start */
+    if (o->kind == TDM_SPEC_MTP) {
+        d.mh = xmalloc((size_t)MAXN * H * sizeof(float));
+        d.mlog = xmalloc((size_t)V * sizeof(float));
+        d.root_log = xmalloc((size_t)V * sizeof(float));
+        int32_t *next = xmalloc((size_t)n_prompt * sizeof(int32_t));
+        memcpy(next, prompt + 1, (size_t)(n_prompt - 1) * sizeof(int32_t));
+        next[n_prompt - 1] = last;
+        int frc = mtp_feed_real(&d, 0, next, ph, n_prompt);
+        free(next);
+        if (frc != 0) goto done;
+    } else if (o->kind == TDM_SPEC_NGRAM) {
+        hist_add(&d, prompt, n_prompt);
+        hist_add(&d, &last, 1);
+    } else if (o->kind == TDM_SPEC_DRAFT) {
+        d.dr = tdm_ref_new(o->draft_model, ctx);
+        d.dlog = xmalloc((size_t)V * sizeof(float));
+        d.snap[0] = tdm_ref_snap_new(d.dr);
+        for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
+            int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
+            if (tdm_ref_forward(d.dr, prompt + at, T, T, NULL, NULL, NULL) != 0) goto done;
+        }
+    }
+
+    while (o->kind == TDM_SPEC_OFF && e < n_new) { /* one token at a time: the plain decode path */
+        if (tdm_ref_forward(r, &last, 1, 0, logits, NULL, NULL) != 0) goto done;
+        last = (int32_t)pick(o, logits, V, e);
+        if (out_logits) memcpy(out_logits + (size_t)e * V, logits, (size_t)V * sizeof(float));
+        out[e++] = last;
+    }
+    while (e < n_new) {
+        double tr = now_ms();
+        int want_depth = o->tree_depth ? o->tree_depth : o->draft;
+        int maxdepth = (int)(n_new - e - 1) < want_depth ? (int)(n_new - e - 1) : want_depth;
+        d.n = 1;
+        d.ids[0] = last;
+        d.parent[0] = -1;
+        d.depth[0] = 0;
+        d.root_pos = tdm_ref_pos(r);
+        if (d.dr) {
+            tdm_ref_snap_save(d.dr, d.snap[0]);
+            for (int i = 0; i <= MAXN; i++) d.snap_owner[i] = -2;
+            d.snap_owner[0] = -1;
+            d.cur = -1;
+        }
+        if (build(&d, 0, maxdepth) != 0) goto done;
+        const int tree = o->tree_depth > 0;
+        if (tdm_ref_verify(r, d.ids, d.parent, d.n, tree, logits, fh) != 0) goto done;
+        /* greedy acceptance: the longest path of argmax tokens, plus the bonus */
+        int path[MAXN], len = 1, cur = 0;
+        path[0] = 0;
+        for (;;) {
+            const float *row = logits + (size_t)cur * V;
+            int32_t tok = (int32_t)pick(o, row, V, e);
+            if (out_logits) memcpy(out_logits + (size_t)e * V, row, (size_t)V * sizeof(float));
+            out[e++] = tok;
+            last = tok;
+            if (e == n_new) break;
+            int next = -1;
+            for (int t = cur + 1; t < d.n && next < 0; t++)
+                if (d.parent[t] == cur && d.ids[t] == tok) next = t;
+            if (next < 0) break;
+            path[len++] = cur = next;
+        }
+        if (tdm_ref_commit(r, path, len) != 0) goto done;
+        st->rounds++;
+        st->accepted += len - 1;
+        int seen[MAXN] = {0};
+        for (int t = 1; t < d.n; t++) seen[d.depth[t]] = 1;
+        for (int dd = 1; dd < MAXN; dd++) st->drafted_at[dd] += seen[dd];
+        for (int j = 1; j < len; j++) st->accepted_at[j]++;
+        if (e < n_new) {
+            /* the drafters follow the commit */
+            if (o->kind == TDM_SPEC_MTP) {
+                int32_t next[MAXN];
+                float *hp = xmalloc((size_t)len * H * sizeof(float));
+                for (int j = 0; j < len; j++) {
+                    next[j] = j + 1 < len ? d.ids[path[j + 1]] : last;
+                    memcpy(hp + (size_t)j * H, fh + (size_t)path[j] * H, (size_t)H * sizeof(float));
+                }
+                int frc = mtp_feed_real(&d, d.root_pos, next, hp, len);
+                free(hp);
+                if (frc != 0) goto done;
+            } else if (o->kind == TDM_SPEC_NGRAM) {
+                for (int j = 1; j < len; j++) hist_add(&d, &d.ids[path[j]], 1);
+                hist_add(&d, &last, 1);
+            } else if (o->kind == TDM_SPEC_DRAFT) {
+                int32_t fed[MAXN];
+                for (int j = 0; j < len; j++) fed[j] = d.ids[path[j]];
+                if (tdm_ref_snap_load(d.dr, d.snap[0]) != 0) goto done;
+                if (tdm_ref_forward(d.dr, fed, len, len, NULL, NULL, NULL) != 0) goto done;
+            }
+        }
+        shape_add(st, d.n, tree, now_ms() - tr);
+    }
+    st->decode_ms = now_ms() - td;
+    const struct tdm_ref_stats *b1 = tdm_ref_stats(r);
+    st->bytes.state_read = b1->state_read - b0.state_read;
+    st->bytes.state_written = b1->state_written - b0.state_written;
+    st->bytes.factor_read = b1->factor_read - b0.factor_read;
+    st->bytes.factor_written = b1->factor_written - b0.factor_written;
+    st->state_bytes = (int64_t)tdm_ref_state_bytes(r);
+    rc = 0;
+done:
+    free(logits); free(fh); free(ph);
+    free(d.mh); free(d.mlog); free(d.root_log); free(d.hist); free(d.dlog);
+    for (int i = 0; i <= MAXN; i++) tdm_ref_snap_free(d.snap[i]);
+    tdm_ref_free(d.dr);
+    tdm_ref_free(r);
+    return rc;
+}
+
+/* ---- reports ---- */
+
+void tdm_spec_stats_print(FILE *f, const struct tdm_spec_stats *st)
+{
+    if (!st->rounds) return;
+    fprintf(f, "# speculative: %d rounds, %.3f drafted tokens accepted per round (%.3f tokens per round)\n", st->rounds,
+            (double)st->accepted / st->rounds, (double)st->accepted / st->rounds + 1.0);
+    fprintf(f, "# acceptance by draft depth:");
+    for (int dd = 1; dd < MAXN && st->drafted_at[dd]; dd++)
+        fprintf(f, " %d:%.3f", dd, (double)st->accepted_at[dd] / (double)st->drafted_at[dd]);
+    fprintf(f, "\n");
+    for (int i = 0; i < st->nshapes; i++)
+        fprintf(f, "# round shape %s of %d nodes: %d rounds, %.3f ms per round\n", st->shapes[i].tree ? "tree" : "chain",
+                st->shapes[i].nodes, st->shapes[i].rounds, st->shapes[i].ms / st->shapes[i].rounds);
+    fprintf(f,
+            "# GDN state traffic (%s commit): %.0f B read, %.0f B written per round (state %.0f B); factors %.0f B "
+            "written, %.0f B read per round\n",
+            st->defer ? "deferred" : "immediate", (double)st->bytes.state_read / st->rounds,
+            (double)st->bytes.state_written / st->rounds, (double)st->state_bytes,
+            (double)st->bytes.factor_written / st->rounds, (double)st->bytes.factor_read / st->rounds);
+}
+
+json_t *tdm_spec_stats_json(const struct tdm_spec_stats *st)
+{
+    json_t *acc = json_array(), *shapes = json_array();
+    for (int dd = 1; dd < MAXN && st->drafted_at[dd]; dd++)
+        json_array_append_new(acc, json_pack("{s:i, s:I, s:I, s:f}", "depth", dd, "drafted", (json_int_t)st->drafted_at[dd],
+                                             "accepted", (json_int_t)st->accepted_at[dd],
+                                             "rate", (double)st->accepted_at[dd] / (double)st->drafted_at[dd]));
+    for (int i = 0; i < st->nshapes; i++)
+        json_array_append_new(shapes, json_pack("{s:s, s:i, s:i, s:f}", "shape", st->shapes[i].tree ? "tree" : "chain", "nodes",
+                                                st->shapes[i].nodes, "rounds", st->shapes[i].rounds, "ms_per_round",
+                                                st->shapes[i].ms / st->shapes[i].rounds));
+    int R = st->rounds ? st->rounds : 1;
+    return json_pack("{s:i, s:I, s:f, s:o, s:o, s:{s:s, s:I, s:f, s:f, s:f, s:f}}", "rounds", st->rounds, "accepted",
+                     (json_int_t)st->accepted, "accepted_per_round", (double)st->accepted / R, "acceptance_by_depth", acc,
+                     "round_shapes", shapes, "gdn_state_traffic", "commit", st->defer ? "deferred" : "immediate",
+                     "state_bytes", (json_int_t)st->state_bytes, "state_read_per_round",
+                     (double)st->bytes.state_read / R, "state_written_per_round", (double)st->bytes.state_written / R,
+                     "factor_read_per_round", (double)st->bytes.factor_read / R, "factor_written_per_round",
+                     (double)st->bytes.factor_written / R);
+}

@@ -1,0 +1,101 @@
+/* spec.h — speculative decoding on the CPU reference: drafters, rounds (draft, verify, greedy
+ * acceptance, commit), statistics. The algebra is speculative.md's; the reference functions are
+ * tdm_ref_verify / tdm_ref_commit (ref.h).
+ *
+ * A round: the root is the last emitted token (not yet fed). The drafter proposes a chain of k
+ * tokens, or a tree whose node at depth d has up to branch[d] children (the drafter's top-b
+ * tokens there), at most TDM_SPEC_MAX_NODES nodes with the root, laid out depth-first. One verify
+ * computes every node's logits; greedy acceptance takes the longest path whose every token is the
+ * argmax of its parent's logits, plus the bonus token (the argmax at the path's end). The path is
+ * committed; the other nodes' KV rows are dropped, the GDN factors of the path become pending
+ * (deferred commit) unless TANDEM_SPEC_DEFER=off.
+ *
+ * Drafters and how each stays consistent after a rejection:
+ *  - mtp: the model's MTP layer, chained (a draft step feeds the drafted token and the MTP's own
+ *    output after mtp.norm as the next h, at the next position). Its KV cache lives in the main
+ *    tdm_ref. Rule: MTP positions below the round's root position hold only real inputs (committed
+ *    tokens and the main model's final-norm output h); the steps fed with drafted tokens and the
+ *    MTP's own h sit above and are always discarded (tdm_ref_mtp_rewind), whether accepted or not.
+ *    After a commit of L+1 rows, the drafter is rewound to the old root position and fed the L+1
+ *    real rows (accepted tokens / bonus, and the verify's h of the path nodes): its last row drafts
+ *    the next round's first token. In a tree, a node at depth d is drafted at MTP position
+ *    root - 1 + d after rewinding there; in depth-first order the rows below belong to its
+ *    ancestors, the same stack argument as the GDN factors'.
+ *  - ngram: prompt lookup without a model: the longest suffix (n..1 tokens) of the history (prompt,
+ *    emitted tokens, the node's path) that occurred earlier, most recent match first; it proposes
+ *    the token that followed (for a tree: distinct followers of the longest, then shorter matches).
+ *    No state to roll back.
+ *  - draft: a separate model of the same vocabulary with its own tdm_ref. At the round start its
+ *    recurrent state is snapshotted; a node is drafted by feeding its token on top of its parent's
+ *    state (a snapshot per depth where a node has several children); after the commit the snapshot
+ *    is loaded and the accepted path is fed again in one call, so the draft model's state is
+ *    always that of the committed tokens.
+ */
+#ifndef TDM_SPEC_H
+#define TDM_SPEC_H
+#include "model.h"
+#include "ref.h"
+#include <jansson.h>
+#include <stdio.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tdm_spec_kind { TDM_SPEC_OFF, TDM_SPEC_MTP, TDM_SPEC_NGRAM, TDM_SPEC_DRAFT };
+const char *tdm_spec_name(enum tdm_spec_kind k);
+/* "off", "mtp", "ngram", "draft"; returns 0 or -1 with tdm_err(). */
+int tdm_spec_parse(const char *s, enum tdm_spec_kind *out);
+
+#define TDM_SPEC_DEFAULT_DRAFT 4
+#define TDM_SPEC_DEFAULT_NGRAM 3
+
+struct tdm_spec_opts {
+    enum tdm_spec_kind kind;
+    int draft;                          /* chain: draft tokens per round (1..31) */
+    int tree_depth;                     /* 0: chain; else the tree's depth, branch[0..depth-1] */
+    int branch[TDM_SPEC_MAX_NODES];
+    int ngram_max;                      /* the longest suffix the n-gram drafter matches */
+    const struct tdm_model *draft_model;
+    int defer;                          /* deferred commit of the GDN state (TANDEM_SPEC_DEFER) */
+    long fault_at;                      /* TANDEM_SPEC_FAULT: testing only (settings.c) */
+    int prefill_chunk;                  /* TANDEM_PREFILL_CHUNK */
+};
+/* Defaults: chain of TDM_SPEC_DEFAULT_DRAFT, n-gram up to TDM_SPEC_DEFAULT_NGRAM, switches from
+ * the settings table. Returns 0 or -1 with tdm_err() (a bad switch value). */
+int tdm_spec_opts_init(struct tdm_spec_opts *o);
+/* "3,2,1": branching per depth (each 1..16, at most 31 depths; the tree is cut at 32 nodes). */
+int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o);
+/* "chain 5" or "tree 3,2,1", for reports. */
+void tdm_spec_shape_name(const struct tdm_spec_opts *o, char *buf, size_t n);
+
+#define TDM_SPEC_MAX_SHAPES 64
+struct tdm_spec_stats {
+    int rounds;
+    long accepted;                              /* drafted tokens accepted, all rounds */
+    long drafted_at[TDM_SPEC_MAX_NODES];        /* [d]: rounds with a draft at depth d (d >= 1) */
+    long accepted_at[TDM_SPEC_MAX_NODES];       /* [d]: rounds that accepted depth d */
+    int nshapes;
+    struct { int nodes, tree; int rounds; double ms; } shapes[TDM_SPEC_MAX_SHAPES];
+    double prefill_ms, decode_ms;
+    struct tdm_ref_stats bytes;                 /* GDN state/factor bytes of the decode rounds */
+    int64_t state_bytes;                        /* all GDN states, once */
+    int defer;
+};
+
+/* Prefill the prompt (>= 1 token) and emit n_new tokens by speculative rounds (o->kind != OFF) or
+ * one token at a time (OFF). out [n_new]; out_logits NULL or [n_new][V]: the logits row each
+ * token was chosen from. Returns 0 or -1 with tdm_err(). */
+int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, const int32_t *prompt, int n_prompt,
+                      int n_new, int32_t *out, float *out_logits, struct tdm_spec_stats *st);
+
+/* The n-gram drafter's proposals: up to want distinct tokens that followed earlier occurrences of
+ * the history's suffix, longest suffix (ngram_max..1) first, most recent occurrence first. */
+int tdm_ngram_propose(const int32_t *hist, int n, int ngram_max, int want, int32_t *out);
+
+/* "# " lines on f; a JSON object (new reference). */
+void tdm_spec_stats_print(FILE *f, const struct tdm_spec_stats *st);
+json_t *tdm_spec_stats_json(const struct tdm_spec_stats *st);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,259 @@
+/* Speculative rounds on the CPU reference (argv[1]: a model with an MTP layer and a vocabulary of at least 512): the n-gram
+ * drafter's proposals on a constructed history; a chain verify gives one-token decode's logits bit
+ * for bit; a tree verify (factored form) is close to a chain verify of each of its paths; deferred
+ * commit leaves the same state as immediate commit (and, for a chain, as one-token decoding); a
+ * one-token step after a deferred commit applies the pending factors; the speculative engine's
+ * chains (mtp, ngram, draft) give one-token decode's logits bit for bit, its trees the same
+ * tokens or a first divergence at a near tie. */
+#include "err.h"
+#include "model.h"
+#include "ref.h"
+#include "spec.h"
+#include "tap.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int32_t prompt[] = {5, 17, 99, 3, 250, 7, 400, 42, 8, 9, 10, 11, 5, 17, 99};
+#define NP ((int)(sizeof prompt / sizeof prompt[0]))
+
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+static float maxdiff(const float *a, const float *b, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
+    return m;
+}
+
+static void ngram_tests(void)
+{
+    int32_t out[8];
+    const int32_t h1[] = {1, 2, 3, 4, 1, 2, 3, 5, 9, 1, 2, 3};
+    int k = tdm_ngram_propose(h1, 12, 3, 2, out);
+    ok(k == 2 && out[0] == 5 && out[1] == 4, "ngram: suffix 1 2 3 proposes 5 (most recent match), then 4 (got %d: %d %d)", k,
+       out[0], out[1]);
+    k = tdm_ngram_propose(h1, 12, 3, 1, out);
+    ok(k == 1 && out[0] == 5, "ngram: a chain takes the most recent longest match");
+    const int32_t h2[] = {7, 8, 9, 6, 8};
+    k = tdm_ngram_propose(h2, 5, 3, 1, out);
+    ok(k == 1 && out[0] == 9, "ngram: falls back to a shorter suffix (8 -> 9)");
+    const int32_t h3[] = {4, 5, 6, 7, 6, 1, 2, 6};
+    k = tdm_ngram_propose(h3, 8, 3, 4, out);
+    ok(k == 2 && out[0] == 1 && out[1] == 7, "ngram: distinct followers of every match, most recent first (got %d)", k);
+    const int32_t h4[] = {1, 2, 3};
+    ok(tdm_ngram_propose(h4, 3, 3, 4, out) == 0, "ngram: no match, no proposal");
+    ok(tdm_ngram_propose(h4, 1, 3, 4, out) == 0, "ngram: a one-token history proposes nothing");
+}
+
+/* A state after the prompt, and one-token logits for ids[0..n-1] fed from there. */
+static void one_token(const struct tdm_model *m, const int32_t *ids, int n, float *lg, uint64_t *hash_after)
+{
+    struct tdm_ref *r = tdm_ref_new(m, 128);
+    tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, NULL);
+    for (int i = 0; i < n; i++) tdm_ref_forward(r, ids + i, 1, 0, lg + (size_t)i * m->cfg.vocab, NULL, NULL);
+    if (hash_after) *hash_after = tdm_ref_state_hash(r);
+    tdm_ref_free(r);
+}
+
+static void verify_tests(const struct tdm_model *m)
+{
+    const int V = m->cfg.vocab;
+    const int32_t ids[] = {11, 300, 300, 77, 5, 201, 2};
+    const int n = 7;
+    float *one = malloc((size_t)16 * V * sizeof(float)), *ver = malloc((size_t)32 * V * sizeof(float));
+    float *chain = malloc((size_t)16 * V * sizeof(float));
+    uint64_t h_one;
+    one_token(m, ids, n, one, &h_one);
+
+    /* chain verify + commit, deferred and immediate */
+    int parent[32], path[32];
+    for (int i = 0; i < n; i++) parent[i] = i - 1, path[i] = i;
+    uint64_t h[2];
+    for (int defer = 0; defer < 2; defer++) {
+        struct tdm_ref *r = tdm_ref_new(m, 128);
+        tdm_ref_set_defer(r, defer);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, NULL);
+        ok(tdm_ref_verify(r, ids, parent, n, 0, ver, NULL) == 0, "chain verify of %d nodes runs", n);
+        ok(same_bits(ver, one, (size_t)n * V), "chain verify (defer %d): every row has one-token decode's logits bits", defer);
+        ok(tdm_ref_commit(r, path, n) == 0 && tdm_ref_pos(r) == NP + n, "commit of the whole chain");
+        h[defer] = tdm_ref_state_hash(r);
+        /* the next one-token step applies pending factors first (deferred) or finds them applied */
+        int32_t nx = 123;
+        float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)(n + 1) * V * sizeof(float));
+        tdm_ref_forward(r, &nx, 1, 0, a, NULL, NULL);
+        int32_t ids2[8];
+        memcpy(ids2, ids, sizeof ids);
+        ids2[n] = nx;
+        one_token(m, ids2, n + 1, b, NULL);
+        ok(same_bits(a, b + (size_t)n * V, (size_t)V), "defer %d: a one-token step after the commit has one-token decode's bits", defer);
+        free(a);
+        free(b);
+        tdm_ref_free(r);
+    }
+    ok(h[0] == h[1], "chain: deferred commit leaves the state of immediate commit, bit for bit");
+    ok(h[1] == h_one, "chain: the committed state is one-token decoding's state, bit for bit");
+
+    /* a partial chain commit: the rejected rows are dropped */
+    {
+        struct tdm_ref *r = tdm_ref_new(m, 128);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, NULL);
+        tdm_ref_verify(r, ids, parent, n, 0, ver, NULL);
+        tdm_ref_commit(r, path, 3);
+        float *a = malloc((size_t)V * sizeof(float));
+        tdm_ref_forward(r, &ids[3], 1, 0, a, NULL, NULL);
+        ok(same_bits(a, one + (size_t)3 * V, (size_t)V), "after accepting 3 of 7 rows, the next step has one-token bits");
+        free(a);
+        tdm_ref_free(r);
+    }
+
+    /* a tree: root 11; children 300 (-> 300 -> 77, and 5) and 201 (-> 2); depth-first */
+    const int32_t tid[] = {11, 300, 300, 77, 5, 201, 2};
+    const int tpar[] = {-1, 0, 1, 2, 1, 0, 5};
+    const int tn = 7;
+    uint64_t th[2];
+    for (int defer = 0; defer < 2; defer++) {
+        struct tdm_ref *r = tdm_ref_new(m, 128);
+        tdm_ref_set_defer(r, defer);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, NULL);
+        ok(tdm_ref_verify(r, tid, tpar, tn, 1, ver, NULL) == 0, "tree verify of %d nodes runs", tn);
+        if (defer) {
+            /* each root-to-leaf path against the materialised chain of that path */
+            static const int paths[3][4] = {{0, 1, 2, 3}, {0, 1, 4, -1}, {0, 5, 6, -1}};
+            float worst = 0, scale = 0;
+            for (int p = 0; p < 3; p++) {
+                int32_t pid[4];
+                int len = 0;
+                while (len < 4 && paths[p][len] >= 0) { pid[len] = tid[paths[p][len]]; len++; }
+                one_token(m, pid, len, chain, NULL);
+                for (int j = 0; j < len; j++) {
+                    worst = fmaxf(worst, maxdiff(ver + (size_t)paths[p][j] * V, chain + (size_t)j * V, (size_t)V));
+                    for (int i = 0; i < V; i++) scale = fmaxf(scale, fabsf(chain[(size_t)j * V + i]));
+                }
+            }
+            ok(worst < 0.02f * scale, "tree: every node's logits are within 2%% of the largest logit of its own path's "
+                                      "one-token logits (max diff %.4g, largest logit %.3g)", worst, scale);
+        }
+        int tpath[] = {0, 1, 4};
+        ok(tdm_ref_commit(r, tpath, 3) == 0, "commit of the tree path 11 300 5");
+        th[defer] = tdm_ref_state_hash(r);
+        tdm_ref_free(r);
+    }
+    ok(th[0] == th[1], "tree: deferred commit leaves the state of immediate commit, bit for bit");
+    {
+        struct tdm_ref *r = tdm_ref_new(m, 128);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, NULL);
+        int bad[] = {-1, 0, 1, 0, 2};
+        ok(tdm_ref_verify(r, tid, bad, 5, 1, ver, NULL) != 0 && strstr(tdm_err(), "depth-first"),
+           "a layout that is not depth-first is refused: %s", tdm_err());
+        int notchain[] = {-1, 0, 0};
+        ok(tdm_ref_verify(r, tid, notchain, 3, 0, ver, NULL) != 0, "chain mode refuses a tree");
+        tdm_ref_verify(r, tid, tpar, tn, 1, ver, NULL);
+        int badpath[] = {0, 5, 3};
+        ok(tdm_ref_commit(r, badpath, 3) != 0, "a commit path that is not parent-to-child is refused");
+        tdm_ref_free(r);
+    }
+    free(one); free(ver); free(chain);
+}
+
+/* The MTP drafter's rollback rule: chained draft steps above the real rows, rewound and replaced
+ * by real rows, leave the drafter as if only real rows had been fed. */
+static void mtp_rewind_tests(const struct tdm_model *m)
+{
+    const int H = m->cfg.hidden, V = m->cfg.vocab;
+    float *h = malloc((size_t)(NP + 4) * H * sizeof(float)), *mh = malloc((size_t)H * sizeof(float));
+    float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    int32_t next[NP + 4];
+    uint64_t hash[2];
+    for (int k = 0; k < 2; k++) {
+        struct tdm_ref *r = tdm_ref_new(m, 128);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, h);
+        memcpy(next, prompt + 1, (NP - 1) * sizeof(int32_t));
+        next[NP - 1] = 77;
+        tdm_ref_mtp_h(r, next, h, NP - 3, NULL, NULL); /* real rows 0..NP-4 */
+        if (k == 1) {
+            /* three chained draft steps on top (drafted tokens, the MTP's own h), then rewound */
+            int32_t d = 300;
+            for (int i = 0; i < 3; i++) tdm_ref_mtp_h(r, &d, i ? mh : h + (size_t)(NP - 3) * H, 1, NULL, mh);
+            tdm_ref_mtp_rewind(r, NP - 3);
+        }
+        tdm_ref_mtp_h(r, next + NP - 3, h + (size_t)(NP - 3) * H, 3, NULL, NULL); /* the real rows NP-3..NP-1 */
+        hash[k] = tdm_ref_state_hash(r);
+        int32_t d = 5;
+        tdm_ref_mtp_h(r, &d, h, 1, k ? lb : la, NULL);
+        tdm_ref_free(r);
+    }
+    ok(hash[0] == hash[1] && same_bits(la, lb, (size_t)V), "MTP: draft steps rewound and refed with real rows leave the state of real rows only");
+    free(h); free(mh); free(la); free(lb);
+}
+
+static void engine_tests(const struct tdm_model *m)
+{
+    const int V = m->cfg.vocab, N = 24;
+    int32_t ref[64], out[64];
+    float *rl = malloc((size_t)N * V * sizeof(float)), *ol = malloc((size_t)N * V * sizeof(float));
+    struct tdm_spec_opts o;
+    struct tdm_spec_stats st;
+    ok(tdm_spec_opts_init(&o) == 0, "options from the settings table");
+    o.fault_at = 0;
+    if (tdm_spec_generate(m, &o, prompt, NP, N, ref, rl, &st) != 0) {
+        ok(0, "plain decode: %s", tdm_err());
+        free(rl);
+        free(ol);
+        return;
+    }
+    static const enum tdm_spec_kind kinds[] = {TDM_SPEC_MTP, TDM_SPEC_NGRAM, TDM_SPEC_DRAFT};
+    for (int ki = 0; ki < 3; ki++)
+        for (int tree = 0; tree < 2; tree++) {
+            struct tdm_spec_opts so = o;
+            so.kind = kinds[ki];
+            so.draft_model = m; /* the model as its own drafter: every draft accepted */
+            so.draft = 3;
+            if (tree) tdm_spec_parse_tree("2,2,1", &so);
+            int rc = tdm_spec_generate(m, &so, prompt, NP, N, out, ol, &st);
+            const char *name = tdm_spec_name(so.kind);
+            if (rc != 0) { ok(0, "%s %s: %s", name, tree ? "tree" : "chain", tdm_err()); continue; }
+            if (!tree) {
+                ok(memcmp(out, ref, (size_t)N * sizeof *out) == 0 && same_bits(ol, rl, (size_t)N * V),
+                   "%s chain: one-token decode's tokens and logits bits (%d rounds, %ld accepted)", name, st.rounds, st.accepted);
+            } else {
+                int div = -1;
+                for (int i = 0; i < N && div < 0; i++)
+                    if (out[i] != ref[i]) div = i;
+                const float *row = rl + (size_t)(div >= 0 ? div : 0) * V;
+                float gap = div >= 0 ? row[tdm_argmax(row, V)] - row[out[div]] : 0;
+                ok(div < 0 || gap < 0.0625f, "%s tree: the same tokens%s (%d rounds, %ld accepted; gap %.4g)", name,
+                   div < 0 ? "" : ", first divergence at a near tie", st.rounds, st.accepted, gap);
+            }
+            if (kinds[ki] == TDM_SPEC_DRAFT)
+                ok(st.accepted > 0 && st.accepted_at[1] == st.drafted_at[1], "%s %s: a model drafting for itself is always accepted at depth 1",
+                   name, tree ? "tree" : "chain");
+        }
+    /* traffic: deferral reads each state once per round, immediate commit twice */
+    struct tdm_spec_opts so = o;
+    so.kind = TDM_SPEC_DRAFT;
+    so.draft_model = m;
+    struct tdm_spec_stats a, b;
+    so.defer = 1;
+    tdm_spec_generate(m, &so, prompt, NP, N, out, NULL, &a);
+    so.defer = 0;
+    tdm_spec_generate(m, &so, prompt, NP, N, ref, NULL, &b);
+    ok(a.bytes.state_read == (int64_t)a.rounds * a.state_bytes && b.bytes.state_read == (int64_t)b.rounds * 2 * b.state_bytes,
+       "state bytes read per round: deferred 1x, immediate 2x the state (%lld vs %lld)",
+       (long long)(a.bytes.state_read / a.rounds), (long long)(b.bytes.state_read / b.rounds));
+    ok(memcmp(out, ref, (size_t)N * sizeof *out) == 0, "deferred and immediate commit give the same tokens");
+    free(rl);
+    free(ol);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) skip_all("usage: spec MODEL_DIR");
+    struct tdm_model *m = tdm_model_load(argv[1]);
+    if (!m) { printf("Bail out! %s\n", tdm_err()); return 1; }
+    ngram_tests();
+    verify_tests(m);
+    mtp_rewind_tests(m);
+    engine_tests(m);
+    tdm_model_free(m);
+    return done_testing();
+}
