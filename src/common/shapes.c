@@ -1,58 +1,77 @@
 #include "shapes.h"
+#include "presets.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Qwen3.8-27B (qwen3_5 dense): H 5120, 64 layers, 48 Gated DeltaNet + 16 gated attention; GDN 16
- * key / 48 value heads of 128; attention 24 Q / 4 KV heads of 256; dense MLP 17408. One token:
- * 24.3 G projection parameters = 13.7 GB at NVFP4. */
-static const struct tdm_proj_shape qwen38_27b[] = {
-    {"linear_attn.in_proj_qkv", 10240, 5120, 48}, /* 2*16*128 + 48*128 */
-    {"linear_attn.in_proj_z", 6144, 5120, 48},
-    {"linear_attn.in_proj_b", 48, 5120, 48},
-    {"linear_attn.in_proj_a", 48, 5120, 48},
-    {"linear_attn.out_proj", 5120, 6144, 48},
-    {"self_attn.q_proj", 12288, 5120, 16},        /* 2 * 24 * 256: query and output gate */
-    {"self_attn.k_proj", 1024, 5120, 16},
-    {"self_attn.v_proj", 1024, 5120, 16},
-    {"self_attn.o_proj", 5120, 6144, 16},
-    {"mlp.gate_proj", 17408, 5120, 64},
-    {"mlp.up_proj", 17408, 5120, 64},
-    {"mlp.down_proj", 5120, 17408, 64},
-    {"mtp.fc", 5120, 10240, 0},
-};
-
-/* Qwen3-Next-80B-A3B: H 2048, 48 layers (36 GDN + 12 attention); GDN 16 key / 32 value heads of
- * 128; attention 16 Q / 2 KV of 256; 512 experts (top 10) of width 512 and a shared expert of 512.
- * Routed experts run through the MoE kernels: per_token 0 here. */
-static const struct tdm_proj_shape qwen3_next_80b[] = {
-    {"linear_attn.in_proj_qkvz", 12288, 2048, 36}, /* 2*16*128 + 2*32*128 */
-    {"linear_attn.in_proj_ba", 64, 2048, 36},
-    {"linear_attn.out_proj", 2048, 4096, 36},
-    {"self_attn.q_proj", 8192, 2048, 12},          /* 2 * 16 * 256 */
-    {"self_attn.k_proj", 512, 2048, 12},
-    {"self_attn.v_proj", 512, 2048, 12},
-    {"self_attn.o_proj", 2048, 4096, 12},
-    {"mlp.shared_expert.gate_proj", 512, 2048, 48},
-    {"mlp.shared_expert.up_proj", 512, 2048, 48},
-    {"mlp.shared_expert.down_proj", 2048, 512, 48},
-    {"mlp.experts.gate_up_proj", 1024, 2048, 0},  /* one expert's fused [gate; up] */
-    {"mlp.experts.down_proj", 2048, 512, 0},
-    {"mtp.fc", 2048, 4096, 0},
-};
-
-static const struct tdm_model_shapes models[] = {
-    {"qwen3.8-27b", "Qwen3.8-27B (dense, H 5120, 64 layers)", sizeof qwen38_27b / sizeof qwen38_27b[0], qwen38_27b},
-    {"qwen3-next-80b", "Qwen3-Next-80B-A3B (MoE, H 2048, 48 layers)", sizeof qwen3_next_80b / sizeof qwen3_next_80b[0],
-     qwen3_next_80b},
+/* The tables are derived from the presets (presets.c holds each model's numbers once): the
+ * projections of one token's forward, named as the checkpoints name them, with how many of each
+ * the forward runs. Routed experts and the MTP layer count 0 (they run outside the plain per-token
+ * chain). */
+#define MAX_PROJ 16
+static struct tdm_proj_shape tables[2][MAX_PROJ];
+static struct tdm_model_shapes models[2] = {
+    {"qwen3.8-27b", "Qwen3.8-27B (dense, H 5120, 64 layers)", 0, tables[0]},
+    {"qwen3-next-80b", "Qwen3-Next-80B-A3B (MoE, H 2048, 48 layers)", 0, tables[1]},
 };
 
 const char *const tdm_model_names[] = {"qwen3.8-27b", "qwen3-next-80b", NULL};
 
+static void add(struct tdm_model_shapes *m, const char *name, int64_t n, int64_t k, int per_token)
+{
+    struct tdm_proj_shape *t = (struct tdm_proj_shape *)&m->shapes[m->nshapes++];
+    t->name = name;
+    t->n = n;
+    t->k = k;
+    t->per_token = per_token;
+}
+
+static int derive(struct tdm_model_shapes *m)
+{
+    struct tdm_config c;
+    if (tdm_preset(m->model, TDM_ARCH_QWEN3_5, &c) != 0) return -1;
+    int n_gdn = 0, n_attn = 0;
+    for (int i = 0; i < c.n_layers; i++) c.mixer[i] == TDM_MIXER_ATTN ? n_attn++ : n_gdn++;
+    const int64_t H = c.hidden, HkDk = (int64_t)c.gdn_k_heads * c.gdn_k_dim, HvDv = (int64_t)c.gdn_v_heads * c.gdn_v_dim;
+    const int64_t QD = (int64_t)c.n_q_heads * c.head_dim, KVD = (int64_t)c.n_kv_heads * c.head_dim;
+    m->nshapes = 0;
+    if (c.arch == TDM_ARCH_QWEN3_5) {
+        add(m, "linear_attn.in_proj_qkv", 2 * HkDk + HvDv, H, n_gdn);
+        add(m, "linear_attn.in_proj_z", HvDv, H, n_gdn);
+        add(m, "linear_attn.in_proj_b", c.gdn_v_heads, H, n_gdn);
+        add(m, "linear_attn.in_proj_a", c.gdn_v_heads, H, n_gdn);
+    } else {
+        add(m, "linear_attn.in_proj_qkvz", 2 * HkDk + 2 * HvDv, H, n_gdn);
+        add(m, "linear_attn.in_proj_ba", 2 * c.gdn_v_heads, H, n_gdn);
+    }
+    add(m, "linear_attn.out_proj", H, HvDv, n_gdn);
+    add(m, "self_attn.q_proj", 2 * QD, H, n_attn);   /* query and output gate */
+    add(m, "self_attn.k_proj", KVD, H, n_attn);
+    add(m, "self_attn.v_proj", KVD, H, n_attn);
+    add(m, "self_attn.o_proj", H, QD, n_attn);
+    if (c.n_experts == 0) {
+        add(m, "mlp.gate_proj", c.intermediate, H, c.n_layers);
+        add(m, "mlp.up_proj", c.intermediate, H, c.n_layers);
+        add(m, "mlp.down_proj", H, c.intermediate, c.n_layers);
+    } else {
+        add(m, "mlp.shared_expert.gate_proj", c.shared_intermediate, H, c.n_layers);
+        add(m, "mlp.shared_expert.up_proj", c.shared_intermediate, H, c.n_layers);
+        add(m, "mlp.shared_expert.down_proj", H, c.shared_intermediate, c.n_layers);
+        add(m, "mlp.experts.gate_up_proj", 2 * (int64_t)c.moe_intermediate, H, 0);   /* one expert's fused [gate; up] */
+        add(m, "mlp.experts.down_proj", H, c.moe_intermediate, 0);
+    }
+    add(m, "mtp.fc", H, 2 * H, 0);
+    tdm_config_free(&c);
+    return 0;
+}
+
 const struct tdm_model_shapes *tdm_model_shapes(const char *model)
 {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (strcmp(models[i].model, model) == 0) return &models[i];
+        if (strcmp(models[i].model, model) == 0) {
+            if (models[i].nshapes == 0 && derive(&models[i]) != 0) return NULL;
+            return &models[i];
+        }
     return NULL;
 }
 

@@ -1,5 +1,5 @@
-/* shapes.h — the projection shapes of the served models (models.md), in one table that the
- * benchmark, the sweep and the tests read. A projection y = x W^T has W of n rows (outputs) and
+/* shapes.h — the projection shapes of the served models (models.md), derived from their presets
+ * (presets.c), in one table that the benchmark, the sweep and the tests read. A projection y = x W^T has W of n rows (outputs) and
  * k columns (inputs); `per_token` says how many of it one token's forward runs (all layers). */
 #ifndef TDM_SHAPES_H
 #define TDM_SHAPES_H
