@@ -38,5 +38,14 @@ t "and writes a table per kernel, headed 'none (defaults)'" sh -c "grep -q 'none
     [ -f '$tmp/sm_90/nvfp4-skinny-wide.json' ] && [ -f '$tmp/sm_90/fp8.json' ] && [ -f '$tmp/sm_90/bf16.json' ]"
 t "a second --write-defaults merges into the table" sh -c "bin/tandem-sweep --shape 100,1040 --kernel fp8 --write-defaults \
     --out '$tmp/sm_90' 2>/dev/null && grep -q '\"100,1040\"' '$tmp/sm_90/fp8.json' && grep -q '\"12288,2048\"' '$tmp/sm_90/fp8.json'"
+fx=${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny/nvfp4
+if [ -f "$fx/config.json" ]; then
+    t "tandem-sweep -m DIR takes a checkpoint's projection shapes" sh -c "bin/tandem-sweep -m '$fx' --kernel nvfp4-skinny \
+        --write-defaults --out '$tmp/m' 2>/dev/null && grep -q '\"768,256\"' '$tmp/m/nvfp4-skinny.json' && \
+        grep -q '\"256,512\"' '$tmp/m/nvfp4-skinny.json' && [ \$(grep -c '\"kchains\"' '$tmp/m/nvfp4-skinny.json') -eq 9 ]"
+else
+    n=$((n + 1)); echo "ok $n # SKIP no fixture at $fx"
+fi
+t "tandem-sweep -m a missing directory: exit 2 naming it" exits 2 "/nonexistent" bin/tandem-sweep -m /nonexistent --write-defaults
 echo "1..$n"
 [ "$failed" -eq 0 ]

@@ -9,6 +9,7 @@
 #include "formats.h"
 #include "matmul.h"
 #include "settings.h"
+#include "model.h"
 #include "shapes.h"
 #include "tiles.h"
 #include <errno.h>
@@ -33,6 +34,8 @@ static void usage(FILE *f)
             "  --shape N,K            a weight shape, N outputs by K inputs (repeatable)\n"
             "  --model-shapes NAME    every distinct projection shape of a model: qwen3.8-27b or\n"
             "                         qwen3-next-80b (repeatable)\n"
+            "  -m, --model DIR        every distinct projection shape of a checkpoint directory\n"
+            "                         (its main model's projections, head included; repeatable)\n"
             "  --kernel NAME          nvfp4-skinny, nvfp4-skinny-wide, fp8, bf16 or all (repeatable;\n"
             "                         default: nvfp4-skinny, nvfp4-skinny-wide and fp8)\n"
             "  --out DIR              directory of the tables (default: $TANDEM_TILES/<arch>)\n"
@@ -60,6 +63,14 @@ static void add_shape(int64_t n, int64_t k)
     shapes[nshapes][0] = n;
     shapes[nshapes][1] = k;
     nshapes++;
+}
+
+/* A checkpoint's projection: its shape (the view's n, k). */
+static void add_projection(void *ctx, const char *what, const struct tdm_qweight *w)
+{
+    (void)ctx;
+    (void)what;
+    add_shape(w->n, w->k);
 }
 
 /* The row counts a table's timing covers: the rows it serves. */
@@ -184,13 +195,14 @@ int main(int argc, char **argv)
         {"kernel", required_argument, 0, 'k'}, {"out", required_argument, 0, 'o'},
         {"reps", required_argument, 0, 'r'}, {"json", required_argument, 0, 'j'},
         {"write-defaults", no_argument, 0, 'D'}, {"arch", required_argument, 0, 'a'},
-        {"device", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"device", required_argument, 0, 'd'}, {"model", required_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0;
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
         switch (c) {
         case 's': {
             int64_t n, k;
@@ -204,6 +216,13 @@ int main(int argc, char **argv)
             int64_t nk[MAX_SHAPES][2];
             int cnt = tdm_model_distinct_shapes(m, nk, MAX_SHAPES);
             for (int i = 0; i < cnt; i++) add_shape(nk[i][0], nk[i][1]);
+            break;
+        }
+        case 'm': {
+            struct tdm_model *md = tdm_model_load(optarg);
+            if (!md) tdm_die_input(prog);
+            tdm_model_each_projection(md, add_projection, NULL);
+            tdm_model_free(md);
             break;
         }
         case 'k':
@@ -232,7 +251,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
-    if (!nshapes) tdm_die_usage(prog, "no shapes: give --shape N,K or --model-shapes NAME", NULL);
+    if (!nshapes) tdm_die_usage(prog, "no shapes: give --shape N,K, --model-shapes NAME or --model DIR", NULL);
     if (!any_kernel) want[TDM_MMK_NVFP4] = want[TDM_MMK_NVFP4_WIDE] = want[TDM_MMK_FP8] = 1;
     for (int kk = 0; kk < TDM_MMK_COUNT; kk++)
         for (int i = 0; want[kk] && i < nshapes; i++)
