@@ -12,8 +12,13 @@ t "tandem-exactcheck --backend cuda: the CUDA engine is not built yet, exit 2" \
   "build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet' && { build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>/dev/null; [ \$? -eq 2 ]; }"
 t "tandem-prefillcheck says it is not built yet" \
   "build/san/bin/tandem-prefillcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-prefillcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
-t "tandem-run --backend cuda: not built yet, exit 2" \
-  "build/san/bin/tandem-run -m x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet'"
+# Without a device: exit 2 and one line saying so; with one, the missing model is the one line.
+t "tandem-run --backend cuda: exit 2 with one line (no device visible, or the bad model)" \
+  "out=\$(build/san/bin/tandem-run -m x --backend cuda 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
+   [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] &&
+   printf '%s\n' \"\$out\" | grep -Eq '^tandem-run: (--backend cuda: no CUDA device visible|x)'"
+t "tandem-run --backend cuda --spec: refused (no verify rounds on the CUDA engine yet), exit 2" \
+  "build/san/bin/tandem-run -m x --backend cuda --spec ngram >/dev/null 2>&1; [ \$? -eq 2 ]"
 t "--settings lists TANDEM_BACKEND with its default" \
   "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
 t "--settings shows a value from the environment" \

@@ -56,7 +56,8 @@ static void usage(FILE *f)
             "                         those; a swap across a wider gap is reported as a failure to be\n"
             "                         looked at (it can happen: the row differences allow it), not excused\n"
             "      --rows M           largest twin row count, 2..32 (default 32)\n"
-            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine is not built yet, exit 2)\n"
+            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine is not built yet for\n"
+            "                         speculative rounds, exit 2)\n"
             "      --json FILE        JSON report: every case, its verdict, counts and margins\n"
             "  -h, --help             this text\n"
             "Exit status: 0 all identical or near ties only (reported), 1 a difference, 2 bad usage or input.\n",
@@ -229,7 +230,8 @@ int main(int argc, char **argv)
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, "the CUDA engine is not built yet for speculative rounds", &backend, &why) != 0)
+        tdm_die_input(prog);
     if (!model_dir) tdm_die_usage(prog, "-m DIR is required (see --help)", NULL);
     if (!prompt_path) tdm_die_usage(prog, "-p FILE is required (see --help)", NULL);
 

@@ -1,6 +1,7 @@
 /* tandem-run — load a model, read a prompt token file, prefill, decode N tokens greedily, write the
  * new token ids to stdout one per line; statistics on stderr ("# " lines). */
 #include "backend.h"
+#include "engine.h"
 #include "err.h"
 #include "fileio.h"
 #include "model.h"
@@ -28,8 +29,11 @@ static void usage(FILE *f)
             "  -p, --prompt FILE        prompt token file (decimal ids, '#' comments); default: stdin\n"
             "  -n, --new-tokens N       tokens to generate (default 16, or the length of --force)\n"
             "      --ctx N              context capacity in tokens (default: prompt + N)\n"
-            "      --backend cpu|cuda   compute backend (default TANDEM_BACKEND, auto). The CUDA engine is\n"
-            "                           not built yet: auto runs the CPU reference\n"
+            "      --backend cpu|cuda   compute backend (default TANDEM_BACKEND, auto; auto runs the CPU\n"
+            "                           reference for now). cuda: the CUDA engine on device 0 for dense\n"
+            "                           qwen3_5 checkpoints (BF16, FP8, NVFP4): prefill and greedy decode,\n"
+            "                           --force and --dump-logits, not --spec; exit 2 without a device or\n"
+            "                           for another layout (qwen3_next, MoE)\n"
             "      --dump-logits FILE   write F32 'logits' [rows, vocab] as safetensors: one row per position\n"
             "                           whose logits were computed (with -n 0: every prompt position)\n"
             "      --force FILE         feed these ids through the decode path instead of the argmax\n"
@@ -52,7 +56,8 @@ static void usage(FILE *f)
             "rounds and round time by shape, and the GDN state bytes moved per round (TANDEM_SPEC_DEFER);\n"
             "--dump-logits then writes the row each new token was chosen from.\n"
             "\n"
-            "Exit status: 0 done, 2 bad usage or bad input (one line on stderr naming the file and fault).\n",
+            "Exit status: 0 done, 1 a CUDA call failed during the forward, 2 bad usage or bad input (one line on\n"
+            "stderr naming the file and fault; also: no device, an unsupported layout, out of device memory).\n",
             TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
 }
 
@@ -93,6 +98,20 @@ static void rows_add(struct rows *r, const float *x)
     }
     memcpy(r->v + (size_t)r->n * r->width, x, (size_t)r->width * sizeof(float));
     r->n++;
+}
+
+/* The plain decode loop's forward: the CPU reference or the CUDA engine (same contract). */
+struct fwd { struct tdm_ref *r; struct tdm_engine *e; };
+static int forward(struct fwd *f, const int32_t *ids, int T, int from, float *logits)
+{
+    return f->e ? tdm_engine_forward(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);
+}
+/* The ids and the context were checked before: a CPU failure is bad input (exit 2), a CUDA failure
+ * a failed call (exit 1). */
+__attribute__((noreturn)) static void forward_failed(const struct fwd *f)
+{
+    if (f->e) tdm_die_check(prog);
+    tdm_die_input(prog);
 }
 
 struct fmt_bytes { int64_t b[TDM_W_COUNT]; };
@@ -221,7 +240,10 @@ int main(int argc, char **argv)
     if (so.kind != TDM_SPEC_OFF && force_path) tdm_die_usage(prog, "--force and --spec do not go together", NULL);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, NULL, &backend, &why) != 0) tdm_die_input(prog);
+    if (backend == TDM_BACKEND_CUDA && so.kind != TDM_SPEC_OFF)
+        tdm_die_usage(prog, "--spec runs on the CPU reference only: the CUDA engine has no verify rounds yet (use --backend cpu)",
+                      NULL);
 
     double t0 = now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
@@ -264,7 +286,12 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    struct tdm_ref *r = tdm_ref_new(m, (int)(ctx > 0 ? ctx : 1));
+    struct fwd f = {NULL, NULL};
+    if (backend == TDM_BACKEND_CUDA) {
+        if (!(f.e = tdm_engine_new(m, (int)(ctx > 0 ? ctx : 1)))) tdm_die_input(prog);
+    } else {
+        f.r = tdm_ref_new(m, (int)(ctx > 0 ? ctx : 1));
+    }
     const int V = c->vocab;
     struct rows dump = {.width = V};
     float *logits = malloc((size_t)(n_prompt > 1 ? n_prompt : 1) * V * sizeof(float));
@@ -278,7 +305,7 @@ int main(int argc, char **argv)
         int T = n_prompt - at < chunk ? n_prompt - at : (int)chunk;
         int last = at + T == n_prompt;
         int from = all_rows ? 0 : last ? T - 1 : T;
-        if (tdm_ref_forward(r, prompt + at, T, from, logits, NULL, NULL) != 0) tdm_die_input(prog);
+        if (forward(&f, prompt + at, T, from, logits) != 0) forward_failed(&f);
         if (all_rows)
             for (int t = 0; t < T; t++) rows_add(&dump, logits + (size_t)t * V);
     }
@@ -296,7 +323,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (i + 1 == n_new) break;
         int32_t feed = force && i < n_force ? force[i] : tok;
-        if (tdm_ref_forward(r, &feed, 1, 0, logits, NULL, NULL) != 0) tdm_die_input(prog);
+        if (forward(&f, &feed, 1, 0, logits) != 0) forward_failed(&f);
     }
     double decode_ms = now_ms() - td;
     if (n_new > 0)
@@ -327,7 +354,8 @@ int main(int argc, char **argv)
         free(s);
     }
     free(dump.v); free(logits); free(out); free(prompt); free(force);
-    tdm_ref_free(r);
+    tdm_ref_free(f.r);
+    tdm_engine_free(f.e);
     tdm_model_free(m);
     return rc;
 }

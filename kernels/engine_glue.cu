@@ -1,0 +1,73 @@
+// engine_glue.cu — the CUDA engine's glue kernels (engine_glue.h): embedding gather, SiLU * up.
+#include "engine_glue.h"
+#include "layers_dev.cuh"
+#include "cuda_check.h"
+
+using namespace tdm_ly;
+
+namespace {
+
+constexpr int GLUE_THREADS = 256;
+
+// Block r: row ids[r] of the table into h[r].
+__global__ void __launch_bounds__(GLUE_THREADS)
+embed_rows_kernel(const void *table, int table_f32, int64_t V, int H, const int32_t *ids, uint16_t *h)
+{
+    const int r = blockIdx.x;
+    const int64_t id = ids[r];
+    uint16_t *hr = h + (size_t)r * H;
+    if (id < 0 || id >= V) {
+        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = 0x7fc0;  // BF16 NaN
+        return;
+    }
+    if (table_f32) {
+        const float *t = (const float *)table + (size_t)id * H;
+        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = f2bf(t[i]);
+    } else {
+        const uint16_t *t = (const uint16_t *)table + (size_t)id * H;
+        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = t[i];
+    }
+}
+
+// One thread an element: ref.c's bf(bf(siluf(g)) * u).
+__global__ void __launch_bounds__(GLUE_THREADS)
+silu_mul_kernel(const uint16_t *g, const uint16_t *u, int64_t n, uint16_t *out)
+{
+    const int64_t i = (int64_t)blockIdx.x * GLUE_THREADS + threadIdx.x;
+    if (i >= n) return;
+    const float s = bfr(silu_ref(bf2f(g[i])));
+    out[i] = f2bf(__fmul_rn(s, bf2f(u[i])));
+}
+
+}  // namespace
+
+extern "C" int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H, const int32_t *ids, int M,
+                              uint16_t *h, void *stream)
+{
+    if (M < 0 || H <= 0 || V <= 0 || !table || !ids || !h)
+        return tdm_errf("tdm_embed_rows: bad arguments (M %d, H %d, V %lld)", M, H, (long long)V);
+    if (M == 0) return 0;
+    embed_rows_kernel<<<M, GLUE_THREADS, 0, (cudaStream_t)stream>>>(table, table_f32, V, H, ids, h);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, void *stream)
+{
+    if (M < 0 || I <= 0 || !g || !u || !out)
+        return tdm_errf("tdm_silu_mul: bad arguments (M %d, I %lld)", M, (long long)I);
+    const int64_t n = (int64_t)M * I;
+    if (n == 0) return 0;
+    const int64_t blocks = (n + GLUE_THREADS - 1) / GLUE_THREADS;
+    if (blocks > 0x7fffffff) return tdm_errf("tdm_silu_mul: %lld values are too many", (long long)n);
+    silu_mul_kernel<<<(unsigned)blocks, GLUE_THREADS, 0, (cudaStream_t)stream>>>(g, u, n, out);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_copy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes == 0) return 0;
+    TDM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+    return 0;
+}

@@ -1,0 +1,36 @@
+/* engine_glue.h — the small kernels the CUDA engine (src/common/engine.c) needs between the
+ * projection products (matmul.h) and the layer kernels (layers.h): the embedding row gather, the
+ * dense MLP's SiLU(gate) * up, and an asynchronous copy on the engine's stream. Each replaces a
+ * line of the CPU reference (src/common/ref.c, named per launcher) and is checked against it in
+ * t/unit/engine_gpu.c. Conventions as layers.h: activations BF16 (uint16_t) row-major, an
+ * explicit stream (cudaStream_t, NULL = legacy default), every launch checked, 0 or -1 with
+ * tdm_err(). Both kernels are elementwise per row: a row's bits never depend on the other rows. */
+#ifndef TDM_ENGINE_GLUE_H
+#define TDM_ENGINE_GLUE_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* h[r][:] = row ids[r] of the embedding table [V][H] (ref: tdm_ref_forward's tdm_qweight_row):
+ * table_f32 = 0: BF16 rows copied bit for bit; 1: F32 rows rounded to BF16 (the reference keeps
+ * them FP32: the only place the engine rounds where the reference does not; the fixtures' tables
+ * are BF16). ids [M] in device memory; an id outside 0..V-1 writes a row of NaN (the host checks
+ * ids before it launches). */
+int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H, const int32_t *ids, int M, uint16_t *h,
+                   void *stream);
+
+/* out[r][i] = bf16(bf16(silu(g[r][i])) * u[r][i]) (ref: mlp_forward), for M rows of I values; g, u
+ * and out [M][I] contiguous; out may be g or u. silu(x) = x / (1 + expf(-x)) as ref.c's siluf. */
+int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, void *stream);
+
+/* cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream): host<->device in either direction.
+ * From pageable host memory the source may be reused on return; to pageable host memory the
+ * copy is complete on return (CUDA's rules); sync the stream before reading pinned results. */
+int tdm_copy_async(void *dst, const void *src, size_t bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

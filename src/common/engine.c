@@ -1,0 +1,415 @@
+/* engine.c — the CUDA engine's host orchestration (engine.h): upload, state, and the forward of
+ * ref.c's tdm_ref_forward as a sequence of launches on one stream. Per chunk of M <= 32 rows:
+ *   h = embed[ids]
+ *   per layer: xn = rmsnorm(h (+= previous y), in_norm); y = mixer(xn);
+ *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
+ *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
+ * with the layer kernels' own rounding points (they are ref.c's). */
+#include "engine.h"
+#include "device.h"
+#include "engine_glue.h"
+#include "err.h"
+#include "layers.h"
+#include "matmul.h"
+#include "settings.h"
+#include "tiles.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS TDM_ENGINE_MAX_ROWS
+
+struct dlayer {
+    enum tdm_mixer mixer;
+    float *in_norm, *post_norm;             /* [H] */
+    /* Gated DeltaNet */
+    struct tdm_dweight qkv, z, b, a, out;   /* [C, H], [HvDv, H], [Hv, H] x2, [H, HvDv] */
+    float *conv_w, *A_log, *dt_bias, *gnorm; /* [C][K], [Hv], [Hv], [Dv] */
+    uint16_t *conv_state;                   /* [K-1][C] BF16 */
+    float *S;                               /* [Hv][Dk][Dv] */
+    /* gated attention */
+    struct tdm_dweight q, k, v, o;          /* [2HqD, H], [HkvD, H] x2, [H, HqD] */
+    float *q_norm, *k_norm;                 /* [D] */
+    uint16_t *kc, *vc;                      /* [ctx][Hkv][D] BF16 */
+    /* dense MLP */
+    struct tdm_dweight gate, up, down;      /* [I, H] x2, [H, I] */
+};
+
+struct tdm_engine {
+    const struct tdm_model *m;
+    int ctx, pos;
+    tdm_stream st;
+    struct tdm_tiles *tiles;
+    struct dlayer *ly;                      /* [L] */
+    struct tdm_dweight head;                /* [V, H] */
+    const void *embed;                      /* [V][H] BF16 or F32 on the device */
+    int embed_f32;
+    float *final_norm;                      /* [H] */
+    /* activations, ROWS rows each */
+    int32_t *ids;
+    uint16_t *h, *xn, *y;                   /* [R][H] */
+    uint16_t *mixed, *cv, *z, *bb, *aa, *o, *gn; /* GDN: [R][C] x2, [R][HvDv], [R][Hv] x2, [R][HvDv] x2 */
+    uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
+    float *attn_scratch;
+    uint16_t *g, *u;                        /* MLP: [R][I] x2 */
+    float *logits;                          /* [R][V] */
+    struct tdm_engine_mem mem;
+    void **allocs;
+    int nalloc, capalloc;
+};
+
+/* ---- what the engine serves ---- */
+
+struct proj_check { const char *bad; enum tdm_wfmt fmt; };
+static void check_proj(void *ctx, const char *what, const struct tdm_qweight *w)
+{
+    struct proj_check *pc = ctx;
+    if (!pc->bad && w->fmt != TDM_W_BF16 && w->fmt != TDM_W_FP8 && w->fmt != TDM_W_NVFP4) {
+        pc->bad = what;
+        pc->fmt = w->fmt;
+    }
+}
+
+int tdm_engine_supported(const struct tdm_model *m)
+{
+    const struct tdm_config *c = &m->cfg;
+    const char *dir = m->dir ? m->dir : "model";
+    if (c->arch != TDM_ARCH_QWEN3_5)
+        return tdm_errf("%s: the %s layout is not supported by the CUDA engine yet (dense qwen3_5 only; use --backend cpu)",
+                        dir, tdm_arch_name(c->arch));
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->is_moe[i] || m->layers[i].is_moe)
+            return tdm_errf("%s: layer %d is a mixture of experts: not supported by the CUDA engine yet (use --backend cpu)", dir, i);
+        if (c->mixer[i] == TDM_MIXER_GDN && m->layers[i].gdn.grouped)
+            return tdm_errf("%s: layer %d has grouped in_proj_qkvz (qwen3_next): not supported by the CUDA engine yet", dir, i);
+    }
+    const int D = c->head_dim, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    if (D != 64 && D != 128 && D != 256) return tdm_errf("%s: head_dim %d: the CUDA attention kernel takes 64, 128 or 256", dir, D);
+    if (c->rotary_dim % 2 || c->rotary_dim > D) return tdm_errf("%s: rotary dims %d: must be even and <= head_dim %d", dir, c->rotary_dim, D);
+    if (c->n_kv_heads <= 0 || c->n_q_heads % c->n_kv_heads)
+        return tdm_errf("%s: %d query heads are not a multiple of %d KV heads", dir, c->n_q_heads, c->n_kv_heads);
+    if (Dk != 64 && Dk != 128 && Dk != 256)
+        return tdm_errf("%s: linear_key_head_dim %d: the CUDA GDN recurrence takes 64, 128 or 256", dir, Dk);
+    if (Dv % 32 || Dv > 1024) return tdm_errf("%s: linear_value_head_dim %d: the CUDA GDN kernels take a multiple of 32 up to 1024", dir, Dv);
+    if (c->gdn_k_heads <= 0 || c->gdn_v_heads % c->gdn_k_heads)
+        return tdm_errf("%s: %d value heads are not a multiple of %d key heads", dir, c->gdn_v_heads, c->gdn_k_heads);
+    if (c->conv_kernel < 2 || c->conv_kernel > 4) return tdm_errf("%s: conv kernel %d: the CUDA conv takes 2 to 4", dir, c->conv_kernel);
+    if (c->hidden > 11264) return tdm_errf("%s: hidden_size %d: the CUDA RMSNorm takes at most 11264", dir, c->hidden);
+    if (m->embed.fmt != TDM_W_BF16 && m->embed.fmt != TDM_W_F32)
+        return tdm_errf("%s: embed_tokens stored %s: the CUDA engine gathers BF16 or F32 rows", dir, tdm_wfmt_name(m->embed.fmt));
+    struct proj_check pc = {NULL, TDM_W_BF16};
+    tdm_model_each_projection(m, check_proj, &pc);
+    if (pc.bad)
+        return tdm_errf("%s: %s stored %s: the CUDA matrix kernels take BF16, FP8 and NVFP4 weights", dir, pc.bad,
+                        tdm_wfmt_name(pc.fmt));
+    return 0;
+}
+
+/* ---- allocation ---- */
+
+static int track(struct tdm_engine *e, void *p)
+{
+    if (e->nalloc == e->capalloc) {
+        int cap = e->capalloc ? 2 * e->capalloc : 64;
+        void **a = realloc(e->allocs, (size_t)cap * sizeof *a);
+        if (!a) { tdm_cuda_free(p); return tdm_errf("CUDA engine: out of host memory"); }
+        e->allocs = a;
+        e->capalloc = cap;
+    }
+    e->allocs[e->nalloc++] = p;
+    return 0;
+}
+
+static void *dalloc(struct tdm_engine *e, size_t bytes, size_t *count, const char *what)
+{
+    void *p;
+    if (tdm_cuda_malloc(&p, bytes) != 0) {
+        tdm_err_prefix("CUDA engine: %s (%.1f MB)", what, bytes / 1e6);
+        return NULL;
+    }
+    if (track(e, p) != 0) return NULL;
+    *count += bytes;
+    return p;
+}
+
+static float *up_f32(struct tdm_engine *e, const float *src, size_t n, const char *what, int layer)
+{
+    char buf[96];
+    snprintf(buf, sizeof buf, "layer %d %s", layer, what);
+    float *p = dalloc(e, n * sizeof(float), &e->mem.weights, buf);
+    if (p && tdm_cuda_h2d(p, src, n * sizeof(float)) != 0) return NULL;
+    return p;
+}
+
+static int up_w(struct tdm_engine *e, const struct tdm_qweight *h, struct tdm_dweight *d, const char *what, int layer)
+{
+    if (tdm_dweight_upload(h, d) != 0)
+        return layer >= 0 ? tdm_err_prefix("CUDA engine: layer %d %s", layer, what) : tdm_err_prefix("CUDA engine: %s", what);
+    if (track(e, d->owned) != 0) return -1;
+    d->owned = NULL; /* freed through the list */
+    e->mem.weights += (size_t)tdm_qweight_bytes(h);
+    return 0;
+}
+
+void tdm_engine_free(struct tdm_engine *e)
+{
+    if (!e) return;
+    if (e->st) tdm_stream_sync(e->st);
+    for (int i = 0; i < e->nalloc; i++) tdm_cuda_free(e->allocs[i]);
+    free(e->allocs);
+    free(e->ly);
+    tdm_tiles_free(e->tiles);
+    if (e->st) tdm_stream_destroy(e->st);
+    free(e);
+}
+
+/* ---- set-up ---- */
+
+static int upload_layer(struct tdm_engine *e, int i)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const struct tdm_layer *l = &e->m->layers[i];
+    struct dlayer *d = &e->ly[i];
+    const int H = c->hidden;
+    d->mixer = l->mixer;
+    if (!(d->in_norm = up_f32(e, l->in_norm, (size_t)H, "input_layernorm", i)) ||
+        !(d->post_norm = up_f32(e, l->post_norm, (size_t)H, "post_attention_layernorm", i)))
+        return -1;
+    if (l->mixer == TDM_MIXER_GDN) {
+        const struct tdm_gdn *g = &l->gdn;
+        const int C = tdm_gdn_conv_dim(c), K = c->conv_kernel, Hv = c->gdn_v_heads;
+        if (up_w(e, &g->qkv, &d->qkv, "in_proj_qkv", i) || up_w(e, &g->z, &d->z, "in_proj_z", i) ||
+            up_w(e, &g->b, &d->b, "in_proj_b", i) || up_w(e, &g->a, &d->a, "in_proj_a", i) ||
+            up_w(e, &g->out, &d->out, "out_proj", i))
+            return -1;
+        if (!(d->conv_w = up_f32(e, g->conv_w, (size_t)C * K, "conv1d", i)) ||
+            !(d->A_log = up_f32(e, g->A_log, (size_t)Hv, "A_log", i)) ||
+            !(d->dt_bias = up_f32(e, g->dt_bias, (size_t)Hv, "dt_bias", i)) ||
+            !(d->gnorm = up_f32(e, g->norm_w, (size_t)c->gdn_v_dim, "linear_attn.norm", i)))
+            return -1;
+        if (!(d->conv_state = dalloc(e, (size_t)(K - 1) * C * 2, &e->mem.gdn, "conv state")) ||
+            !(d->S = dalloc(e, (size_t)Hv * c->gdn_k_dim * c->gdn_v_dim * sizeof(float), &e->mem.gdn, "GDN state")))
+            return -1;
+    } else {
+        const struct tdm_attn *a = &l->attn;
+        if (up_w(e, &a->q, &d->q, "q_proj", i) || up_w(e, &a->k, &d->k, "k_proj", i) ||
+            up_w(e, &a->v, &d->v, "v_proj", i) || up_w(e, &a->o, &d->o, "o_proj", i))
+            return -1;
+        if (!(d->q_norm = up_f32(e, a->q_norm, (size_t)c->head_dim, "q_norm", i)) ||
+            !(d->k_norm = up_f32(e, a->k_norm, (size_t)c->head_dim, "k_norm", i)))
+            return -1;
+        const size_t kv = (size_t)e->ctx * c->n_kv_heads * c->head_dim * 2;
+        if (!(d->kc = dalloc(e, kv, &e->mem.kv, "K cache")) || !(d->vc = dalloc(e, kv, &e->mem.kv, "V cache"))) return -1;
+    }
+    if (up_w(e, &l->mlp.gate, &d->gate, "mlp.gate_proj", i) || up_w(e, &l->mlp.up, &d->up, "mlp.up_proj", i) ||
+        up_w(e, &l->mlp.down, &d->down, "mlp.down_proj", i))
+        return -1;
+    return 0;
+}
+
+static int alloc_act(struct tdm_engine *e)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const size_t R = ROWS, H = (size_t)c->hidden, C = (size_t)tdm_gdn_conv_dim(c);
+    const size_t HvDv = (size_t)c->gdn_v_heads * c->gdn_v_dim, Hv = (size_t)c->gdn_v_heads;
+    const size_t HqD = (size_t)c->n_q_heads * c->head_dim, HkvD = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t I = (size_t)c->intermediate, V = (size_t)c->vocab;
+    size_t *n = &e->mem.act;
+#define A(field, bytes, what) if (!(e->field = dalloc(e, (bytes), n, what))) return -1
+    A(ids, R * sizeof(int32_t), "token ids");
+    A(h, R * H * 2, "activations");
+    A(xn, R * H * 2, "activations");
+    A(y, R * H * 2, "activations");
+    A(mixed, R * C * 2, "GDN activations");
+    A(cv, R * C * 2, "GDN activations");
+    A(z, R * HvDv * 2, "GDN activations");
+    A(bb, R * Hv * 2, "GDN activations");
+    A(aa, R * Hv * 2, "GDN activations");
+    A(o, R * HvDv * 2, "GDN activations");
+    A(gn, R * HvDv * 2, "GDN activations");
+    A(qg, R * 2 * HqD * 2, "attention activations");
+    A(kk, R * HkvD * 2, "attention activations");
+    A(vv, R * HkvD * 2, "attention activations");
+    A(q, R * HqD * 2, "attention activations");
+    A(att, R * HqD * 2, "attention activations");
+    A(attn_scratch, tdm_attn_scratch_bytes(ROWS, c->n_q_heads, c->head_dim, e->ctx), "attention scratch");
+    A(g, R * I * 2, "MLP activations");
+    A(u, R * I * 2, "MLP activations");
+    A(logits, R * V * sizeof(float), "logits");
+#undef A
+    return 0;
+}
+
+int tdm_engine_reset(struct tdm_engine *e)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    if (tdm_stream_sync(e->st) != 0) return -1;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (d->mixer == TDM_MIXER_GDN) {
+            const size_t C = (size_t)tdm_gdn_conv_dim(c);
+            if (tdm_cuda_memset(d->conv_state, 0, (size_t)(c->conv_kernel - 1) * C * 2) != 0 ||
+                tdm_cuda_memset(d->S, 0, (size_t)c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float)) != 0)
+                return -1;
+        } else {
+            const size_t kv = (size_t)e->ctx * c->n_kv_heads * c->head_dim * 2;
+            if (tdm_cuda_memset(d->kc, 0, kv) != 0 || tdm_cuda_memset(d->vc, 0, kv) != 0) return -1;
+        }
+    }
+    /* the engine's stream does not wait for the legacy stream: fence the memsets */
+    if (tdm_cuda_sync() != 0) return -1;
+    e->pos = 0;
+    return 0;
+}
+
+struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
+{
+    const struct tdm_config *c = &m->cfg;
+    if (ctx < 1) { tdm_errf("CUDA engine: context %d: must be at least 1", ctx); return NULL; }
+    if (tdm_engine_supported(m) != 0) return NULL;
+    if (tdm_cuda_device_count() < 1) { tdm_errf("CUDA engine: no CUDA device visible"); return NULL; }
+    struct tdm_device_info info;
+    size_t free0 = 0, total = 0;
+    if (tdm_cuda_device_info(0, &info) != 0 || tdm_cuda_mem_info(&free0, &total) != 0) return NULL;
+    struct tdm_engine *e = calloc(1, sizeof *e);
+    if (!e || !(e->ly = calloc((size_t)c->n_layers, sizeof *e->ly))) {
+        free(e);
+        tdm_errf("CUDA engine: out of host memory");
+        return NULL;
+    }
+    e->m = m;
+    e->ctx = ctx;
+    char arch[16];
+    tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+    if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
+    for (int i = 0; i < c->n_layers; i++)
+        if (upload_layer(e, i) != 0) goto fail;
+    if (!(e->final_norm = up_f32(e, m->final_norm, (size_t)c->hidden, "norm", -1))) goto fail;
+    if (up_w(e, &m->head, &e->head, "lm_head", -1) != 0) goto fail;
+    e->embed_f32 = m->embed.fmt == TDM_W_F32;
+    if (c->tie_embeddings && !e->embed_f32 && m->head.row0 == 0) {
+        e->embed = e->head.w; /* the head is the embedding, already uploaded */
+    } else {
+        const size_t eb = (size_t)tdm_qweight_bytes(&m->embed);
+        void *p = dalloc(e, eb, &e->mem.weights, "embed_tokens");
+        if (!p || tdm_cuda_h2d(p, m->embed.w, eb) != 0) goto fail;
+        e->embed = p;
+    }
+    if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
+    size_t free1 = 0;
+    if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
+    fprintf(stderr,
+            "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
+            "activations %.1f MB; device free %.0f -> %.0f MB of %.0f MB\n",
+            info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6,
+            free0 / 1e6, free1 / 1e6, total / 1e6);
+    return e;
+fail:
+    tdm_engine_free(e);
+    return NULL;
+}
+
+int tdm_engine_pos(const struct tdm_engine *e) { return e->pos; }
+const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e) { return &e->mem; }
+
+/* ---- the forward ---- */
+
+static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int H = c->hidden, C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads;
+    const int Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    void *st = e->st;
+    const struct tdm_tiles *t = e->tiles;
+    if (tdm_matmul(&d->qkv, e->xn, H, M, e->mixed, C, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->b, e->xn, H, M, e->bb, Hv, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->a, e->xn, H, M, e->aa, Hv, TDM_MM_BF16, t, st) ||
+        tdm_gdn_conv(e->mixed, C, d->conv_w, d->conv_state, M, C, c->conv_kernel, e->cv, st) ||
+        tdm_gdn_recur(e->cv, e->bb, Hv, e->aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st) ||
+        tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
+        tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
+        return -1;
+    return 0;
+}
+
+static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int H = c->hidden, Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
+    const int64_t ldqg = 2 * (int64_t)Hq * D, ldkv = (int64_t)Hkv * D;
+    void *st = e->st;
+    const struct tdm_tiles *t = e->tiles;
+    if (tdm_matmul(&d->q, e->xn, H, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st) ||
+        tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D, c->rotary_dim,
+                         c->rope_theta, c->rms_eps, e->pos, NULL, e->ctx, e->q, d->kc, d->vc, st) ||
+        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, e->pos, NULL, e->ctx, e->attn_scratch, e->att, st) ||
+        tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
+        return -1;
+    return 0;
+}
+
+static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int H = c->hidden;
+    const int64_t I = c->intermediate;
+    void *st = e->st;
+    const struct tdm_tiles *t = e->tiles;
+    if (tdm_matmul(&d->gate, e->xn, H, M, e->g, I, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&d->up, e->xn, H, M, e->u, I, TDM_MM_BF16, t, st) ||
+        tdm_silu_mul(e->g, e->u, I, M, e->g, st) ||
+        tdm_matmul(&d->down, e->g, I, M, e->y, H, TDM_MM_BF16, t, st))
+        return -1;
+    return 0;
+}
+
+/* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int H = c->hidden, V = c->vocab;
+    const float eps = c->rms_eps;
+    void *st = e->st;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 ||
+        tdm_embed_rows(e->embed, e->embed_f32, V, H, e->ids, M, e->h, st) != 0)
+        return -1;
+    const uint16_t *pend = NULL; /* the previous layer's MLP output, added by the next norm */
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
+        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M) : attn_mixer(e, d, M)) != 0) return -1;
+        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 || mlp(e, d, M) != 0) return -1;
+        pend = e->y;
+    }
+    if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;
+    if (out && from < M) {
+        const int n = M - from;
+        if (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, n, e->logits, V, TDM_MM_F32, e->tiles, st) != 0 ||
+            tdm_copy_async(out, e->logits, (size_t)n * V * sizeof(float), st) != 0)
+            return -1;
+    }
+    if (tdm_stream_sync(st) != 0) return -1;
+    e->pos += M;
+    return 0;
+}
+
+int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    if (T <= 0) return 0;
+    if (logits_from < 0) return tdm_errf("tdm_engine_forward: logits_from %d is negative", logits_from);
+    if (e->pos + T > e->ctx) return tdm_errf("context full: %d + %d tokens exceed --ctx %d", e->pos, T, e->ctx);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab) return tdm_errf("token id %d is out of the vocabulary (%d ids)", ids[t], c->vocab);
+    for (int at = 0; at < T; at += ROWS) {
+        const int M = T - at < ROWS ? T - at : ROWS;
+        int from = logits_from - at;
+        if (from < 0) from = 0;
+        float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
+        if (chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
+    }
+    return 0;
+}

@@ -1,0 +1,44 @@
+#!/bin/sh
+# The CUDA engine on the GPU (src/common/engine.h). build/t/engine_gpu: its glue kernels against
+# ref.c; the forward on the tiny qwen3_5 fixture in BF16, FP8 and NVFP4 against the fixture's
+# logits and the CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls,
+# bit for bit; context overflow and an unsupported layout refused. Then tandem-run --backend cuda
+# through fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy
+# ids, step logits under --force), and a qwen3_next model refused with exit 2 and one line.
+# Skips without a CUDA device.
+out=$(build/t/engine_gpu)
+rc=$?
+case "$out" in "1..0 # SKIP"*) echo "$out"; exit 0 ;; esac
+printf '%s\n' "$out" | grep -v '^1\.\.[0-9]*$'
+n=$(printf '%s\n' "$out" | grep -cE '^(not )?ok ')
+t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+t "build/t/engine_gpu ran to its end (exit $rc: 0 passed, 1 a check failed)" "[ $rc -le 1 ] && printf '%s\n' \"\$out\" | grep -q '^1\.\.'"
+
+FIX=${TANDEM_FIXTURES:-../shared/fixtures}
+if [ ! -d "$FIX/qwen35-tiny" ]; then
+    echo "1..$n"
+    exit 0
+fi
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+RUN="bin/tandem-run --backend cuda"
+F=$FIX/qwen35-tiny
+for fmt in bf16 fp8 nvfp4; do
+    steps=$(grep -cv '^[[:space:]]*$' "$F/greedy-$fmt.tok")
+    t "tandem-run --backend cuda, $fmt: prompt dump, $steps greedy ids, forced steps" \
+      "$RUN -m $F/$fmt -p $F/prompt.tok -n 0 --dump-logits $tmp/prompt.st 2>$tmp/err &&
+       $RUN -m $F/$fmt -p $F/prompt.tok -n $steps >$tmp/greedy.tok 2>>$tmp/err &&
+       $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >/dev/null 2>>$tmp/err ||
+       { sed 's/^/# /' $tmp/err; false; }"
+    grep '^# CUDA engine' "$tmp/err" | head -1
+    t "tandem-run --backend cuda, $fmt: fixture_check bounds" \
+      "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
+       rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
+done
+if [ -d "$FIX/qwen3next-tiny" ]; then
+    t "tandem-run --backend cuda on qwen3_next: exit 2, one line: not supported by the CUDA engine yet" \
+      "$RUN -m $FIX/qwen3next-tiny/bf16 -p $FIX/qwen3next-tiny/prompt.tok -n 1 >/dev/null 2>$tmp/err; rc=\$?;
+       sed 's/^/# /' $tmp/err; [ \$rc -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
+       grep -q 'not supported by the CUDA engine yet' $tmp/err"
+fi
+echo "1..$n"

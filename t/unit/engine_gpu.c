@@ -1,0 +1,306 @@
+/* The CUDA engine (src/common/engine.h) on the GPU; skips without a device.
+ *   glue kernels (kernels/engine_glue.h) against the lines of ref.c they replace, 32 rows:
+ *     embedding gather: BF16 rows bit for bit, F32 rows rounded to BF16 bit for bit;
+ *     SiLU(gate) * up: within one BF16 ulp (the GPU's expf may differ from the C library's by an
+ *       FP32 ulp before the rounding), every element written.
+ *   the forward on the tiny qwen3_5 fixture (TANDEM_FIXTURES/qwen35-tiny), per stored format
+ *   (bf16, fp8, nvfp4), the prompt in one call of T rows (chunks of 32), then the fixture's greedy
+ *   ids fed one by one (teacher forcing, as tandem-run --force):
+ *     prompt logits and step logits against the fixture's (transformers) logits: relative error
+ *       <= 2e-2 (fixture_check's bound for the CPU reference);
+ *     the same logits against the CPU reference (tdm_ref_forward): relative error <= 1e-2 (a
+ *       stated bound, half the fixture's: the kernels' sums run in other orders than ref.c's, so
+ *       BF16 roundings flip here and there; the measured value is printed), and top-1 equal
+ *       wherever the CPU reference's margin >= 0.25;
+ *     greedy: the engine's argmax at every step equals the fixture's greedy id up to the first
+ *       step where the fixture's margin < 0.25 (a near tie; a difference there is reported with
+ *       both margins, not failed);
+ *     row invariance: the prompt in T one-row calls, and in calls of 5 rows, followed by the same
+ *       steps, gives every logit bit for bit as the one T-row call;
+ *     errors: context overflow refused with nothing consumed; a qwen3_next model refused as not
+ *       supported by the CUDA engine yet. */
+#include "compare.h"
+#include "device.h"
+#include "engine.h"
+#include "engine_glue.h"
+#include "err.h"
+#include "formats.h"
+#include "model.h"
+#include "ref.h"
+#include "safetensors.h"
+#include "settings.h"
+#include "tap.h"
+#include "tokens.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define FIX_BOUND 2e-2
+#define CPU_BOUND 1e-2
+#define CLEAR_MARGIN 0.25f
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0f - 1.0f; } /* [-1, 1) */
+
+static void bail(const char *what)
+{
+    printf("Bail out! %s: %s\n", what, tdm_err());
+    exit(1);
+}
+static void *dal(size_t bytes)
+{
+    void *p = NULL;
+    if (tdm_cuda_malloc(&p, bytes ? bytes : 1) != 0) bail("cudaMalloc");
+    return p;
+}
+static void *hal(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) { printf("Bail out! out of host memory\n"); exit(1); }
+    return p;
+}
+static void up(void *d, const void *h, size_t n)
+{
+    if (tdm_cuda_sync() != 0 || tdm_cuda_h2d(d, h, n) != 0 || tdm_cuda_sync() != 0) bail("copy to device");
+}
+static void down(void *h, const void *d, size_t n)
+{
+    if (tdm_cuda_sync() != 0 || tdm_cuda_d2h(h, d, n) != 0) bail("copy from device");
+}
+static void poison(void *d, size_t n)
+{
+    if (tdm_cuda_sync() != 0 || tdm_cuda_memset(d, 0xff, n) != 0 || tdm_cuda_sync() != 0) bail("cudaMemset");
+}
+
+/* ---- glue kernels ---- */
+
+static void test_embed(void)
+{
+    const int V = 300, H = 520, M = 32;
+    uint16_t *tb = hal((size_t)V * H * 2), *got = hal((size_t)M * H * 2);
+    float *tf = hal((size_t)V * H * 4);
+    int32_t ids[32];
+    for (size_t i = 0; i < (size_t)V * H; i++) {
+        tf[i] = frand() * 3.0f;
+        tb[i] = tdm_f32_to_bf16(tf[i]);
+    }
+    for (int r = 0; r < M; r++) ids[r] = (int32_t)(next() % V);
+    ids[5] = ids[0];
+    ids[7] = V - 1;
+    void *dt = dal((size_t)V * H * 4);
+    int32_t *di = dal(sizeof ids);
+    uint16_t *dh = dal((size_t)M * H * 2);
+    up(di, ids, sizeof ids);
+    for (int f32 = 0; f32 < 2; f32++) {
+        up(dt, f32 ? (const void *)tf : (const void *)tb, (size_t)V * H * (f32 ? 4 : 2));
+        poison(dh, (size_t)M * H * 2);
+        if (tdm_embed_rows(dt, f32, V, H, di, M, dh, NULL) != 0) bail("tdm_embed_rows");
+        down(got, dh, (size_t)M * H * 2);
+        long bad = 0;
+        for (int r = 0; r < M; r++)
+            for (int i = 0; i < H; i++) {
+                const size_t s = (size_t)ids[r] * H + i;
+                const uint16_t want = f32 ? tdm_f32_to_bf16(tf[s]) : tb[s];
+                bad += got[(size_t)r * H + i] != want;
+            }
+        ok(bad == 0, "embed gather, %s table [%d][%d], %d rows: %ld of %d values differ from the rows%s", f32 ? "F32" : "BF16",
+           V, H, M, bad, M * H, f32 ? " rounded to BF16" : "");
+    }
+    tdm_cuda_free(dt); tdm_cuda_free(di); tdm_cuda_free(dh);
+    free(tb); free(got); free(tf);
+}
+
+static float siluf_ref(float x) { return x / (1.0f + expf(-x)); }
+
+static void test_silu_mul(void)
+{
+    const int M = 32, I = 17408 / 16 + 3; /* an odd width: the tail of the last block */
+    const size_t n = (size_t)M * I;
+    uint16_t *g = hal(n * 2), *u = hal(n * 2), *got = hal(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        g[i] = tdm_f32_to_bf16(frand() * 12.0f);
+        u[i] = tdm_f32_to_bf16(frand() * 4.0f);
+    }
+    uint16_t *dg = dal(n * 2), *du = dal(n * 2), *dout = dal(n * 2);
+    up(dg, g, n * 2);
+    up(du, u, n * 2);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        uint16_t *dst = inplace ? dg : dout;
+        if (inplace) up(dg, g, n * 2);
+        else poison(dout, n * 2);
+        if (tdm_silu_mul(dg, du, I, M, dst, NULL) != 0) bail("tdm_silu_mul");
+        down(got, dst, n * 2);
+        long bad = 0, exact = 0;
+        for (size_t i = 0; i < n; i++) {
+            const float want = tdm_bf16r(tdm_bf16r(siluf_ref(tdm_bf16_to_f32(g[i]))) * tdm_bf16_to_f32(u[i]));
+            const float gv = tdm_bf16_to_f32(got[i]);
+            const float step = fmaxf(ldexpf(fabsf(want), -7), 1e-30f);
+            exact += gv == want;
+            bad += !(fabsf(gv - want) <= step);
+        }
+        ok(bad == 0, "silu(gate) * up, %d rows of %d%s: %ld outside one BF16 ulp, %.2f%% bit-identical to ref.c", M, I,
+           inplace ? " (in place)" : "", bad, 100.0 * exact / (double)n);
+    }
+    tdm_cuda_free(dg); tdm_cuda_free(du); tdm_cuda_free(dout);
+    free(g); free(u); free(got);
+}
+
+/* ---- the forward on the fixture ---- */
+
+static const float *ref_tensor(const struct tdm_stfile *f, const char *name, int64_t *rows, int V)
+{
+    const struct tdm_tensor *t = tdm_st_find(f, name);
+    if (!t || t->dtype != TDM_DT_F32 || t->ndim != 2 || t->shape[1] != V) {
+        printf("Bail out! %s: tensor %s missing or not F32 [rows][%d]\n", f->path, name, V);
+        exit(1);
+    }
+    *rows = t->shape[0];
+    return t->data;
+}
+
+/* Prompt (mode 0: one call; 1: one-row calls; k > 1: calls of k rows), then the forced steps: all
+ * rows' logits [T + S - 1][V] into out (prompt rows 0..T-1, then the rows after each fed id). */
+static int run_engine(struct tdm_engine *e, const int32_t *prompt, int T, const int32_t *force, int S, int mode, float *out,
+                      int V)
+{
+    if (tdm_engine_reset(e) != 0) return -1;
+    const int step = mode == 0 ? T : mode;
+    for (int at = 0; at < T; at += step) {
+        const int n = T - at < step ? T - at : step;
+        if (tdm_engine_forward(e, prompt + at, n, 0, out + (size_t)at * V) != 0) return -1;
+    }
+    for (int i = 0; i + 1 < S; i++)
+        if (tdm_engine_forward(e, &force[i], 1, 0, out + (size_t)(T + i) * V) != 0) return -1;
+    return 0;
+}
+
+static void test_fixture(const char *fix, const char *fmt)
+{
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s/qwen35-tiny/%s", fix, fmt);
+    struct tdm_model *m = tdm_model_load(dir);
+    if (!m) bail("model");
+    const int V = m->cfg.vocab;
+    snprintf(path, sizeof path, "%s/qwen35-tiny/ref-%s.safetensors", fix, fmt);
+    struct tdm_stfile *rf = tdm_st_open(path);
+    if (!rf) bail("fixture");
+    int64_t T64, S64;
+    const float *rl = ref_tensor(rf, "logits", &T64, V), *rs = ref_tensor(rf, "step_logits", &S64, V);
+    const int T = (int)T64, S = (int)S64;
+    int32_t *prompt, *gref;
+    int np, ng;
+    snprintf(path, sizeof path, "%s/qwen35-tiny/prompt.tok", fix);
+    if (tdm_tokens_read(path, V, 0, &prompt, &np) || np != T) bail("prompt");
+    snprintf(path, sizeof path, "%s/qwen35-tiny/greedy-%s.tok", fix, fmt);
+    if (tdm_tokens_read(path, V, 0, &gref, &ng) || ng != S) bail("greedy ids");
+    const int rows = T + S - 1;
+
+    struct tdm_engine *e = tdm_engine_new(m, rows);
+    ok(e != NULL, "%s: engine set up (ctx %d)%s%s", fmt, rows, e ? "" : ": ", e ? "" : tdm_err());
+    if (!e) { tdm_st_close(rf); tdm_model_free(m); return; }
+
+    float *lg = hal((size_t)rows * V * 4), *cpu = hal((size_t)rows * V * 4), *tw = hal((size_t)rows * V * 4);
+    if (run_engine(e, prompt, T, gref, S, 0, lg, V) != 0) bail("engine forward");
+
+    /* the fixture: prompt rows, then step row i = the row after i forced ids (row 0: the last prompt row) */
+    const float *steps = lg + (size_t)(T - 1) * V;
+    double ep = tdm_rel_err(lg, rl, (int64_t)T * V), es = tdm_rel_err(steps, rs, (int64_t)S * V);
+    ok(ep <= FIX_BOUND, "%s: prompt logits (%d rows) vs the fixture: relative error %.2e <= %.0e", fmt, T, ep, FIX_BOUND);
+    ok(es <= FIX_BOUND, "%s: step logits (%d rows, teacher forcing) vs the fixture: relative error %.2e <= %.0e", fmt, S, es,
+       FIX_BOUND);
+
+    /* the CPU reference on the same feed */
+    struct tdm_ref *r = tdm_ref_new(m, rows);
+    if (tdm_ref_forward(r, prompt, T, 0, cpu, NULL, NULL) != 0) bail("reference forward");
+    for (int i = 0; i + 1 < S; i++)
+        if (tdm_ref_forward(r, &gref[i], 1, 0, cpu + (size_t)(T + i) * V, NULL, NULL) != 0) bail("reference forward");
+    tdm_ref_free(r);
+    double ec = tdm_rel_err(lg, cpu, (int64_t)rows * V);
+    double ecf = tdm_rel_err(cpu, rl, (int64_t)T * V);
+    ok(ec <= CPU_BOUND, "%s: all %d rows vs the CPU reference: relative error %.2e <= %.0e (CPU reference vs the fixture's "
+       "prompt: %.2e)", fmt, rows, ec, CPU_BOUND, ecf);
+    struct tdm_top1 t1 = tdm_top1_compare(lg, cpu, rows, V, CLEAR_MARGIN);
+    ok(t1.clear_differ == 0, "%s: top-1 equal to the CPU reference on all %d of %d rows with margin >= %.2f (first differing "
+       "row %d)", fmt, t1.clear, t1.rows, CLEAR_MARGIN, t1.first_differ);
+
+    /* greedy: the engine's choice at each step against the fixture's ids */
+    int32_t *own = hal((size_t)S * sizeof *own);
+    float *margins = hal((size_t)S * sizeof *margins);
+    for (int i = 0; i < S; i++) {
+        own[i] = tdm_argmax(steps + (size_t)i * V, V);
+        margins[i] = tdm_margin(rs + (size_t)i * V, V);
+    }
+    int checked, differ = tdm_greedy_compare(own, gref, margins, S, CLEAR_MARGIN, &checked);
+    int first = -1;
+    for (int i = 0; i < S && first < 0; i++)
+        if (own[i] != gref[i]) first = i;
+    ok(differ < 0, "%s: greedy ids equal to the fixture's for the %d steps before its first near tie (of %d steps)", fmt,
+       checked, S);
+    if (first >= 0)
+        printf("# %s: first differing greedy step %d: engine %d, fixture %d; fixture margin %.4f, engine margin %.4f\n", fmt,
+               first, own[first], gref[first], margins[first], tdm_margin(steps + (size_t)first * V, V));
+    else
+        printf("# %s: all %d greedy ids equal to the fixture's\n", fmt, S);
+
+    /* row invariance: one-row calls and 5-row calls against the one T-row call, bit for bit */
+    const int modes[2] = {1, 5};
+    for (int k = 0; k < 2; k++) {
+        memset(tw, 0xff, (size_t)rows * V * 4);
+        if (run_engine(e, prompt, T, gref, S, modes[k], tw, V) != 0) bail("engine forward");
+        long diff = 0;
+        for (size_t i = 0; i < (size_t)rows * V; i++) diff += memcmp(&tw[i], &lg[i], 4) != 0;
+        ok(diff == 0, "%s: prompt in %s calls + %d steps: %ld of %ld logits differ from the %d-row call (bit for bit)", fmt,
+           modes[k] == 1 ? "one-row" : "5-row", S - 1, diff, (long)rows * V, T);
+    }
+
+    /* context overflow: refused, nothing consumed */
+    const int pos = tdm_engine_pos(e);
+    int rc = tdm_engine_forward(e, gref, 2, 0, tw);
+    ok(rc != 0 && strstr(tdm_err(), "context full") && tdm_engine_pos(e) == pos,
+       "%s: 2 tokens at position %d of ctx %d refused (\"%s\"), position unchanged", fmt, pos, rows, rc ? tdm_err() : "accepted");
+
+    tdm_engine_free(e);
+    free(lg); free(cpu); free(tw); free(own); free(margins); free(prompt); free(gref);
+    tdm_st_close(rf);
+    tdm_model_free(m);
+}
+
+static void test_unsupported(const char *fix)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/qwen3next-tiny/bf16", fix);
+    struct tdm_model *m = tdm_model_load(dir);
+    if (!m) { ok(1, "# SKIP %s not loadable: %s", dir, tdm_err()); return; }
+    struct tdm_engine *e = tdm_engine_new(m, 16);
+    ok(!e && strstr(tdm_err(), "not supported by the CUDA engine yet"), "qwen3_next refused: %s", e ? "accepted" : tdm_err());
+    tdm_engine_free(e);
+    tdm_model_free(m);
+}
+
+int main(void)
+{
+    if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
+    struct tdm_device_info info;
+    if (tdm_cuda_device_info(0, &info) != 0) bail("device");
+    printf("# %s, sm_%d%d\n", info.name, info.sm_major, info.sm_minor);
+    test_embed();
+    test_silu_mul();
+    const char *fix = tdm_setting("TANDEM_FIXTURES");
+    char probe[4096];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/qwen35-tiny", fix);
+    if (stat(probe, &sb) != 0) {
+        ok(1, "# SKIP fixtures not found in %s (set TANDEM_FIXTURES)", fix);
+        return done_testing();
+    }
+    const char *fmts[3] = {"bf16", "fp8", "nvfp4"};
+    for (int i = 0; i < 3; i++) test_fixture(fix, fmts[i]);
+    test_unsupported(fix);
+    return done_testing();
+}
