@@ -111,9 +111,14 @@ int tdm_cublas_create(struct tdm_cublas **h, void *stream);
 void tdm_cublas_destroy(struct tdm_cublas *h);
 /* y[m][n] = x[m][k] W[n][k]^T, BF16 in and out, FP32 accumulation (cublasGemmEx). */
 int tdm_cublas_bf16(struct tdm_cublas *h, const uint16_t *w, int64_t n, int64_t k, const uint16_t *x, int64_t m, uint16_t *y);
-/* The same with e4m3 weights and e4m3 activations, unit scales, BF16 out (cuBLASLt). Returns 1
- * (and does nothing) when cuBLASLt has no algorithm for the shape. */
+/* The same with e4m3 weights and e4m3 activations, BF16 out (cuBLASLt): block-scaled where
+ * cuBLASLt has an algorithm for it, else per-tensor scales. Returns 1 (and does nothing) when
+ * cuBLASLt has no algorithm for the shape at all. */
 int tdm_cublaslt_fp8(struct tdm_cublas *h, const uint8_t *w, int64_t n, int64_t k, const uint8_t *x, int64_t m, uint16_t *y);
+/* Whether the last tdm_cublaslt_fp8 plan is block-scaled (128x128 weight blocks, 1x128 activation
+ * blocks, F32 scales, as the checkpoints store FP8); 0: per-tensor, cuBLASLt had no block-scaled
+ * algorithm for the shape. */
+int tdm_cublaslt_fp8_block(const struct tdm_cublas *h);
 #ifdef __cplusplus
 }
 #endif

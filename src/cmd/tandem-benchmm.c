@@ -256,7 +256,9 @@ int main(int argc, char **argv)
     printf("# %s (%s, %d SMs, L2 %zu MiB); cold streaming read %.0f GB/s; tiles %s/%s; median of %d; weights rotate over >= 8x L2\n",
            info.name, arch, info.sm_count, l2 >> 20, read_gbps, tdm_setting("TANDEM_TILES"), arch, reps);
     printf("# columns: us = microseconds per product; GB/s = bytes it must read (weights, scales, activations) / time;\n"
-           "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n");
+           "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n"
+           "# lt-fp8 = cuBLASLt FP8 (e4m3 activations): b = block scales (128x128 weight, 1x128 activation), t = per-tensor\n"
+           "#          scales where cuBLASLt has no block-scaled algorithm for the shape\n");
     printf("%-15s %-26s %11s %5s | %8s %7s %5s %8s | %8s %7s %5s | %8s %8s %8s | %6s\n", "model", "projection", "N,K", "rows",
            "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");
     json_t *rec = json_object(), *arr = json_array();
@@ -298,18 +300,20 @@ int main(int argc, char **argv)
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
                 double tbg = -1, tbe = -1, tlg = -1;
+                int lt_block = 0;
                 if (baseline) {
                     struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m};
                     tbg = time_it(&cb, 1);
                     tbe = time_it(&cb, 0);
                     tlg = time_it(&cl, 1);
+                    lt_block = tdm_cublaslt_fp8_block(blas);
                 }
                 const double g4 = b4 / t4g / 1e6, g8 = b8 / t8g / 1e6;
                 printf("%-15s %-26s %11s %5" PRId64 " | %8.2f %7.0f %4.0f%% %8.2f | %8.2f %7.0f %4.0f%% | ", ms->model, pname, shape, m,
                        t4g * 1e3, g4, 100 * g4 / read_gbps, t4e * 1e3, t8g * 1e3, g8, 100 * g8 / read_gbps);
                 if (baseline) {
                     printf("%8.2f %8.2f ", tbg * 1e3, tbe * 1e3);
-                    if (tlg > 0) printf("%8.2f ", tlg * 1e3); else printf("%8s ", "n/a");
+                    if (tlg > 0) printf("%7.2f%c ", tlg * 1e3, lt_block ? 'b' : 't'); else printf("%8s ", "n/a");
                     printf("| %5.2fx\n", tbg / t4g);
                 } else {
                     printf("%8s %8s %8s | %6s\n", "-", "-", "-", "-");
@@ -322,6 +326,7 @@ int main(int argc, char **argv)
                     json_object_set_new(o, "cublas_bf16_graph_us", json_real(tbg * 1e3));
                     json_object_set_new(o, "cublas_bf16_eager_us", json_real(tbe * 1e3));
                     json_object_set_new(o, "cublaslt_fp8_graph_us", tlg > 0 ? json_real(tlg * 1e3) : json_null());
+                    json_object_set_new(o, "cublaslt_fp8_scales", json_string(tlg > 0 ? (lt_block ? "block" : "tensor") : "none"));
                 }
                 json_array_append_new(arr, o);
             }
