@@ -53,6 +53,11 @@ struct tdm_engine {
     float *attn_scratch;
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     float *logits;                          /* [R][V] */
+    /* the one-token decode step as a CUDA graph: captured on the second step, replayed after;
+     * the position is read from d_pos (host pos0 ctx - 1 sizes the grids), ids from e->ids */
+    int32_t *d_pos;
+    tdm_graph step;
+    int use_graph, step_ready, eager_steps;
     struct tdm_engine_mem mem;
     void **allocs;
     int nalloc, capalloc;
@@ -155,6 +160,7 @@ void tdm_engine_free(struct tdm_engine *e)
 {
     if (!e) return;
     if (e->st) tdm_stream_sync(e->st);
+    if (e->step) tdm_graph_destroy(e->step);
     for (int i = 0; i < e->nalloc; i++) tdm_cuda_free(e->allocs[i]);
     free(e->allocs);
     free(e->ly);
@@ -236,6 +242,7 @@ static int alloc_act(struct tdm_engine *e)
     A(g, R * I * 2, "MLP activations");
     A(u, R * I * 2, "MLP activations");
     A(logits, R * V * sizeof(float), "logits");
+    A(d_pos, sizeof(int32_t), "position");
 #undef A
     return 0;
 }
@@ -296,13 +303,15 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
         e->embed = p;
     }
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
+    e->use_graph = strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0;
+
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
-            "activations %.1f MB; device free %.0f -> %.0f MB of %.0f MB\n",
+            "activations %.1f MB; device free %.0f -> %.0f MB of %.0f MB; decode steps %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6,
-            free0 / 1e6, free1 / 1e6, total / 1e6);
+            free0 / 1e6, free1 / 1e6, total / 1e6, e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -333,7 +342,11 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
     return 0;
 }
 
-static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
+/* The position arguments of the attention kernels: eager, the host position; graphed, the device
+ * buffer, with ctx - 1 sizing the grids (the kernels take the device value and skip the rest). */
+static int pos_host(const struct tdm_engine *e, int graphed) { return graphed ? e->ctx - 1 : e->pos; }
+
+static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
@@ -344,8 +357,10 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
         tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, st) ||
         tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st) ||
         tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D, c->rotary_dim,
-                         c->rope_theta, c->rms_eps, e->pos, NULL, e->ctx, e->q, d->kc, d->vc, st) ||
-        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, e->pos, NULL, e->ctx, e->attn_scratch, e->att, st) ||
+                         c->rope_theta, c->rms_eps, pos_host(e, graphed), graphed ? e->d_pos : NULL, e->ctx, e->q, d->kc,
+                         d->vc, st) ||
+        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, pos_host(e, graphed), graphed ? e->d_pos : NULL,
+                        e->ctx, e->attn_scratch, e->att, st) ||
         tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
@@ -366,31 +381,58 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
     return 0;
 }
 
-/* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). */
-static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+/* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
+ * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. */
+static int launches(struct tdm_engine *e, int M, int from, int graphed)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, V = c->vocab;
     const float eps = c->rms_eps;
     void *st = e->st;
-    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 ||
-        tdm_embed_rows(e->embed, e->embed_f32, V, H, e->ids, M, e->h, st) != 0)
-        return -1;
+    if (tdm_embed_rows(e->embed, e->embed_f32, V, H, e->ids, M, e->h, st) != 0) return -1;
     const uint16_t *pend = NULL; /* the previous layer's MLP output, added by the next norm */
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
-        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M) : attn_mixer(e, d, M)) != 0) return -1;
+        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M) : attn_mixer(e, d, M, graphed)) != 0) return -1;
         if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 || mlp(e, d, M) != 0) return -1;
         pend = e->y;
     }
     if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;
-    if (out && from < M) {
-        const int n = M - from;
-        if (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, n, e->logits, V, TDM_MM_F32, e->tiles, st) != 0 ||
-            tdm_copy_async(out, e->logits, (size_t)n * V * sizeof(float), st) != 0)
-            return -1;
+    if (from < M && tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) != 0)
+        return -1;
+    return 0;
+}
+
+/* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). A
+ * one-token step with logits replays the captured graph (TANDEM_CUDA_GRAPH): the same launches
+ * with the same arguments except the position's source, so the same bits (t/gpu/engine.t). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+{
+    const int V = e->m->cfg.vocab;
+    void *st = e->st;
+    if (!out) from = M;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
+    const int step = e->use_graph && M == 1 && from == 0;
+    if (step && !e->step_ready && e->eager_steps >= 1) {
+        /* captured after one eager step, so that every kernel's one-time set-up is done */
+        if (tdm_graph_begin(st) != 0) return -1;
+        int rc = launches(e, 1, 0, 1);
+        tdm_graph g = NULL;
+        if (tdm_graph_end(st, &g) != 0 || rc != 0) {
+            if (g) tdm_graph_destroy(g);
+            return tdm_err_prefix("capturing the decode step's CUDA graph");
+        }
+        e->step = g;
+        e->step_ready = 1;
     }
+    if (step && e->step_ready) {
+        if (tdm_copy_async(e->d_pos, &e->pos, sizeof(int32_t), st) != 0 || tdm_graph_launch(e->step, st) != 0) return -1;
+    } else {
+        if (launches(e, M, from, 0) != 0) return -1;
+        if (step) e->eager_steps++;
+    }
+    if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
     e->pos += M;
     return 0;

@@ -13,6 +13,9 @@ const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
     {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
+    {"TANDEM_CUDA_GRAPH", "on", "on|off",
+     "CUDA engine: on replays one captured CUDA graph for every one-token decode step (the position "
+     "lives in a device buffer); off launches each kernel eagerly"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds: on records the accepted path's GDN factors and applies them when the next load "
      "reads the state (deferred commit); off applies them at the commit"},

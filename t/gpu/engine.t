@@ -4,7 +4,8 @@
 # logits and the CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls,
 # bit for bit; context overflow and an unsupported layout refused. Then tandem-run --backend cuda
 # through fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy
-# ids, step logits under --force), and a qwen3_next model refused with exit 2 and one line.
+# ids, step logits under --force), graphed decode steps against eager ones bit for bit, and a
+# qwen3_next model refused with exit 2 and one line.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -34,6 +35,12 @@ for fmt in bf16 fp8 nvfp4; do
     t "tandem-run --backend cuda, $fmt: fixture_check bounds" \
       "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
        rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
+done
+for fmt in bf16 nvfp4; do
+    t "tandem-run --backend cuda, $fmt: 24 greedy steps from the captured graph (TANDEM_CUDA_GRAPH=on) equal eager launches (off), every logit bit for bit" \
+      "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err &&
+       TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/e.st >$tmp/e.tok 2>>$tmp/err &&
+       cmp -s $tmp/g.st $tmp/e.st && cmp -s $tmp/g.tok $tmp/e.tok || { sed 's/^/# /' $tmp/err; false; }"
 done
 if [ -d "$FIX/qwen3next-tiny" ]; then
     t "tandem-run --backend cuda on qwen3_next: exit 2, one line: not supported by the CUDA engine yet" \
