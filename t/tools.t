@@ -10,8 +10,11 @@ for tool in build/san/bin/tandem-*; do
 done
 t "tandem-exactcheck --backend cuda: the CUDA engine is not built yet, exit 2" \
   "build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet' && { build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>/dev/null; [ \$? -eq 2 ]; }"
-t "tandem-prefillcheck says it is not built yet" \
-  "build/san/bin/tandem-prefillcheck -m x 2>&1 | grep -q 'not built yet'; build/san/bin/tandem-prefillcheck -m x 2>/dev/null; [ \$? -eq 2 ]"
+t "tandem-prefillcheck without -p: exit 2 with one line naming -p (t/prefillcheck.t runs it on the fixtures)" \
+  "out=\$(build/san/bin/tandem-prefillcheck -m x 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
+   [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] && printf '%s\n' \"\$out\" | grep -q -e '-p FILE is required'"
+t "tandem-prefillcheck --help is built (no 'NOT BUILT YET')" \
+  "! build/san/bin/tandem-prefillcheck --help | grep -qi 'not built'"
 # Without a device: exit 2 and one line saying so; with one, the missing model is the one line.
 t "tandem-run --backend cuda: exit 2 with one line (no device visible, or the bad model)" \
   "out=\$(build/san/bin/tandem-run -m x --backend cuda 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&

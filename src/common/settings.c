@@ -9,7 +9,8 @@ extern char **environ;
 const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_BACKEND", "auto", "auto|cpu|cuda",
      "compute backend when --backend is not given: auto runs cpu for now (the CUDA engine, dense qwen3_5 "
-     "only, is opt-in: cuda)"},
+     "only, is opt-in: cuda); tandem-prefillcheck's auto takes cuda when a device is visible and the engine "
+     "serves the model"},
     {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
     {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
@@ -22,6 +23,9 @@ const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_SPEC_FAULT", "0", "int",
      "testing only: N > 0 makes the speculative engine emit the lowest-logit token as its N-th token, so "
      "tests can show that tandem-exactcheck fails on a real difference; 0 off"},
+    {"TANDEM_PREFILL_FAULT", "0", "int",
+     "testing only: N > 0 makes tandem-prefillcheck negate the prefill path's logits in the first N prompt "
+     "rows (after the forward), so tests can show that its gate fails on a real difference; 0 off"},
 };
 const int tdm_nsettings = (int)(sizeof tdm_settings / sizeof tdm_settings[0]);
 
