@@ -35,17 +35,6 @@ static void usage(FILE *f)
 }
 
 
-static long parse_long(const char *opt, const char *s, long lo, long hi)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s: '%s' is not an integer in %ld..%ld\n", prog, opt, s, lo, hi);
-        exit(TDM_EXIT_USAGE);
-    }
-    return v;
-}
-
 struct mm_ctx {
     struct tdm_wset *ws;
     const uint16_t *x;
@@ -88,11 +77,11 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': mib = parse_long("--mib", optarg, 64, 1 << 20); break;
-        case 'r': reps = parse_long("--reps", optarg, 1, 100000); break;
+        case 'b': mib = tdm_opt_long(prog, "--mib", optarg, 64, 1 << 20); break;
+        case 'r': reps = tdm_opt_long(prog, "--reps", optarg, 1, 100000); break;
         case 'k': kernel = optarg; break;
         case 's': shape = optarg; break;
-        case 'm': rows = parse_long("--rows", optarg, 1, 1 << 20); break;
+        case 'm': rows = tdm_opt_long(prog, "--rows", optarg, 1, 1 << 20); break;
         case 'j': json_path = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return TDM_EXIT_USAGE;

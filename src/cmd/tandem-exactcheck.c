@@ -64,17 +64,6 @@ static void usage(FILE *f)
             TDM_SPEC_DEFAULT_DRAFT, DEFAULT_TREE, DEFAULT_TIE);
 }
 
-static long parse_long(const char *opt, const char *v, long lo, long hi)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "%s: %s %s: expected an integer from %ld to %ld\n", prog, opt, v, lo, hi);
-        exit(TDM_EXIT_USAGE);
-    }
-    return x;
-}
-
 static int row_bits_equal(const float *a, const float *b, int V) { return memcmp(a, b, (size_t)V * sizeof(float)) == 0; }
 
 static float max_abs_diff(const float *a, const float *b, int V)
@@ -208,9 +197,9 @@ int main(int argc, char **argv)
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt_path = optarg; break;
-        case 'n': n_new = parse_long("-n", optarg, 1, 1 << 20); break;
+        case 'n': n_new = tdm_opt_long(prog, "-n", optarg, 1, 1 << 20); break;
         case 'S': spec_list = optarg; break;
-        case 'D': draft_n = parse_long("--draft", optarg, 1, TDM_SPEC_MAX_NODES - 1); break;
+        case 'D': draft_n = tdm_opt_long(prog, "--draft", optarg, 1, TDM_SPEC_MAX_NODES - 1); break;
         case 'T': tree_opt = optarg; break;
         case 'M': draft_dir = optarg; break;
         case 't': {
@@ -219,7 +208,7 @@ int main(int argc, char **argv)
             if (!*optarg || *end || !(tie >= 0.0) || isinf(tie)) tdm_die_usage(prog, "--tie-margin: expected a number >= 0", optarg);
             break;
         }
-        case 'r': rows_max = parse_long("--rows", optarg, 2, TDM_SPEC_MAX_NODES); break;
+        case 'r': rows_max = tdm_opt_long(prog, "--rows", optarg, 2, TDM_SPEC_MAX_NODES); break;
         case 'b': backend_opt = optarg; break;
         case 'j': json_path = optarg; break;
         case 'h': usage(stdout); return 0;

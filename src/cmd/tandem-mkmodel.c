@@ -519,17 +519,6 @@ static int write_json(const char *dir, const char *file, json_t *j)
 
 /* ---- options ---- */
 
-static long num(const char *opt, const char *v, long lo, long hi)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi) {
-        fprintf(stderr, "%s: %s %s: expected an integer from %ld to %ld\n", prog, opt, v, lo, hi);
-        exit(TDM_EXIT_USAGE);
-    }
-    return x;
-}
-
 enum { O_LAYOUT = 256, O_SHAPE, O_FORMAT, O_SEED, O_LAYERS, O_ATTN_EVERY, O_LAYER_TYPES, O_HIDDEN, O_VOCAB, O_QH, O_KVH,
        O_HD, O_ROT, O_GKH, O_GVH, O_GKD, O_GVD, O_INTER, O_EXPERTS, O_TOPK, O_MOEI, O_SHI, O_MLPONLY, O_NONORM, O_TIE,
        O_NOMTP, O_FP8S, O_POW2, O_FUSED, O_SHARD, O_EXACT };
@@ -561,7 +550,7 @@ int main(int argc, char **argv)
         case O_LAYOUT: layout = optarg; break;
         case O_SHAPE: shape = optarg; break;
         case O_FORMAT: format = optarg; break;
-        case O_SEED: seed = num("--seed", optarg, 0, 0x7fffffffL); break;
+        case O_SEED: seed = tdm_opt_long(prog, "--seed", optarg, 0, 0x7fffffffL); break;
         case O_LAYER_TYPES: layer_types = optarg; break;
         case O_MLPONLY: mlp_only_s = optarg; break;
         case O_NONORM: ov[O_NONORM] = 1; break;
@@ -577,10 +566,10 @@ int main(int argc, char **argv)
         case O_POW2: p.fp8_scale_bits = p.nvfp4_scale2_bits = 1; break;
         case O_EXACT: p.fp8_scale_bits = 4; p.nvfp4_scale2_bits = 2; break;
         case O_FUSED: p.fused = 1; break;
-        case O_SHARD: shard_mb = num("--shard-mb", optarg, 1, BIG); break;
+        case O_SHARD: shard_mb = tdm_opt_long(prog, "--shard-mb", optarg, 1, BIG); break;
         case 'h': usage(stdout); return 0;
         case '?': usage(stderr); return TDM_EXIT_USAGE;
-        default: ov[o] = num(opts[o - O_LAYOUT + 1].name, optarg, 1, BIG); break;
+        default: ov[o] = tdm_opt_long(prog, opts[o - O_LAYOUT + 1].name, optarg, 1, BIG); break;
         }
     }
     if (optind < argc) { fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]); return TDM_EXIT_USAGE; }

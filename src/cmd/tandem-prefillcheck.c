@@ -65,17 +65,6 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static long parse_count(const char *opt, const char *v, long min, long max)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < min || x > max) {
-        fprintf(stderr, "%s: %s %s: expected an integer from %ld to %ld\n", prog, opt, v, min, max);
-        exit(TDM_EXIT_USAGE);
-    }
-    return x;
-}
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -253,8 +242,8 @@ int main(int argc, char **argv)
         case 'p': prompt_path = optarg; break;
         case 'r': ref_path = optarg; break;
         case 'b': backend_opt = optarg; break;
-        case 'c': chunk_opt = parse_count("--chunk", optarg, 1, 1 << 24); break;
-        case 'n': n_new = parse_count("-n", optarg, 0, 1 << 20); break;
+        case 'c': chunk_opt = tdm_opt_long(prog, "--chunk", optarg, 1, 1 << 24); break;
+        case 'n': n_new = tdm_opt_long(prog, "-n", optarg, 0, 1 << 20); break;
         case 'j': json_path = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return TDM_EXIT_USAGE;

@@ -68,17 +68,6 @@ static double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static long parse_count(const char *opt, const char *v, long max)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < 0 || x > max) {
-        fprintf(stderr, "%s: %s %s: expected an integer from 0 to %ld\n", prog, opt, v, max);
-        exit(TDM_EXIT_USAGE);
-    }
-    return x;
-}
-
 /* FNV-1a over the bits of the logits: a regression shows up as a changed hash. */
 static unsigned long long logits_hash(const float *x, int n)
 {
@@ -188,17 +177,17 @@ int main(int argc, char **argv)
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt_path = optarg; break;
-        case 'n': n_new = parse_count("-n", optarg, 1 << 24); break;
-        case 'c': ctx_opt = parse_count("--ctx", optarg, 1 << 24); break;
+        case 'n': n_new = tdm_opt_long(prog, "-n", optarg, 0, 1 << 24); break;
+        case 'c': ctx_opt = tdm_opt_long(prog, "--ctx", optarg, 0, 1 << 24); break;
         case 'b': backend_opt = optarg; break;
         case 'd': dump_path = optarg; break;
         case 'f': force_path = optarg; break;
         case 'j': json_path = optarg; break;
         case 'S': spec_opt = optarg; break;
-        case 'D': draft_n = parse_count("--draft", optarg, TDM_SPEC_MAX_NODES - 1); break;
+        case 'D': draft_n = tdm_opt_long(prog, "--draft", optarg, 0, TDM_SPEC_MAX_NODES - 1); break;
         case 'T': tree_opt = optarg; break;
         case 'M': draft_dir = optarg; break;
-        case 'G': ngram_n = parse_count("--ngram", optarg, 64); break;
+        case 'G': ngram_n = tdm_opt_long(prog, "--ngram", optarg, 0, 64); break;
         case 's':
             if (tdm_settings_check() != 0) tdm_die_input(prog);
             tdm_settings_print(stdout);

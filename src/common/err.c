@@ -1,3 +1,4 @@
+#include <errno.h>
 #include "err.h"
 #include <stdarg.h>
 #include <stdlib.h>
@@ -51,4 +52,16 @@ void tdm_die_check(const char *prog)
 {
     fprintf(stderr, "%s: %s\n", prog, tdm_err());
     exit(TDM_EXIT_CHECK);
+}
+
+long tdm_opt_long(const char *prog, const char *opt, const char *v, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "%s: %s %s: expected an integer from %ld to %ld\n", prog, opt, v, lo, hi);
+        exit(TDM_EXIT_USAGE);
+    }
+    return x;
 }

@@ -22,6 +22,8 @@ __attribute__((noreturn)) void tdm_die_input(const char *prog);
 __attribute__((noreturn)) void tdm_die_usage(const char *prog, const char *msg, const char *arg);
 /* Prints "prog: message" (the recorded error) and exits 1 (a check or a CUDA call failed). */
 __attribute__((noreturn)) void tdm_die_check(const char *prog);
+/* An integer option value in lo..hi, or exit 2 with one line naming the option and the range. */
+long tdm_opt_long(const char *prog, const char *opt, const char *v, long lo, long hi);
 #ifdef __cplusplus
 }
 #endif

@@ -35,40 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "gputest.h"
 
 #define FIX_BOUND 2e-2
 #define CPU_BOUND 1e-2
 #define CLEAR_MARGIN 0.25f
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return rng;
-}
-static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0f - 1.0f; } /* [-1, 1) */
-
-static void bail(const char *what)
-{
-    printf("Bail out! %s: %s\n", what, tdm_err());
-    exit(1);
-}
-static void *dal(size_t bytes)
-{
-    void *p = NULL;
-    if (tdm_cuda_malloc(&p, bytes ? bytes : 1) != 0) bail("cudaMalloc");
-    return p;
-}
-static void *hal(size_t bytes)
-{
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) { printf("Bail out! out of host memory\n"); exit(1); }
-    return p;
-}
-static void up(void *d, const void *h, size_t n)
-{
-    if (tdm_cuda_sync() != 0 || tdm_cuda_h2d(d, h, n) != 0 || tdm_cuda_sync() != 0) bail("copy to device");
-}
 static void down(void *h, const void *d, size_t n)
 {
     if (tdm_cuda_sync() != 0 || tdm_cuda_d2h(h, d, n) != 0) bail("copy from device");
