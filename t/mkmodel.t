@@ -1,6 +1,7 @@
 #!/bin/sh
 # The model maker's variants load and run, and storage choices that must not change the model
-# (shards, fused experts) give the same tokens; a chunked prefill gives the same tokens as one chunk.
+# (shards, fused experts) give the same tokens; a chunked prefill gives the same tokens as one chunk;
+# the number of threads making the rows does not change a byte.
 MK=build/san/bin/tandem-mkmodel
 RUN=build/san/bin/tandem-run
 tmp=$(mktemp -d) || exit 1
@@ -50,4 +51,13 @@ if [ "$a" = "$b" ]; then echo "ok $n - prefill in chunks of 5 gives the same tok
 n=$((n + 1))
 if $MK -o "$tmp/x" --shape qwen3.8-27b --layout qwen3_next >/dev/null 2>&1; then echo "not ok $n - layout mismatch accepted"
 else echo "ok $n - a real shape with the wrong layout is refused"; fi
+for f in bf16 fp8 nvfp4; do
+    n=$((n + 1))
+    # more rows than one parallel round (2048) and an FP8 block cut short (b, a: 6 rows)
+    if $MK -o "$tmp/t1-$f" --format $f --vocab 4200 --threads 1 2>"$tmp/err" &&
+       $MK -o "$tmp/t3-$f" --format $f --vocab 4200 --threads 3 2>>"$tmp/err" &&
+       cmp -s "$tmp/t1-$f/model.safetensors" "$tmp/t3-$f/model.safetensors"; then
+        echo "ok $n - $f: --threads 1 and --threads 3 write the same bytes"
+    else echo "not ok $n - $f: the bytes depend on --threads"; sed 's/^/# /' "$tmp/err"; fi
+done
 echo "1..$n"

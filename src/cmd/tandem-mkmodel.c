@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,8 @@ static void usage(FILE *f)
             "                             BF16 reference model computes the same function); not powers of two\n"
             "      --fused-experts        store experts as experts.gate_up_proj / experts.down_proj (BF16)\n"
             "      --shard-mb N           split into shards of about N MB with an index\n"
+            "      --threads N            threads making the rows (default: the online CPUs, at most 64);\n"
+            "                             the bytes written do not depend on it\n"
             "  -h, --help                 this text\n"
             "Exit status: 0 written, 2 bad usage (nothing is left under a final name on failure).\n",
             tdm_preset_names);
@@ -85,6 +88,48 @@ static void normal_row(uint64_t stream, int64_t row, float std, float *out, int6
         for (int j = 0; j < 4; j++) u += (double)(splitmix(&s) >> 11) * 0x1.0p-53;
         out[i] = tdm_bf16r((float)(std * (u - 2.0) * 1.7320508075688772));
     }
+}
+
+/* ---- rows in parallel: every row has its own stream, so threads change no byte ---- */
+
+static int n_threads = 1;
+
+struct par {
+    void (*fn)(void *ctx, int64_t r0, int64_t r1);
+    void *ctx;
+    int64_t n, grain;
+    int t, nt;
+};
+
+static void *par_main(void *arg)
+{
+    struct par *p = arg;
+    const int64_t units = (p->n + p->grain - 1) / p->grain;
+    int64_t r0 = units * p->t / p->nt * p->grain, r1 = units * (p->t + 1) / p->nt * p->grain;
+    if (r1 > p->n) r1 = p->n;
+    if (r0 < r1) p->fn(p->ctx, r0, r1);
+    return NULL;
+}
+
+/* Calls fn on a partition of rows [0, n) into n_threads ranges (multiples of grain). */
+static void parallel_rows(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t r0, int64_t r1), void *ctx)
+{
+    enum { MAXT = 64 };
+    int nt = n_threads < MAXT ? n_threads : MAXT;
+    if (n < 2 * grain || nt < 2) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_t th[MAXT];
+    struct par ps[MAXT];
+    int joined[MAXT] = {0};
+    for (int t = 0; t < nt; t++) ps[t] = (struct par){fn, ctx, n, grain, t, nt};
+    for (int t = 1; t < nt; t++)
+        if (pthread_create(&th[t], NULL, par_main, &ps[t]) == 0) joined[t] = 1;
+        else par_main(&ps[t]);   /* no thread: this range runs here */
+    par_main(&ps[0]);
+    for (int t = 1; t < nt; t++)
+        if (joined[t]) pthread_join(th[t], NULL);
 }
 
 static float uniform01(uint64_t stream, int64_t i)
@@ -334,9 +379,146 @@ static int put_bf16_rows(struct out *o, const float *x, int64_t n)
     return 0;
 }
 
+/* ---- a projection's rows, made in parallel row blocks and written in order ---- */
+
+enum { ROW_BLOCK = 2048 };   /* rows made a round (a multiple of the FP8 block) */
+
+struct proj_job {
+    const struct plan *p;
+    const struct item *it;
+    uint64_t st;
+    int64_t r_base;          /* first row of the round */
+    uint16_t *bf16;          /* BF16: [ROW_BLOCK][k] */
+    uint8_t *codes;          /* FP8: [ROW_BLOCK][k]; NVFP4: packed [ROW_BLOCK][k/2] */
+    char *scales;            /* FP8: the tensor's block scales; NVFP4: [n][k/16] */
+    float s2, amax;
+    int oom;
+    pthread_mutex_t mu;
+};
+
+static float *job_rows(struct proj_job *j, int64_t rows)
+{
+    float *f = malloc((size_t)(rows * j->it->k) * sizeof(float));
+    if (!f) {
+        pthread_mutex_lock(&j->mu);
+        j->oom = 1;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return f;
+}
+
+static void job_bf16(void *ctx, int64_t r0, int64_t r1)
+{
+    struct proj_job *j = ctx;
+    const int64_t k = j->it->k;
+    float *row = job_rows(j, 1);
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        normal_row(j->st, j->r_base + r, j->it->std, row, k);
+        for (int64_t c = 0; c < k; c++) j->bf16[r * k + c] = tdm_f32_to_bf16(row[c]);
+    }
+    free(row);
+}
+
+static void job_fp8(void *ctx, int64_t r0, int64_t r1)
+{
+    struct proj_job *j = ctx;
+    const int64_t B = TDM_FP8_BLOCK, k = j->it->k, n = j->it->n, nb = (k + B - 1) / B;
+    const int64_t es = j->p->fp8_bf16_scales ? 2 : 4;
+    float *rows = job_rows(j, B);
+    if (!rows) return;
+    for (int64_t b0 = r0; b0 < r1; b0 += B) {   /* r0 is a multiple of B: one scale block a pass */
+        const int64_t g0 = j->r_base + b0, m = n - g0 < B ? n - g0 : B;
+        for (int64_t r = 0; r < m; r++) normal_row(j->st, g0 + r, j->it->std, rows + r * k, k);
+        tdm_fp8_quantize(rows, m, k, j->p->fp8_scale_bits, j->codes + b0 * k, j->scales + (g0 / B) * nb * es,
+                         j->p->fp8_bf16_scales ? TDM_DT_BF16 : TDM_DT_F32);
+    }
+    free(rows);
+}
+
+static void job_amax(void *ctx, int64_t r0, int64_t r1)
+{
+    struct proj_job *j = ctx;
+    const int64_t k = j->it->k;
+    float *row = job_rows(j, 1), amax = 0.0f;
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        normal_row(j->st, r, j->it->std, row, k);
+        for (int64_t c = 0; c < k; c++) amax = fmaxf(amax, fabsf(row[c]));
+    }
+    free(row);
+    pthread_mutex_lock(&j->mu);
+    j->amax = fmaxf(j->amax, amax);   /* a maximum: the same whatever the order */
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void job_nvfp4(void *ctx, int64_t r0, int64_t r1)
+{
+    struct proj_job *j = ctx;
+    const int64_t k = j->it->k, G = TDM_NVFP4_GROUP;
+    float *row = job_rows(j, 1), s2 = j->s2;
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t g = j->r_base + r;
+        normal_row(j->st, g, j->it->std, row, k);
+        tdm_nvfp4_quantize(row, 1, k, j->s2, j->codes + r * (k / 2), (uint8_t *)j->scales + g * (k / G), &s2);
+    }
+    free(row);
+}
+
+static int emit_proj(const struct plan *p, const struct item *it, uint64_t st, struct out *o)
+{
+    const int64_t B = TDM_FP8_BLOCK, G = TDM_NVFP4_GROUP, n = it->n, k = it->k;
+    struct proj_job j = {.p = p, .it = it, .st = st};
+    pthread_mutex_init(&j.mu, NULL);
+    int rc = 0;
+    if (it->fmt == TDM_W_BF16) {
+        if (!(j.bf16 = malloc((size_t)(ROW_BLOCK * k) * 2))) rc = tdm_errf("out of memory");
+        for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
+            const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
+            j.r_base = r0;
+            parallel_rows(m, 1, job_bf16, &j);
+            rc = j.oom ? tdm_errf("out of memory") : put(o, j.bf16, (size_t)(m * k) * 2);
+        }
+    } else if (it->fmt == TDM_W_FP8) {
+        const int64_t nb = (k + B - 1) / B, es = p->fp8_bf16_scales ? 2 : 4;
+        const size_t sbytes = (size_t)(((n + B - 1) / B) * nb * es);
+        j.codes = malloc((size_t)(ROW_BLOCK * k));
+        j.scales = malloc(sbytes);
+        if (!j.codes || !j.scales) rc = tdm_errf("out of memory");
+        for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
+            const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
+            j.r_base = r0;
+            parallel_rows(m, B, job_fp8, &j);
+            rc = j.oom ? tdm_errf("out of memory") : put(o, j.codes, (size_t)(m * k));
+        }
+        if (!rc) rc = put(o, j.scales, sbytes);
+    } else {
+        /* NVFP4: the global scale from the whole tensor's amax, then row by row */
+        parallel_rows(n, 1, job_amax, &j);
+        float s2 = j.amax > 0 ? j.amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
+        j.s2 = tdm_round_up_bits(s2, p->nvfp4_scale2_bits);
+        j.codes = malloc((size_t)(ROW_BLOCK * (k / 2)));
+        j.scales = malloc((size_t)(n * (k / G)));
+        if (j.oom || !j.codes || !j.scales) rc = tdm_errf("out of memory");
+        for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
+            const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
+            j.r_base = r0;
+            parallel_rows(m, 1, job_nvfp4, &j);
+            rc = j.oom ? tdm_errf("out of memory") : put(o, j.codes, (size_t)(m * (k / 2)));
+        }
+        float one = 1.0f;
+        if (!rc) rc = put(o, j.scales, (size_t)(n * (k / G))) || put(o, &j.s2, 4) || put(o, &one, 4);
+    }
+    free(j.bf16);
+    free(j.codes);
+    free(j.scales);
+    pthread_mutex_destroy(&j.mu);
+    return rc ? -1 : 0;
+}
+
 static int emit(struct plan *p, struct out *o)
 {
-    const int64_t B = TDM_FP8_BLOCK, G = TDM_NVFP4_GROUP;
     for (int i = 0; i < p->n; i++) {
         const struct item *it = &p->it[i];
         const uint64_t st = hash_name(p->seed, it->name);
@@ -362,53 +544,7 @@ static int emit(struct plan *p, struct out *o)
             continue;
         }
         if (it->gen == G_PROJ) {
-            const int64_t n = it->n, k = it->k;
-            float *rows = malloc((size_t)(B * k) * sizeof(float));
-            if (!rows) return tdm_errf("out of memory");
-            int rc = 0;
-            if (it->fmt == TDM_W_BF16) {
-                for (int64_t r = 0; r < n && !rc; r++) {
-                    normal_row(st, r, it->std, rows, k);
-                    rc = put_bf16_rows(o, rows, k);
-                }
-            } else if (it->fmt == TDM_W_FP8) {
-                const int64_t nb = (k + B - 1) / B, es = p->fp8_bf16_scales ? 2 : 4;
-                uint8_t *codes = malloc((size_t)(B * k));
-                char *scales = malloc((size_t)(((n + B - 1) / B) * nb * es));
-                if (!codes || !scales) return tdm_errf("out of memory");
-                for (int64_t r0 = 0; r0 < n && !rc; r0 += B) {
-                    int64_t m = n - r0 < B ? n - r0 : B;
-                    for (int64_t r = 0; r < m; r++) normal_row(st, r0 + r, it->std, rows + r * k, k);
-                    tdm_fp8_quantize(rows, m, k, p->fp8_scale_bits, codes, scales + (r0 / B) * nb * es,
-                                     p->fp8_bf16_scales ? TDM_DT_BF16 : TDM_DT_F32);
-                    rc = put(o, codes, (size_t)(m * k));
-                }
-                if (!rc) rc = put(o, scales, (size_t)(((n + B - 1) / B) * nb * es));
-                free(codes);
-                free(scales);
-            } else {
-                /* NVFP4: the global scale from the whole tensor's amax, then row by row */
-                float amax = 0.0f, s2;
-                for (int64_t r = 0; r < n; r++) {
-                    normal_row(st, r, it->std, rows, k);
-                    for (int64_t j = 0; j < k; j++) amax = fmaxf(amax, fabsf(rows[j]));
-                }
-                s2 = amax > 0 ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
-                s2 = tdm_round_up_bits(s2, p->nvfp4_scale2_bits);
-                uint8_t *packed = malloc((size_t)(k / 2)), *scales = malloc((size_t)(n * (k / G)));
-                if (!packed || !scales) return tdm_errf("out of memory");
-                for (int64_t r = 0; r < n && !rc; r++) {
-                    normal_row(st, r, it->std, rows, k);
-                    tdm_nvfp4_quantize(rows, 1, k, s2, packed, scales + r * (k / G), &s2);
-                    rc = put(o, packed, (size_t)(k / 2));
-                }
-                float one = 1.0f;
-                if (!rc) rc = put(o, scales, (size_t)(n * (k / G))) || put(o, &s2, 4) || put(o, &one, 4);
-                free(packed);
-                free(scales);
-            }
-            free(rows);
-            if (rc) return -1;
+            if (emit_proj(p, it, st, o) != 0) return -1;
             continue;
         }
         /* vectors and conv taps */
@@ -521,7 +657,7 @@ static int write_json(const char *dir, const char *file, json_t *j)
 
 enum { O_LAYOUT = 256, O_SHAPE, O_FORMAT, O_SEED, O_LAYERS, O_ATTN_EVERY, O_LAYER_TYPES, O_HIDDEN, O_VOCAB, O_QH, O_KVH,
        O_HD, O_ROT, O_GKH, O_GVH, O_GKD, O_GVD, O_INTER, O_EXPERTS, O_TOPK, O_MOEI, O_SHI, O_MLPONLY, O_NONORM, O_TIE,
-       O_NOMTP, O_FP8S, O_POW2, O_FUSED, O_SHARD, O_EXACT };
+       O_NOMTP, O_FP8S, O_POW2, O_FUSED, O_SHARD, O_EXACT, O_THREADS };
 
 int main(int argc, char **argv)
 {
@@ -536,13 +672,15 @@ int main(int argc, char **argv)
         {"mlp-only-layers", 1, 0, O_MLPONLY}, {"no-norm-topk", 0, 0, O_NONORM}, {"tie", 0, 0, O_TIE},
         {"no-mtp", 0, 0, O_NOMTP}, {"fp8-scales", 1, 0, O_FP8S}, {"pow2-scales", 0, 0, O_POW2},
         {"fused-experts", 0, 0, O_FUSED}, {"shard-mb", 1, 0, O_SHARD}, {"bf16-exact-scales", 0, 0, O_EXACT},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"threads", 1, 0, O_THREADS}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *out_dir = NULL, *layout = "qwen3_5", *shape = "tiny", *format = "bf16", *layer_types = NULL,
                *mlp_only_s = NULL;
     long seed = 1, shard_mb = 0, ov[O_EXACT + 1];
     for (int i = 0; i <= O_EXACT; i++) ov[i] = -1;
     struct plan p = {0};
     int o;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = online < 1 ? 1 : online > 64 ? 64 : (int)online;
     const long BIG = 1L << 24;
     while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (o) {
@@ -567,6 +705,7 @@ int main(int argc, char **argv)
         case O_EXACT: p.fp8_scale_bits = 4; p.nvfp4_scale2_bits = 2; break;
         case O_FUSED: p.fused = 1; break;
         case O_SHARD: shard_mb = tdm_opt_long(prog, "--shard-mb", optarg, 1, BIG); break;
+        case O_THREADS: n_threads = (int)tdm_opt_long(prog, "--threads", optarg, 1, 64); break;
         case 'h': usage(stdout); return 0;
         case '?': usage(stderr); return TDM_EXIT_USAGE;
         default: ov[o] = tdm_opt_long(prog, opts[o - O_LAYOUT + 1].name, optarg, 1, BIG); break;
