@@ -4,8 +4,9 @@
 # logits and the CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls,
 # bit for bit; context overflow and an unsupported layout refused. Then tandem-run --backend cuda
 # through fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy
-# ids, step logits under --force), graphed decode steps against eager ones bit for bit, and a
-# qwen3_next model refused with exit 2 and one line.
+# ids, step logits under --force), graphed decode steps against eager ones bit for bit, the real
+# 27B layer shapes in every format against the CPU reference, and a qwen3_next model refused with
+# exit 2 and one line.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -41,6 +42,22 @@ for fmt in bf16 nvfp4; do
       "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err &&
        TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/e.st >$tmp/e.tok 2>>$tmp/err &&
        cmp -s $tmp/g.st $tmp/e.st && cmp -s $tmp/g.tok $tmp/e.tok || { sed 's/^/# /' $tmp/err; false; }"
+done
+# The real Qwen3.8-27B layer shapes (H 5120, attention 24/4 heads of 256, GDN 16/48 heads of 128,
+# MLP 17408), two layers (GDN, attention) and a cut vocabulary, in each stored format: the engine's
+# logits against the CPU reference's over a 6-token prompt and 3 greedy steps (teacher-forced on
+# the CPU's ids). Bound 2e-2: the fixtures' bound for the GPU against the reference.
+printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
+for fmt in bf16 fp8 nvfp4; do
+    M27=$tmp/m27-$fmt
+    t "27B layer shapes, $fmt: the engine's prompt logits (6 rows) and 3 steps' logits against the CPU reference" \
+      "bin/tandem-mkmodel -o $M27 --shape qwen3.8-27b --format $fmt --layer-types GA --vocab 4096 --no-mtp 2>$tmp/err &&
+       bin/tandem-run -m $M27 --backend cpu -p $tmp/p27.tok -n 0 --dump-logits $tmp/cpu0.st >/dev/null 2>>$tmp/err &&
+       $RUN -m $M27 -p $tmp/p27.tok -n 0 --dump-logits $tmp/gpu0.st >/dev/null 2>>$tmp/err &&
+       bin/tandem-run -m $M27 --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/cpu.st >$tmp/cpu.tok 2>>$tmp/err &&
+       $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>>$tmp/err &&
+       build/t/logits_cmp $tmp/gpu0.st $tmp/cpu0.st 2e-2 >$tmp/cmp && build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >>$tmp/cmp;
+       rc=\$?; sed 's/^/#   /' $tmp/cmp; rm -rf $M27; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
 done
 if [ -d "$FIX/qwen3next-tiny" ]; then
     t "tandem-run --backend cuda on qwen3_next: exit 2, one line: not supported by the CUDA engine yet" \
