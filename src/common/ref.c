@@ -619,16 +619,8 @@ void tdm_ref_route(const float *rl, int E, int k, int norm_topk, float *p, int *
     for (int e = 0; e < E; e++) { p[e] = expf(rl[e] - mx); sum += p[e]; }
     for (int e = 0; e < E; e++) p[e] /= sum;
     /* top-k by probability, ties to the lower expert id */
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            int taken = 0;
-            for (int i = 0; i < j; i++) taken |= sel[i] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        sel[j] = best;
-        w[j] = p[best];
-    }
+    tdm_topk(p, E, k, sel);
+    for (int j = 0; j < k; j++) w[j] = p[sel[j]];
     if (norm_topk) {
         float s = 0.0f;
         for (int j = 0; j < k; j++) s += w[j];
@@ -773,6 +765,21 @@ int tdm_ref_mtp_h(struct tdm_ref *r, const int32_t *next_ids, const float *hfin,
     }
     free(cat); free(e); free(x);
     return rc;
+}
+
+int tdm_topk(const float *x, int n, int k, int32_t *out)
+{
+    int got = 0;
+    for (; got < k && got < n; got++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int taken = 0;
+            for (int j = 0; j < got; j++) taken |= out[j] == i;
+            if (!taken && (best < 0 || x[i] > x[best])) best = i;
+        }
+        out[got] = best;
+    }
+    return got;
 }
 
 int tdm_argmax(const float *x, int n)

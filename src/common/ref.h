@@ -90,6 +90,9 @@ void tdm_ref_snap_free(struct tdm_ref_snap *s);
  * too), conv states, GDN states with pending factors applied (on a copy). */
 uint64_t tdm_ref_state_hash(const struct tdm_ref *r);
 
+/* The indices of the k largest of x[n], largest first, ties to the lower index; returns
+ * min(k, n). (The router's top-k and the drafters' branches.) */
+int tdm_topk(const float *x, int n, int k, int32_t *out);
 /* Greedy choice: the largest logit, ties to the lower id. */
 int tdm_argmax(const float *logits, int n);
 /* Top-1 minus top-2 logit. */

@@ -88,22 +88,6 @@ int tdm_ngram_propose(const int32_t *h, int n, int ngram_max, int want, int32_t 
     return k;
 }
 
-/* The want best ids of a logits row, best first (ties to the lower id). */
-static int topk(const float *x, int V, int want, int32_t *out)
-{
-    int k = 0;
-    for (; k < want && k < V; k++) {
-        int best = -1;
-        for (int i = 0; i < V; i++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) taken |= out[j] == i;
-            if (!taken && (best < 0 || x[i] > x[best])) best = i;
-        }
-        out[k] = best;
-    }
-    return k;
-}
-
 /* ---- drafters ---- */
 
 struct drafter {
@@ -154,11 +138,11 @@ static int expand(struct drafter *d, int t, int want, int32_t *out)
     const int dep = d->depth[t], p = d->parent[t];
     switch (d->kind) {
     case TDM_SPEC_MTP:
-        if (t == 0) return topk(d->root_log, d->V, want, out);
+        if (t == 0) return tdm_topk(d->root_log, d->V, want, out);
         /* node t at depth dep >= 1: MTP position root_pos - 1 + dep, fed (its token, its parent's h) */
         if (tdm_ref_mtp_rewind(d->r, d->root_pos - 1 + dep) != 0) return -1;
         if (tdm_ref_mtp_h(d->r, &d->ids[t], d->mh + (size_t)p * d->H, 1, d->mlog, d->mh + (size_t)t * d->H) != 0) return -1;
-        return topk(d->mlog, d->V, want, out);
+        return tdm_topk(d->mlog, d->V, want, out);
     case TDM_SPEC_NGRAM: {
         int n0 = d->nhist;
         for (int a = 1; a <= dep; a++) { /* the node's path beyond the root (the root is in the history) */
@@ -180,7 +164,7 @@ static int expand(struct drafter *d, int t, int want, int32_t *out)
         }
         if (tdm_ref_forward(d->dr, &d->ids[t], 1, 0, d->dlog, NULL, NULL) != 0) return -1;
         d->cur = t;
-        return topk(d->dlog, d->V, want, out);
+        return tdm_topk(d->dlog, d->V, want, out);
     default:
         return 0;
     }
