@@ -28,4 +28,16 @@ t "--settings shows a value from the environment" \
   "TANDEM_PREFILL_CHUNK=7 build/san/bin/tandem-run --settings | grep -q '^TANDEM_PREFILL_CHUNK  *7  *env'"
 t "every switch in the table is listed" \
   "[ \$(build/san/bin/tandem-run --settings | grep -c '^TANDEM_') -eq \$(grep -c '^    {\"TANDEM_' src/common/settings.c) ]"
+F=${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny
+if [ -d "$F" ]; then
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    # the tiny qwen3_5: 3 GDN layers of 6 x 64 x 64 FP32 states, 1 attention layer of 2 KV heads of 64
+    t "tandem-run --json: the bytes a decode step moves (weights + GDN state read and written + KV read)" \
+      "build/san/bin/tandem-run -m $F/nvfp4 -p $F/prompt.tok -n 4 --backend cpu --json $tmp/r.json >/dev/null 2>$tmp/err &&
+       grep -q '^# a decode step moves' $tmp/err &&
+       [ \$(build/t/json_get $tmp/r.json step_bytes.gdn_state) -eq \$((3 * 2 * 6 * 64 * 64 * 4)) ] &&
+       [ \$(build/t/json_get $tmp/r.json step_bytes.kv) -eq \$((2 * (40 + 2 + 1) * 2 * 64 * 2)) ] &&
+       w=\$(build/t/json_get $tmp/r.json step_bytes.weights) && [ \$w -gt 2000000 ] &&
+       [ \$(build/t/json_get $tmp/r.json step_bytes.total) -eq \$((w + 3 * 2 * 6 * 64 * 64 * 4 + 2 * 43 * 2 * 64 * 2)) ]"
+fi
 echo "1..$n"

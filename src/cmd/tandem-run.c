@@ -315,9 +315,15 @@ int main(int argc, char **argv)
         if (forward(&f, &feed, 1, 0, logits) != 0) forward_failed(&f);
     }
     double decode_ms = now_ms() - td;
-    if (n_new > 0)
+    /* the bytes a decode step must move, at the middle of the decoded span */
+    const struct tdm_step_bytes sb = tdm_model_step_bytes(m, n_prompt + n_new / 2);
+    if (n_new > 0) {
         fprintf(stderr, "# decode %ld tokens: %.1f ms, %.2f ms/token, %.1f tokens/s\n", n_new, decode_ms,
                 decode_ms / n_new, n_new / (decode_ms / 1e3));
+        fprintf(stderr, "# a decode step moves %.1f MB (weights %.1f, GDN state read+write %.1f, KV read %.1f): "
+                "%.3g GB/s at this rate\n", sb.total / 1e6, sb.weights / 1e6, sb.gdn_state / 1e6, sb.kv / 1e6,
+                n_new > 1 ? sb.total / (decode_ms / n_new) / 1e6 : 0.0);
+    }
     unsigned long long hash = logits_hash(logits, V);
     fprintf(stderr, "# last logits hash %016llx\n", hash);
 
@@ -337,6 +343,9 @@ int main(int argc, char **argv)
         char hs[32];
         snprintf(hs, sizeof hs, "%016llx", hash);
         json_object_set_new(rec, "logits_hash", json_string(hs));
+        json_object_set_new(rec, "step_bytes", json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)sb.weights,
+                                                          "gdn_state", (json_int_t)sb.gdn_state, "kv", (json_int_t)sb.kv,
+                                                          "total", (json_int_t)sb.total));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
         if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }

@@ -381,3 +381,17 @@ int64_t tdm_model_projection_bytes(const struct tdm_model *m)
     tdm_model_each_projection(m, add_bytes, &n);
     return n;
 }
+
+struct tdm_step_bytes tdm_model_step_bytes(const struct tdm_model *m, int64_t pos)
+{
+    const struct tdm_config *c = &m->cfg;
+    struct tdm_step_bytes b = {tdm_model_projection_bytes(m), 0, 0, 0};
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->mixer[i] == TDM_MIXER_GDN)
+            b.gdn_state += 2 * (int64_t)c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim * 4;   /* FP32, read + write */
+        else
+            b.kv += 2 * (pos + 1) * (int64_t)c->n_kv_heads * c->head_dim * 2;               /* K and V, BF16 */
+    }
+    b.total = b.weights + b.gdn_state + b.kv;
+    return b;
+}

@@ -72,6 +72,12 @@ struct tdm_model *tdm_model_load(const char *dir);
 void tdm_model_free(struct tdm_model *m);
 /* Total bytes of projection weights (what a decode step streams), head included. */
 int64_t tdm_model_projection_bytes(const struct tdm_model *m);
+/* What one decode step (one token at position pos, 0-based) must move through memory: every
+ * projection weight as stored (head included), each GDN layer's FP32 state read and written, and
+ * each attention layer's BF16 K and V rows 0..pos read. MoE layers count every expert (an upper
+ * bound: a token reads top_k of them). */
+struct tdm_step_bytes { int64_t weights, gdn_state, kv, total; };
+struct tdm_step_bytes tdm_model_step_bytes(const struct tdm_model *m, int64_t pos);
 /* Calls fn for every projection weight of the main model (not the MTP layer), in forward order. */
 void tdm_model_each_projection(const struct tdm_model *m, void (*fn)(void *ctx, const char *what,
                                const struct tdm_qweight *w), void *ctx);
