@@ -17,17 +17,15 @@ static struct tdm_model_shapes models[2] = {
 
 const char *const tdm_model_names[] = {"qwen3.8-27b", "qwen3-next-80b", NULL};
 
-static void add(struct tdm_model_shapes *m, const char *name, int64_t n, int64_t k, int per_token)
+/* Appends a shape to model i's table (tables[i], which models[i].shapes points at). */
+static void add(int i, const char *name, int64_t n, int64_t k, int per_token)
 {
-    struct tdm_proj_shape *t = (struct tdm_proj_shape *)&m->shapes[m->nshapes++];
-    t->name = name;
-    t->n = n;
-    t->k = k;
-    t->per_token = per_token;
+    tables[i][models[i].nshapes++] = (struct tdm_proj_shape){name, n, k, per_token};
 }
 
-static int derive(struct tdm_model_shapes *m)
+static int derive(int i)
 {
+    struct tdm_model_shapes *m = &models[i];
     struct tdm_config c;
     if (tdm_preset(m->model, TDM_ARCH_QWEN3_5, &c) != 0) return -1;
     int n_gdn = 0, n_attn = 0;
@@ -36,31 +34,31 @@ static int derive(struct tdm_model_shapes *m)
     const int64_t QD = (int64_t)c.n_q_heads * c.head_dim, KVD = (int64_t)c.n_kv_heads * c.head_dim;
     m->nshapes = 0;
     if (c.arch == TDM_ARCH_QWEN3_5) {
-        add(m, "linear_attn.in_proj_qkv", 2 * HkDk + HvDv, H, n_gdn);
-        add(m, "linear_attn.in_proj_z", HvDv, H, n_gdn);
-        add(m, "linear_attn.in_proj_b", c.gdn_v_heads, H, n_gdn);
-        add(m, "linear_attn.in_proj_a", c.gdn_v_heads, H, n_gdn);
+        add(i, "linear_attn.in_proj_qkv", 2 * HkDk + HvDv, H, n_gdn);
+        add(i, "linear_attn.in_proj_z", HvDv, H, n_gdn);
+        add(i, "linear_attn.in_proj_b", c.gdn_v_heads, H, n_gdn);
+        add(i, "linear_attn.in_proj_a", c.gdn_v_heads, H, n_gdn);
     } else {
-        add(m, "linear_attn.in_proj_qkvz", 2 * HkDk + 2 * HvDv, H, n_gdn);
-        add(m, "linear_attn.in_proj_ba", 2 * c.gdn_v_heads, H, n_gdn);
+        add(i, "linear_attn.in_proj_qkvz", 2 * HkDk + 2 * HvDv, H, n_gdn);
+        add(i, "linear_attn.in_proj_ba", 2 * c.gdn_v_heads, H, n_gdn);
     }
-    add(m, "linear_attn.out_proj", H, HvDv, n_gdn);
-    add(m, "self_attn.q_proj", 2 * QD, H, n_attn);   /* query and output gate */
-    add(m, "self_attn.k_proj", KVD, H, n_attn);
-    add(m, "self_attn.v_proj", KVD, H, n_attn);
-    add(m, "self_attn.o_proj", H, QD, n_attn);
+    add(i, "linear_attn.out_proj", H, HvDv, n_gdn);
+    add(i, "self_attn.q_proj", 2 * QD, H, n_attn);   /* query and output gate */
+    add(i, "self_attn.k_proj", KVD, H, n_attn);
+    add(i, "self_attn.v_proj", KVD, H, n_attn);
+    add(i, "self_attn.o_proj", H, QD, n_attn);
     if (c.n_experts == 0) {
-        add(m, "mlp.gate_proj", c.intermediate, H, c.n_layers);
-        add(m, "mlp.up_proj", c.intermediate, H, c.n_layers);
-        add(m, "mlp.down_proj", H, c.intermediate, c.n_layers);
+        add(i, "mlp.gate_proj", c.intermediate, H, c.n_layers);
+        add(i, "mlp.up_proj", c.intermediate, H, c.n_layers);
+        add(i, "mlp.down_proj", H, c.intermediate, c.n_layers);
     } else {
-        add(m, "mlp.shared_expert.gate_proj", c.shared_intermediate, H, c.n_layers);
-        add(m, "mlp.shared_expert.up_proj", c.shared_intermediate, H, c.n_layers);
-        add(m, "mlp.shared_expert.down_proj", H, c.shared_intermediate, c.n_layers);
-        add(m, "mlp.experts.gate_up_proj", 2 * (int64_t)c.moe_intermediate, H, 0);   /* one expert's fused [gate; up] */
-        add(m, "mlp.experts.down_proj", H, c.moe_intermediate, 0);
+        add(i, "mlp.shared_expert.gate_proj", c.shared_intermediate, H, c.n_layers);
+        add(i, "mlp.shared_expert.up_proj", c.shared_intermediate, H, c.n_layers);
+        add(i, "mlp.shared_expert.down_proj", H, c.shared_intermediate, c.n_layers);
+        add(i, "mlp.experts.gate_up_proj", 2 * (int64_t)c.moe_intermediate, H, 0);   /* one expert's fused [gate; up] */
+        add(i, "mlp.experts.down_proj", H, c.moe_intermediate, 0);
     }
-    add(m, "mtp.fc", H, 2 * H, 0);
+    add(i, "mtp.fc", H, 2 * H, 0);
     tdm_config_free(&c);
     return 0;
 }
@@ -69,7 +67,7 @@ const struct tdm_model_shapes *tdm_model_shapes(const char *model)
 {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         if (strcmp(models[i].model, model) == 0) {
-            if (models[i].nshapes == 0 && derive(&models[i]) != 0) return NULL;
+            if (models[i].nshapes == 0 && derive((int)i) != 0) return NULL;
             return &models[i];
         }
     return NULL;

@@ -13,22 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLAB_K 128          /* kernels/mm_layout.h: TDM_MM_SLAB_K */
 #define SMEM_LIMIT 232448   /* the largest dynamic shared memory a CTA may ask for (sm_90) */
 #define TILE_MAX_TABLE_BYTES (16u << 20)
 
 /* Defaults (speed only: the chains fix the bits): nt n8-tiles a warp, wn warps along n a CTA, pf
- * slabs of weights in flight (bench/NOTES.md, v3). mt: the activation tiles the kernel serves
- * (1: 1-16 rows, 2: 17-32 rows, 3: both). */
+ * slabs of weights in flight (bench/NOTES.md, v3). */
 static const struct {
     const char *name;
-    int fmt, mt;
+    int fmt;
     int nt_default, wn_default, pf_default;
 } kernels[TDM_MMK_COUNT] = {
-    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 1, 2, 8, 3},
-    [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 2, 1, 8, 1},
-    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 3, 1, 8, 1},
-    [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 3, 1, 8, 1},
+    [TDM_MMK_NVFP4] = {"nvfp4-skinny", TDM_W_NVFP4, 2, 8, 3},
+    [TDM_MMK_NVFP4_WIDE] = {"nvfp4-skinny-wide", TDM_W_NVFP4, 1, 8, 1},
+    [TDM_MMK_FP8] = {"fp8", TDM_W_FP8, 1, 8, 1},
+    [TDM_MMK_BF16] = {"bf16", TDM_W_BF16, 1, 8, 1},
 };
 
 const char *tdm_mmk_name(enum tdm_mmk kk) { return kk < TDM_MMK_COUNT ? kernels[kk].name : "?"; }
@@ -52,6 +50,10 @@ int tdm_mmk_for(int fmt, int64_t m)
     }
 }
 
+/* Whether kernel kk serves the rows of activation tile count mt (1: rows 1-16, 2: rows 17-32),
+ * as tdm_mmk_for assigns them. */
+static int serves(enum tdm_mmk kk, int mt) { return tdm_mmk_for(kernels[kk].fmt, mt == 1 ? 1 : 17) == (int)kk; }
+
 /* The most chains (1, 2, 4 or 8, at least two slabs each) for which the CTAs of 128 columns and
  * one chain still fit the resident slots of a 132-SM part at two CTAs a SM (264): a wave that
  * overflows by a few CTAs leaves most SMs idle while the last ones run (v3: ncu showed the SMs
@@ -59,9 +61,9 @@ int tdm_mmk_for(int fmt, int64_t m)
  * the sum order. */
 int tdm_mm_kchains(int64_t n, int64_t k)
 {
-    const int64_t slabs = (k + SLAB_K - 1) / SLAB_K, colblocks = (n + 127) / 128;
+    const int64_t slabs = (k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K, colblocks = (n + 127) / 128;
     int s = 1;
-    while (s < 8 && colblocks * 2 * s <= 264 && slabs >= 4 * s) s *= 2;
+    while (s < TDM_MM_MAX_CHAINS && colblocks * 2 * s <= 264 && slabs >= 4 * s) s *= 2;
     return s;
 }
 
@@ -89,7 +91,7 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
     if (kk >= TDM_MMK_COUNT) return tdm_errf("unknown kernel");
     const int fmt = kernels[kk].fmt;
     for (int mt = 1; mt <= 2; mt++)
-        if ((kernels[kk].mt & mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
+        if (serves(kk, mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
             return tdm_errf("nt %d, pf %d: not a setting the kernel is built for at %s rows "
                             "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf, mt == 1 ? "1-16" : "17-32");
     if (!pow2_upto(t->wn, 8)) return tdm_errf("wn %d: expected 1, 2, 4 or 8", t->wn);
@@ -103,7 +105,7 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
         return tdm_errf("wk %d x cs %d is not kchains %d", t->wk, t->cs, t->kchains);
     if (32 * t->wn * t->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
         return tdm_errf("wn %d x wk %d warps exceed 256 threads", t->wn, t->wk);
-    const int mmax = (kernels[kk].mt & 2) ? 32 : 16;
+    const int mmax = serves(kk, 2) ? 32 : 16;
     if (tdm_tile_smem(t, mmax) > SMEM_LIMIT)
         return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, mmax), mmax, SMEM_LIMIT);
     return 0;
