@@ -141,14 +141,14 @@ static bool rows_aligned(const struct tdm_dweight *w)
     return true;
 }
 
-extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
-                                 int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
+static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
+                  enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
 {
     tdm_mm::SkinnyArgs a;
     if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul") != 0) return -1;
     const int kk = tdm_mmk_for(w->fmt, m);
     if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
-    if (tdm_tile_check((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
+    if ((rule_chains ? tdm_tile_check : tdm_tile_check_plan)((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
         return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
     struct tdm_tile t = *tile;
     // The vector instantiation needs aligned weight rows and activation rows; the other loads
@@ -173,6 +173,18 @@ extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x,
                         w->n, w->k, m, tdm_tile_str(&t, buf, sizeof buf), cudaGetErrorString(e));
     }
     return 0;
+}
+
+extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+                                 int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
+{
+    return skinny(w, x, ldx, m, y, ldy, out, tile, stream, true);
+}
+
+extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
+                                      int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
+{
+    return skinny(w, x, ldx, m, y, ldy, out, tile, stream, false);
 }
 
 extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,

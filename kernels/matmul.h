@@ -54,6 +54,13 @@ int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ld
                       void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
                       void *stream);
 
+/* tdm_matmul_skinny with a setting whose kchains may differ from the shape's (tdm_tile_check_plan):
+ * another sum order, row-invariant in itself. For tandem-sweep --plan, which times chain counts to
+ * choose tdm_mm_kchains; nothing that serves a model calls it. */
+int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m,
+                           void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
+                           void *stream);
+
 /* The wide GEMM for any m >= 1 (tdm_matmul sends m > 32 here). */
 int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                     int64_t ldy, enum tdm_mm_out out, void *stream);

@@ -69,7 +69,7 @@ TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)
 #define TDM_MM_UNITS 4        /* 16-byte activation units per lane chunk (two steps each) */
 #define TDM_MM_AROW 20        /* activation row stride in shared memory, 16-byte units (16 used) */
 #define TDM_MM_MAX_ROWS 32    /* the skinny kernels serve 1..32 rows */
-#define TDM_MM_MAX_CHAINS 8   /* K is cut into 1, 2, 4 or 8 chains */
+#define TDM_MM_MAX_CHAINS 16  /* K is cut into 1..8 chains, or 10, 12, 14, 16 (tiles.c: plan) */
 
 /* Bytes of one lane chunk of one weight row (32 k). */
 TDM_HD int tdm_mm_chunk_bytes(int fmt)
@@ -161,6 +161,6 @@ TDM_HD uint32_t tdm_fp8_place(uint32_t q, int r)
 /* K is cut into kchains chains of chain_len = ceil(slabs / kchains) slabs: chain c takes slabs
  * [c * chain_len, (c + 1) * chain_len) below `slabs` (the last chains may be short or empty).
  * Chains are summed as a balanced binary tree over chain index: level by level, chain i (i a
- * multiple of 2*step) adds chain i+step. A CTA that holds an aligned block of chains adds the lower
+ * multiple of 2*step) adds chain i+step when there is one (kchains need not be a power of two). A CTA that holds an aligned block of chains adds the lower
  * levels; the cluster adds the rest: the same tree whatever the split over warps and CTAs. */
 #endif

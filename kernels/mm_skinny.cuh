@@ -178,8 +178,8 @@ __device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t
     float2 f = __half22float2(h);
     __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 0x1p119f, f.y * 0x1p119f);
     uint32_t u = *reinterpret_cast<uint32_t *>(&b);
-    sa = (u & 0xffffu) * 0x10001u;
-    sb = (u >> 16) * 0x10001u;
+    sa = __byte_perm(u, 0, 0x1010);   // the low scale in both halves (one PRMT)
+    sb = __byte_perm(u, 0, 0x3232);
 #endif
 }
 
@@ -338,9 +338,14 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     //     spends no instruction on the permutation. Rows 8-15 of a tile at most 8 rows deep repeat
     //     rows 0-7 (their results are never stored).
     constexpr int CH = TDM_MM_STAGE_SLABS;
-    const int am = a.m, am8 = (am + 7) & ~7;        // rows staged: m rounded up to 8, zeros past m
-    const int per_slab = 16 * am8;                  // raw uint4 per (chain, slab)
-    const int per_buf = a.wk * CH * per_slab;       // raw uint4 per buffer
+    // Rows staged: 8, 16 or 32 by instantiation (zeros past m), so that every index below divides
+    // by a compile-time power of two (v3 divided by m rounded to 8 at run time: ~40 % of the
+    // kernel's instructions went to the staging loops' divisions).
+    constexpr int ROWS8 = MTA == 0 ? 8 : 16 * MT;
+    constexpr int PER_SLAB = 16 * ROWS8;            // raw uint4 per (chain, slab): unit u, row, lane chunk tt
+    constexpr int PER_CHAIN = CH * PER_SLAB;        // raw uint4 per (chain, chunk)
+    const int am = a.m;
+    const int per_buf = a.wk * PER_CHAIN;           // raw uint4 per buffer
     constexpr int QSLAB = TDM_MM_STEPS * MT * 32;  // quads per (chain, slab)
     uint4 *abuf = reinterpret_cast<uint4 *>(smem);
     uint4 *aquad = abuf + 2 * per_buf;
@@ -351,17 +356,17 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     };
     auto stage = [&](int c) {
         if (c < nch) {
-            uint4 *dst = abuf + (c & 1) * per_buf;
-            const int per_chain = CH * per_slab;
-            for (int e = tid; e < a.wk * per_chain; e += nthr) {
-                const int w = e / per_chain, r = e - w * per_chain;
-                const int sl = r / per_slab, r2 = r - sl * per_slab;
-                const int u = r2 / (4 * am8), r3 = r2 - u * 4 * am8, row = r3 >> 2, tt = r3 & 3;
-                const int i = c * CH + sl;
-                if (i < fast_slabs(w)) {
-                    const int64_t k0 = ((int64_t)(rank * a.wk + w) * a.chain_len + i) * TDM_MM_SLAB_K + 32 * tt + 8 * u;
-                    if (row < am) cp_async16(dst + e, a.x + row * a.ldx + k0);
-                    else cp_async16_zero(dst + e, a.x);
+            for (int w = 0; w < a.wk; w++) {
+                uint4 *dst = abuf + (c & 1) * per_buf + w * PER_CHAIN;
+                const int nfast = fast_slabs(w) - c * CH;   // slabs of this chunk on the fast path
+                const uint16_t *xc = a.x + ((int64_t)(rank * a.wk + w) * a.chain_len + c * CH) * TDM_MM_SLAB_K;
+                for (unsigned e = tid; e < (unsigned)PER_CHAIN; e += nthr) {   // unsigned: shifts and masks
+                    const int sl = e / PER_SLAB, r2 = e % PER_SLAB;
+                    const int u = r2 / (4 * ROWS8), row = (r2 >> 2) % ROWS8, tt = r2 & 3;
+                    if (sl < nfast) {
+                        if (row < am) cp_async16(dst + e, xc + row * a.ldx + sl * TDM_MM_SLAB_K + 32 * tt + 8 * u);
+                        else cp_async16_zero(dst + e, a.x);
+                    }
                 }
             }
         }
@@ -369,13 +374,13 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     };
     auto quads = [&](int c) {   // raw buffer c & 1 -> the quads of chunk c
         const uint4 *raw = abuf + (c & 1) * per_buf;
-        for (int e = tid; e < a.wk * CH * TDM_MM_UNITS * MT * 32; e += nthr) {
-            const int lane_q = e & 31, r = e >> 5, mt = r % MT, r2 = r / MT, u = r2 % TDM_MM_UNITS,
-                      r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
-            const int gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
-            const uint4 *src = raw + (w * CH + sl) * per_slab + u * 4 * am8 + tq;
+        for (unsigned e = tid; e < (unsigned)(a.wk * CH * TDM_MM_UNITS * MT * 32); e += nthr) {
+            const unsigned lane_q = e & 31, r = e >> 5, mt = r % MT, r2 = r / MT, u = r2 % TDM_MM_UNITS,
+                           r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
+            const unsigned gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
+            const uint4 *src = raw + (w * CH + sl) * PER_SLAB + u * 4 * ROWS8 + tq;
             const uint4 p0 = permute(src[4 * row0]);
-            const uint4 p1 = LO8 ? p0 : row1 < am8 ? permute(src[4 * row1]) : make_uint4(0, 0, 0, 0);
+            const uint4 p1 = LO8 ? p0 : permute(src[4 * row1]);
             uint4 *dst = aquad + ((w * CH + sl) * TDM_MM_STEPS + 2 * u) * MT * 32 + mt * 32 + lane_q;
             dst[0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
             dst[MT * 32] = make_uint4(p0.z, p1.z, p0.w, p1.w);
@@ -519,7 +524,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
         cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
         for (int step = 1; step < cs; step <<= 1) {
             cl.sync();
-            if (rank % (2 * step) == 0) {
+            if (rank % (2 * step) == 0 && rank + step < cs) {
                 const float *other = cl.map_shared_rank(red, rank + step);
                 for (int e = tid; e < nel; e += nthr) {
                     const int r = e / cols, c = e - r * cols;

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "shapes.h"
 #include "tiles.h"
+#include "mm_layout.h"
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -44,6 +45,10 @@ static void usage(FILE *f)
             "  --write-defaults       write tables holding each shape's default setting; needs no GPU\n"
             "  --arch NAME            architecture for --write-defaults (default sm_90)\n"
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
+            "  --plan                 choose the chain rule instead: for every chain count of K the\n"
+            "                         rule may pick, time every setting (no bit-identity check: each\n"
+            "                         count is another sum order) and print the best per count and\n"
+            "                         the rule's own pick; writes no table\n"
             "  -h, --help             this text\n"
             "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
             "usage, a malformed existing table, or when no CUDA device is visible.\n",
@@ -90,12 +95,27 @@ static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *ou
     int cnt = 0;
     out[cnt++] = def;
     for (int nt = 1; nt <= 4; nt *= 2)
-        for (int wn = 1; wn <= 8; wn *= 2)
+        for (int wn = 1; wn <= 8; wn++)
             for (int wk = 1; wk <= 8; wk *= 2)
                 for (int pf = 1; pf <= 4; pf++) {
                     struct tdm_tile t = {nt, wn, wk, def.kchains / wk, pf, def.kchains};
                     if (def.kchains % wk || tdm_tile_check(kk, n, k, &t) != 0) continue;
                     if (memcmp(&t, &def, sizeof t) == 0 || cnt == max) continue;
+                    out[cnt++] = t;
+                }
+    return cnt;
+}
+
+/* Every valid setting of kk for (n, k) with c chains (tdm_tile_check_plan). */
+static int plan_candidates(enum tdm_mmk kk, int64_t n, int64_t k, int c, struct tdm_tile *out, int max)
+{
+    int cnt = 0;
+    for (int nt = 1; nt <= 4; nt *= 2)
+        for (int wn = 1; wn <= 8; wn++)
+            for (int wk = 1; wk <= 8; wk *= 2)
+                for (int pf = 1; pf <= 4; pf++) {
+                    struct tdm_tile t = {nt, wn, wk, c / wk, pf, c};
+                    if (c % wk || cnt == max || tdm_tile_check_plan(kk, n, k, &t) != 0) continue;
                     out[cnt++] = t;
                 }
     return cnt;
@@ -116,6 +136,107 @@ static int run_call(void *p, int i, void *stream)
     struct run *r = p;
     const struct tdm_dweight *w = r->ws ? &r->ws->w[i % r->ws->copies] : r->w;
     return tdm_matmul_skinny(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
+}
+static int run_call_plan(void *p, int i, void *stream)
+{
+    struct run *r = p;
+    const struct tdm_dweight *w = &r->ws->w[i % r->ws->copies];
+    return tdm_matmul_skinny_plan(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
+}
+
+static void tile_json(json_t *o, const struct tdm_tile *t);
+
+/* --plan: per kernel and shape, the best setting at every chain count the rule may pick. */
+static int plan_mode(const int *want, long reps, const char *json_path)
+{
+    struct tdm_device_info info;
+    if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
+    if (tdm_cuda_device_info(0, &info) != 0) tdm_die_check(prog);
+    const size_t l2 = info.l2_bytes ? info.l2_bytes : (60u << 20);
+    tdm_stream st;
+    if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
+    json_t *report = json_array();
+    printf("# tandem-sweep --plan on %s: best setting per chain count (sum of median us over the rows; reps %ld)\n",
+           info.name, reps);
+    printf("%-18s %-12s %6s %10s  %-34s %s\n", "kernel", "N,K", "chains", "us", "setting", "");
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+        if (!want[kk]) continue;
+        const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
+        const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
+        int rows[4], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        for (int si = 0; si < nshapes; si++) {
+            const int64_t n = shapes[si][0], k = shapes[si][1];
+            struct tdm_wset tset;
+            if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 3000 + si) != 0) tdm_die_check(prog);
+            uint16_t *x;
+            float *y;
+            if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_malloc((void **)&y, (size_t)(32 * n * 4)) != 0 ||
+                tdm_dev_fill_bf16(x, (size_t)(32 * k), 77 + si, 2.0f, st) != 0)
+                tdm_die_check(prog);
+            const int rule = tdm_mm_kchains(n, k);
+            double best_all = 1e300;
+            int best_c = 0;
+            for (int c = 1; c <= TDM_MM_MAX_CHAINS; c++) {
+                if (!tdm_mm_chains_ok(k, c)) continue;
+                static struct tdm_tile cand[1024];
+                const int ncand = plan_candidates((enum tdm_mmk)kk, n, k, c, cand, 1024);
+                double best = 1e300;
+                int besti = -1;
+                for (int ci = 0; ci < ncand; ci++) {
+                    double score = 0;
+                    json_t *times = json_object();
+                    int ok = 1;
+                    for (int ri = 0; ri < nrows && ok; ri++) {
+                        struct run r = {NULL, x, y, rows[ri], &cand[ci], &tset};
+                        double ms;
+                        if (tdm_time_calls(run_call_plan, &r, tset.copies, (int)reps, 1, st, &ms) != 0) {
+                            fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
+                            ok = 0;
+                            break;
+                        }
+                        char key[16];
+                        snprintf(key, sizeof key, "%d", rows[ri]);
+                        json_object_set_new(times, key, json_real(ms * 1e3));
+                        score += ms * 1e3;
+                    }
+                    json_t *rec = json_object(), *setting = json_object();
+                    json_object_set_new(rec, "kernel", json_string(kname));
+                    json_object_set_new(rec, "n", json_integer((json_int_t)n));
+                    json_object_set_new(rec, "k", json_integer((json_int_t)k));
+                    tile_json(setting, &cand[ci]);
+                    json_object_set_new(rec, "setting", setting);
+                    json_object_set_new(rec, "us", times);
+                    if (ok) json_object_set_new(rec, "score_us", json_real(score));
+                    json_array_append_new(report, rec);
+                    if (ok && score < best) {
+                        best = score;
+                        besti = ci;
+                    }
+                }
+                if (besti < 0) continue;
+                char ts[96], key[32];
+                snprintf(key, sizeof key, "%" PRId64 ",%" PRId64, n, k);
+                printf("%-18s %-12s %6d %10.2f  %-34s %s\n", kname, key, c, best, tdm_tile_str(&cand[besti], ts, sizeof ts),
+                       c == rule ? "(the rule's count)" : "");
+                fflush(stdout);
+                if (best < best_all) {
+                    best_all = best;
+                    best_c = c;
+                }
+            }
+            printf("# %s %" PRId64 ",%" PRId64 ": fastest at %d chains, the rule picks %d\n", kname, n, k, best_c, rule);
+            tdm_cuda_free(x);
+            tdm_cuda_free(y);
+            tdm_wset_free(&tset);
+        }
+    }
+    if (json_path && json_dump_file(report, json_path, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+        return TDM_EXIT_USAGE;
+    }
+    json_decref(report);
+    tdm_stream_destroy(st);
+    return 0;
 }
 
 /* Runs every row count 1..32 into out[m-1] (poisoned first): setting t where kernel kk serves m
@@ -196,9 +317,9 @@ int main(int argc, char **argv)
         {"reps", required_argument, 0, 'r'}, {"json", required_argument, 0, 'j'},
         {"write-defaults", no_argument, 0, 'D'}, {"arch", required_argument, 0, 'a'},
         {"device", required_argument, 0, 'd'}, {"model", required_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"plan", no_argument, 0, 'P'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0;
+    int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0;
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
     int c;
@@ -244,6 +365,7 @@ int main(int argc, char **argv)
         }
         case 'j': json_path = optarg; break;
         case 'D': defaults_only = 1; break;
+        case 'P': plan_only = 1; break;
         case 'a': arch_opt = optarg; break;
         case 'd': device_opt = optarg; break;
         case 'h': usage(stdout); return 0;
@@ -261,6 +383,10 @@ int main(int argc, char **argv)
                 tdm_die_usage(prog, "NVFP4 needs K a multiple of 16", s);
             }
     if (tdm_settings_check() != 0) tdm_die_input(prog);
+    if (plan_only) {
+        if (defaults_only || out_dir) tdm_die_usage(prog, "--plan writes no table: not with --write-defaults or --out", NULL);
+        return plan_mode(want, reps, json_path);
+    }
 
     char arch[32], dir[4096], sweep_desc[256];
     struct tdm_device_info info;

@@ -54,39 +54,54 @@ int tdm_mmk_for(int fmt, int64_t m)
  * as tdm_mmk_for assigns them. */
 static int serves(enum tdm_mmk kk, int mt) { return tdm_mmk_for(kernels[kk].fmt, mt == 1 ? 1 : 17) == (int)kk; }
 
-/* The most chains (1, 2, 4 or 8, at least two slabs each) for which the CTAs of 128 columns and
- * one chain still fit the resident slots of a 132-SM part at two CTAs a SM (264): a wave that
- * overflows by a few CTAs leaves most SMs idle while the last ones run (v3: ncu showed the SMs
- * active 59 % of the time for 272 CTAs). A fixed rule of (n, k), not of the device: the chains are
- * the sum order. */
-int tdm_mm_kchains(int64_t n, int64_t k)
+static int64_t slabs_of(int64_t k) { return (k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K; }
+
+int tdm_mm_chains_ok(int64_t k, int c)
 {
-    const int64_t slabs = (k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K, colblocks = (n + 127) / 128;
-    int s = 1;
-    while (s < TDM_MM_MAX_CHAINS && colblocks * 2 * s <= 264 && slabs >= 4 * s) s *= 2;
-    return s;
+    const int64_t slabs = slabs_of(k), L = (slabs + c - 1) / c;
+    if (c < 1 || c > TDM_MM_MAX_CHAINS || (c > 8 && c % 2)) return 0; /* past 8: two a CTA (wk 2), clusters of c / 2 */
+    return c == 1 || (L >= 2 && (c - 1) * L < slabs);             /* every chain two slabs or more, none empty */
 }
 
+/* The most chains (1..8, tdm_mm_chains_ok) whose warps, one a pair of n8-tiles and chain, stay
+ * within TDM_MM_PLAN_WARPS: 16 warps a SM on a 132-SM part, and 3 % over. Chosen by measurement
+ * (tandem-sweep --plan on the H200, bench/NOTES.md v4): the fastest chain count of the 27B and 80B
+ * shapes puts 1000-2200 such warps on the GPU; 17408x5120 is fastest at 2 chains (2176 warps: 31.0
+ * us at one row against 43.5 at 1 chain), 5120x17408 at 5-6. The power-of-two rule of v3
+ * overflowed or starved the SMs. A fixed rule of (n, k), not of the device: the chains are the
+ * sum order. */
+#define TDM_MM_PLAN_WARPS 2176
+int tdm_mm_kchains(int64_t n, int64_t k)
+{
+    const int64_t pairs = (n + 15) / 16;
+    int chains = 1;
+    for (int c = 2; c <= 8; c++)
+        if (tdm_mm_chains_ok(k, c) && pairs * c <= TDM_MM_PLAN_WARPS) chains = c;
+    return chains;
+}
+
+/* The default of kernel kk: its nt and wn, the shape's chains one a CTA in a cluster. */
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
 {
-    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, 1, kernels[kk].pf_default, tdm_mm_kchains(n, k)};
-    t.cs = t.kchains; /* one chain per CTA, the chains of a column block in one cluster */
+    const int c = tdm_mm_kchains(n, k);
+    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, c, kernels[kk].pf_default, c};
     return t;
 }
 
 size_t tdm_tile_smem(const struct tdm_tile *t, int m)
 {
     const size_t rows = m <= 16 ? 16 : 32, cols = 8 * (size_t)t->nt * t->wn;
+    const size_t staged_rows = m <= 8 ? 8 : m <= 16 ? 16 : 32;   /* mm_skinny.cuh: ROWS8 */
     const size_t tree = (size_t)t->wk * rows * (cols + 8) * sizeof(float);   /* the chains' partial sums */
     const size_t mt = m <= 16 ? 1 : 2;
-    const size_t staged = (2 * 16 * (size_t)((m + 7) & ~7)            /* two raw activation chunks, rows padded to 8 */
+    const size_t staged = (2 * 16 * staged_rows                       /* two raw activation chunks, rows padded to 8, 16 or 32 */
                            + TDM_MM_STEPS * mt * 32) * t->wk * TDM_MM_STAGE_SLABS * 16;   /* and the chunk's A quads */
     return tree > staged ? tree : staged;
 }
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 
-int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t)
+static int check_tile(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t, int rule_chains)
 {
     if (kk >= TDM_MMK_COUNT) return tdm_errf("unknown kernel");
     const int fmt = kernels[kk].fmt;
@@ -94,11 +109,12 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
         if (serves(kk, mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
             return tdm_errf("nt %d, pf %d: not a setting the kernel is built for at %s rows "
                             "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf, mt == 1 ? "1-16" : "17-32");
-    if (!pow2_upto(t->wn, 8)) return tdm_errf("wn %d: expected 1, 2, 4 or 8", t->wn);
+    if (t->wn < 1 || t->wn > 8) return tdm_errf("wn %d: expected 1..8", t->wn);
+    /* wk a power of two: a CTA's chains are then an aligned block of the sum tree */
     if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
-    if (!pow2_upto(t->cs, 8)) return tdm_errf("cs %d: expected 1, 2, 4 or 8", t->cs);
+    if (t->cs < 1 || t->cs > 8) return tdm_errf("cs %d: expected 1..8", t->cs);
     int want = tdm_mm_kchains(n, k);
-    if (t->kchains != want)
+    if (rule_chains && t->kchains != want)
         return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
                         "(tdm_mm_kchains); a table may not change it", t->kchains, n, k, want);
     if (t->wk * t->cs != t->kchains)
@@ -109,6 +125,14 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
     if (tdm_tile_smem(t, mmax) > SMEM_LIMIT)
         return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, mmax), mmax, SMEM_LIMIT);
     return 0;
+}
+
+int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t) { return check_tile(kk, n, k, t, 1); }
+
+int tdm_tile_check_plan(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t)
+{
+    if (t->kchains < 1 || t->kchains > TDM_MM_MAX_CHAINS) return tdm_errf("kchains %d: expected 1..%d", t->kchains, TDM_MM_MAX_CHAINS);
+    return check_tile(kk, n, k, t, 0);
 }
 
 const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len)

@@ -44,12 +44,18 @@ struct tdm_tile {
 /* The number of chains K is cut into for a weight of shape (n, k): the only setting that enters
  * the arithmetic, a function of (n, k) alone. */
 int tdm_mm_kchains(int64_t n, int64_t k);
+/* Whether K may be cut into c chains (the rule's candidates): 1..8, or 10..16 even; every chain at
+ * least two slabs of 128 and none empty. */
+int tdm_mm_chains_ok(int64_t k, int c);
 /* The default setting of kernel kk for shape (n, k) (row-invariant like every valid setting). */
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
 /* Shared memory (bytes) a setting needs at m rows: the staged activations or the chains' sum. */
 size_t tdm_tile_smem(const struct tdm_tile *t, int m);
 /* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
+/* tdm_tile_check without the rule that kchains is the shape's (tdm_mm_kchains): another sum order.
+ * For choosing that rule (tandem-sweep --plan), never for serving: a table may not hold it. */
+int tdm_tile_check_plan(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
 /* "nt=4 wn=4 wk=1 cs=2 pf=1" into buf. */
 const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len);
 

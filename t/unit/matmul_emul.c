@@ -297,7 +297,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                 }
         /* tree over chains (order is immaterial in double; every chain must be added once) */
         for (int step = 1; step < c->chains; step <<= 1)
-            for (int ch = 0; ch < c->chains; ch += 2 * step)
+            for (int ch = 0; ch + step < c->chains; ch += 2 * step)
                 for (int e = 0; e < ROWS * cols; e++) part[(size_t)ch * ROWS * cols + e] += part[(size_t)(ch + step) * ROWS * cols + e];
         for (int r = 0; r < m; r++)
             for (int cc = 0; cc < cols; cc++) {
@@ -348,6 +348,8 @@ int main(void)
         {TDM_W_FP8, 256, 1024, 0, 256, TDM_DT_F32, 4, {2, 2, 1, 4, 2, 4}},
         {TDM_W_BF16, 40, 200, 0, 40, TDM_DT_F32, 1, {1, 8, 1, 1, 1, 1}},
         {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1, 4}},
+        {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1, 6}},  /* chains not a power of two, 3 warps */
+        {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1, 3}},
     };
     const int ms[] = {1, 3, 16, 17, 32};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

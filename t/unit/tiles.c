@@ -51,12 +51,16 @@ int main(void)
         }
     ok(all_valid, "every default setting passes the checks");
     ok(invariant, "the defaults' chains of K are tdm_mm_kchains(n, k): one sum order per shape for every kernel");
-    ok(tdm_mm_kchains(17408, 5120) == 1 && tdm_mm_kchains(5120, 17408) == 4 && tdm_mm_kchains(2048, 512) == 2,
-       "kchains of the 27B MLP shapes and a short K: 1, 4, 2");
+    ok(tdm_mm_kchains(17408, 5120) == 2 && tdm_mm_kchains(5120, 17408) == 6 && tdm_mm_kchains(10240, 5120) == 3 &&
+           tdm_mm_kchains(48, 5120) == 8 && tdm_mm_kchains(100, 1040) == 5 && tdm_mm_kchains(248320, 5120) == 1,
+       "kchains: 27B MLP 2 and 6, in_proj_qkv 3, a 48-row shape 8, a short K 5 (no chain empty), the head 1");
+    ok(tdm_mm_chains_ok(5120, 7) && !tdm_mm_chains_ok(5120, 9) && tdm_mm_chains_ok(5120, 10) && !tdm_mm_chains_ok(1040, 6),
+       "chain counts: 7 of 40 slabs yes, 9 (odd past 8) no, 10 yes, 6 of 9 slabs no (an empty chain)");
     struct tdm_tile t = tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120);
     t.kchains = 4;
     t.cs = 4;
-    ok(tdm_tile_check(TDM_MMK_NVFP4, 17408, 5120, &t) != 0 && strstr(tdm_err(), "sum order"),
+    ok(tdm_tile_check(TDM_MMK_NVFP4, 17408, 5120, &t) != 0 && strstr(tdm_err(), "sum order") &&
+           tdm_tile_check_plan(TDM_MMK_NVFP4, 17408, 5120, &t) == 0,
        "a setting that changes the shape's chains of K is refused: %s", tdm_err());
     t = tdm_tile_default(TDM_MMK_FP8, 17408, 5120);
     t.nt = 4;
@@ -77,7 +81,7 @@ int main(void)
     e[0].tile.nt = 1;
     e[0].tile.wn = 4;
     e[0].tile.wk = 2;
-    e[0].tile.cs = 2;   /* kchains 4 = wk 2 x cs 2 */
+    e[0].tile.cs = 3;   /* kchains 6 = wk 2 x cs 3 */
     e[0].tile.pf = 3;
     struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
     char path[512];
@@ -123,11 +127,11 @@ int main(void)
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 1, \"pf\": 3, \"kchains\": 1, \"us\": 9.5}}}", hdr);
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 5, \"wk\": 1, \"cs\": 2, \"pf\": 3, \"kchains\": 2, \"us\": 9.5}}}", hdr);
     write_text("fp8.json", text);
     ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads: %s", tdm_err());
     got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
-    ok(got.nt == 1 && got.wn == 4 && got.pf == 3, "and its entry is used");
+    ok(got.nt == 1 && got.wn == 5 && got.pf == 3, "and its entry is used (5 warps along n)");
     tdm_tiles_free(tl);
 
     /* the shipped tables */
