@@ -1,5 +1,5 @@
-/* The layer kernels on the GPU (kernels/layers.h; skips without a device), on the shapes of the
- * tiny fixtures (both layouts), Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/presets.c):
+/* The layer kernels on the GPU (kernels/layers.h, kernels/moe.h; skips without a device), on the
+ * shapes of the tiny fixtures (both layouts), Qwen3.8-27B and Qwen3-Next-80B-A3B (presets.c):
  *   check: each kernel against the CPU reference function it replaces (src/common/ref.c), 32 rows
  *     of random inputs (rows 9 and 21 repeat row 0, row 30 repeats row 3), outputs poisoned (0xff)
  *     before every run. Bounds, per element (an "ulp" below is 2^-7 |ref|, at least one BF16 ulp):
