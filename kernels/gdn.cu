@@ -37,6 +37,35 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int
     for (int j = 0; j < K - 1; j++) state[(size_t)j * C + c] = f2bf(win[j]);
 }
 
+constexpr int UNGROUP_THREADS = 256;
+
+// Block t: token t's grouped qkvz [Hk][2 Dk + 2 r Dv] and ba [Hk][2 r] copied into conv order
+// (tdm_ref_gdn_ungroup). One thread per source value; copies only.
+__global__ void __launch_bounds__(UNGROUP_THREADS)
+ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t ldba, int Hk, int Hv, int Dk, int Dv,
+               uint16_t *mixed, uint16_t *z, uint16_t *b, uint16_t *a)
+{
+    const int t = blockIdx.x, r = Hv / Hk, rDv = r * Dv, Wg = 2 * Dk + 2 * rDv;
+    const int C = 2 * Hk * Dk + Hv * Dv;
+    const uint16_t *src = qkvz + (size_t)t * ldqkvz;
+    uint16_t *mt = mixed + (size_t)t * C, *zt = z + (size_t)t * Hv * Dv;
+    for (int i = threadIdx.x; i < Hk * Wg; i += UNGROUP_THREADS) {
+        const int g = i / Wg, o = i - g * Wg;
+        uint16_t *dst;
+        if (o < Dk) dst = mt + g * Dk + o;
+        else if (o < 2 * Dk) dst = mt + Hk * Dk + g * Dk + (o - Dk);
+        else if (o < 2 * Dk + rDv) dst = mt + 2 * Hk * Dk + g * rDv + (o - 2 * Dk);
+        else dst = zt + g * rDv + (o - 2 * Dk - rDv);
+        *dst = src[i];
+    }
+    const uint16_t *bsrc = ba + (size_t)t * ldba;
+    for (int i = threadIdx.x; i < 2 * Hv; i += UNGROUP_THREADS) {
+        const int g = i / (2 * r), o = i - g * 2 * r;
+        if (o < r) b[(size_t)t * Hv + g * r + o] = bsrc[i];
+        else a[(size_t)t * Hv + g * r + (o - r)] = bsrc[i];
+    }
+}
+
 constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
@@ -148,6 +177,20 @@ extern "C" int64_t tdm_gdn_conv_bytes(int M, int C, int K)
 {
     // x in, y out, taps, the state read and written
     return (int64_t)M * C * 4 + (int64_t)C * K * 4 + (int64_t)(K - 1) * C * 4;
+}
+
+extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t ldba, int M, int Hk,
+                               int Hv, int Dk, int Dv, uint16_t *mixed, uint16_t *z, uint16_t *b, uint16_t *a,
+                               void *stream)
+{
+    if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || Dk <= 0 || Dv <= 0 || ldqkvz < 2LL * Hk * Dk + 2LL * Hv * Dv ||
+        ldba < 2LL * Hv || !qkvz || !ba || !mixed || !z || !b || !a)
+        return tdm_errf("tdm_gdn_ungroup: bad arguments M %d, Hk %d, Hv %d (a multiple of Hk), Dk %d, Dv %d, ldqkvz %lld, "
+                        "ldba %lld", M, Hk, Hv, Dk, Dv, (long long)ldqkvz, (long long)ldba);
+    if (M == 0) return 0;
+    ungroup_kernel<<<M, UNGROUP_THREADS, 0, (cudaStream_t)stream>>>(qkvz, ldqkvz, ba, ldba, Hk, Hv, Dk, Dv, mixed, z, b, a);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }
 
 extern "C" int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,

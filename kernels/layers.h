@@ -1,7 +1,7 @@
 /* layers.h — the per-layer GPU kernels other than the projection products: norms, the Gated
- * DeltaNet conv and recurrence, decode attention, the MoE router and the greedy head. Each
- * replaces one function of the CPU reference (src/common/ref.c, named per launcher) and is checked
- * against it in t/unit/layers_gpu.c.
+ * DeltaNet conv and recurrence, decode attention, the MoE router and the greedy head (the MoE
+ * experts are in kernels/moe.h). Each replaces one function of the CPU reference
+ * (src/common/ref.c, named per launcher) and is checked against it in t/unit/layers_gpu.c.
  *
  * Conventions (as kernels/matmul.h): activations BF16 on the device (uint16_t), row-major, rows
  * contiguous unless a row stride (ld, in elements) is given; recurrent state FP32; weights of the
@@ -57,12 +57,20 @@ int64_t tdm_qk_norm_rope_bytes(int M, int Hq, int Hkv, int D);
 
 /* ---- Gated DeltaNet (kernels/gdn.cu) -------------------------------------------------------- */
 
+/* qwen3_next's grouped projections into the order the kernels below take (ref: tdm_ref_gdn_ungroup,
+ * per row): qkvz [M][Hk][2 Dk + 2 r Dv] (row stride ldqkvz; per key head q, k, the v and then the z
+ * of its r = Hv / Hk value heads) and ba [M][Hk][2 r] (row stride ldba; per key head the b, then
+ * the a of its value heads) -> mixed [M][2 Hk Dk + Hv Dv] ([q | k | v], conv order), z [M][Hv Dv],
+ * b and a [M][Hv], all contiguous. Copies only: bit for bit. One block a row. */
+int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t ldba, int M, int Hk, int Hv,
+                    int Dk, int Dv, uint16_t *mixed, uint16_t *z, uint16_t *b, uint16_t *a, void *stream);
+
 /* Causal depthwise conv + SiLU over the channels [q | k | v] (C = 2 Hk Dk + Hv Dv) for M tokens
  * in order (ref: tdm_ref_gdn_conv): x [M][C] (row stride ldx: the in_proj_qkv output, already in
- * conv order — qwen3_next's grouped in_proj_qkvz must be reordered, e.g. by permuting the weight's
- * rows at load), taps w [C][K] FP32, state [K-1][C] BF16 (the last K-1 inputs, oldest first;
- * BF16 holds them exactly; updated); y [M][C] = bf16(silu(bf16(conv))). One thread a channel, the
- * tokens in sequence with the reference's arithmetic. K in 2..4. */
+ * conv order; qwen3_next's grouped in_proj_qkvz goes through tdm_gdn_ungroup first), taps w [C][K]
+ * FP32, state [K-1][C] BF16 (the last K-1 inputs, oldest first; BF16 holds them exactly; updated);
+ * y [M][C] = bf16(silu(bf16(conv))). One thread a channel, the tokens in sequence with the
+ * reference's arithmetic. K in 2..4. */
 int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K, uint16_t *y,
                  void *stream);
 int64_t tdm_gdn_conv_bytes(int M, int C, int K);
@@ -104,11 +112,15 @@ int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0);
 
 /* ---- MoE router (kernels/moe_route.cu) ------------------------------------------------------ */
 
+/* The router's limits: experts (one row's probabilities in shared memory) and chosen experts. */
+#define TDM_ROUTE_MAX_E 8192
+#define TDM_ROUTE_MAX_K 64
+
 /* Per row (ref: tdm_ref_route): softmax of the BF16 router logits [M][E] (row stride ld) in FP32,
  * top-k by probability (ties to the lower expert id), sel [M][k] in descending order; weights
  * w [M][k] BF16 (renormalised over the k when norm_topk, in selection order, then ->bf16). One
- * block a row; the max is exact, the softmax sum a fixed tree (not the CPU's order). E <= 8192,
- * k <= 64. */
+ * block a row; the max is exact, the softmax sum a fixed tree (not the CPU's order). E <=
+ * TDM_ROUTE_MAX_E, k <= TDM_ROUTE_MAX_K. */
 int tdm_moe_route(const uint16_t *logits, int64_t ld, int M, int E, int k, int norm_topk, int32_t *sel, uint16_t *w,
                   void *stream);
 int64_t tdm_moe_route_bytes(int M, int E, int k);

@@ -9,8 +9,8 @@ using namespace tdm_ly;
 namespace {
 
 constexpr int ROUTE_THREADS = 256;
-constexpr int ROUTE_MAX_E = 8192;
-constexpr int ROUTE_MAX_K = 64;
+constexpr int ROUTE_MAX_E = TDM_ROUTE_MAX_E;
+constexpr int ROUTE_MAX_K = TDM_ROUTE_MAX_K;
 
 // One block a row, tdm_ref_route's steps: m = max (exact); p_e = exp(l_e - m); s = sum p_e (thread-
 // serial over a stride of 256, butterflies, the 8 warps in order: not the CPU's serial order);

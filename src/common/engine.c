@@ -4,10 +4,12 @@
  *   per layer: xn = rmsnorm(h (+= previous y), in_norm); y = mixer(xn);
  *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
  *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
- * with the layer kernels' own rounding points (they are ref.c's). */
+ * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
+ * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
+#include "engine_moe.h"
 #include "err.h"
 #include "layers.h"
 #include "matmul.h"
@@ -23,6 +25,8 @@ struct dlayer {
     enum tdm_mixer mixer;
     float *in_norm, *post_norm;             /* [H] */
     /* Gated DeltaNet */
+    int grouped;                            /* qwen3_next: qkvz, ba grouped per key head */
+    struct tdm_dweight qkvz, ba;            /* grouped: [2HkDk + 2HvDv, H], [2Hv, H] */
     struct tdm_dweight qkv, z, b, a, out;   /* [C, H], [HvDv, H], [Hv, H] x2, [H, HvDv] */
     float *conv_w, *A_log, *dt_bias, *gnorm; /* [C][K], [Hv], [Hv], [Dv] */
     uint16_t *conv_state;                   /* [K-1][C] BF16 */
@@ -31,7 +35,8 @@ struct dlayer {
     struct tdm_dweight q, k, v, o;          /* [2HqD, H], [HkvD, H] x2, [H, HqD] */
     float *q_norm, *k_norm;                 /* [D] */
     uint16_t *kc, *vc;                      /* [ctx][Hkv][D] BF16 */
-    /* dense MLP */
+    /* dense MLP, or a mixture of experts (engine_moe.c) */
+    int is_moe;
     struct tdm_dweight gate, up, down;      /* [I, H] x2, [H, I] */
 };
 
@@ -49,9 +54,11 @@ struct tdm_engine {
     int32_t *ids;
     uint16_t *h, *xn, *y;                   /* [R][H] */
     uint16_t *mixed, *cv, *z, *bb, *aa, *o, *gn; /* GDN: [R][C] x2, [R][HvDv], [R][Hv] x2, [R][HvDv] x2 */
+    uint16_t *qkvz, *ba;                    /* grouped GDN projections: [R][2HkDk + 2HvDv], [R][2Hv] */
     uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
     float *attn_scratch;
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
+    struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
     /* the one-token decode step as a CUDA graph: captured on the second step, replayed after;
      * the position is read from d_pos (host pos0 ctx - 1 sizes the grids), ids from e->ids */
@@ -79,15 +86,7 @@ int tdm_engine_supported(const struct tdm_model *m)
 {
     const struct tdm_config *c = &m->cfg;
     const char *dir = m->dir ? m->dir : "model";
-    if (c->arch != TDM_ARCH_QWEN3_5)
-        return tdm_errf("%s: the %s layout is not supported by the CUDA engine yet (dense qwen3_5 only; use --backend cpu)",
-                        dir, tdm_arch_name(c->arch));
-    for (int i = 0; i < c->n_layers; i++) {
-        if (c->is_moe[i] || m->layers[i].is_moe)
-            return tdm_errf("%s: layer %d is a mixture of experts: not supported by the CUDA engine yet (use --backend cpu)", dir, i);
-        if (c->mixer[i] == TDM_MIXER_GDN && m->layers[i].gdn.grouped)
-            return tdm_errf("%s: layer %d has grouped in_proj_qkvz (qwen3_next): not supported by the CUDA engine yet", dir, i);
-    }
+    if (tdm_emoe_supported(m) != 0) return -1;
     const int D = c->head_dim, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
     if (D != 64 && D != 128 && D != 256) return tdm_errf("%s: head_dim %d: the CUDA attention kernel takes 64, 128 or 256", dir, D);
     if (c->rotary_dim % 2 || c->rotary_dim > D) return tdm_errf("%s: rotary dims %d: must be even and <= head_dim %d", dir, c->rotary_dim, D);
@@ -161,6 +160,7 @@ void tdm_engine_free(struct tdm_engine *e)
     if (!e) return;
     if (e->st) tdm_stream_sync(e->st);
     if (e->step) tdm_graph_destroy(e->step);
+    tdm_emoe_free(e->moe);
     for (int i = 0; i < e->nalloc; i++) tdm_cuda_free(e->allocs[i]);
     free(e->allocs);
     free(e->ly);
@@ -184,10 +184,12 @@ static int upload_layer(struct tdm_engine *e, int i)
     if (l->mixer == TDM_MIXER_GDN) {
         const struct tdm_gdn *g = &l->gdn;
         const int C = tdm_gdn_conv_dim(c), K = c->conv_kernel, Hv = c->gdn_v_heads;
-        if (up_w(e, &g->qkv, &d->qkv, "in_proj_qkv", i) || up_w(e, &g->z, &d->z, "in_proj_z", i) ||
-            up_w(e, &g->b, &d->b, "in_proj_b", i) || up_w(e, &g->a, &d->a, "in_proj_a", i) ||
-            up_w(e, &g->out, &d->out, "out_proj", i))
+        d->grouped = g->grouped;
+        if (g->grouped ? up_w(e, &g->qkvz, &d->qkvz, "in_proj_qkvz", i) || up_w(e, &g->ba, &d->ba, "in_proj_ba", i)
+                       : up_w(e, &g->qkv, &d->qkv, "in_proj_qkv", i) || up_w(e, &g->z, &d->z, "in_proj_z", i) ||
+                             up_w(e, &g->b, &d->b, "in_proj_b", i) || up_w(e, &g->a, &d->a, "in_proj_a", i))
             return -1;
+        if (up_w(e, &g->out, &d->out, "out_proj", i)) return -1;
         if (!(d->conv_w = up_f32(e, g->conv_w, (size_t)C * K, "conv1d", i)) ||
             !(d->A_log = up_f32(e, g->A_log, (size_t)Hv, "A_log", i)) ||
             !(d->dt_bias = up_f32(e, g->dt_bias, (size_t)Hv, "dt_bias", i)) ||
@@ -207,8 +209,9 @@ static int upload_layer(struct tdm_engine *e, int i)
         const size_t kv = (size_t)e->ctx * c->n_kv_heads * c->head_dim * 2;
         if (!(d->kc = dalloc(e, kv, &e->mem.kv, "K cache")) || !(d->vc = dalloc(e, kv, &e->mem.kv, "V cache"))) return -1;
     }
-    if (up_w(e, &l->mlp.gate, &d->gate, "mlp.gate_proj", i) || up_w(e, &l->mlp.up, &d->up, "mlp.up_proj", i) ||
-        up_w(e, &l->mlp.down, &d->down, "mlp.down_proj", i))
+    d->is_moe = l->is_moe;
+    if (!l->is_moe && (up_w(e, &l->mlp.gate, &d->gate, "mlp.gate_proj", i) || up_w(e, &l->mlp.up, &d->up, "mlp.up_proj", i) ||
+                       up_w(e, &l->mlp.down, &d->down, "mlp.down_proj", i)))
         return -1;
     return 0;
 }
@@ -219,7 +222,13 @@ static int alloc_act(struct tdm_engine *e)
     const size_t R = ROWS, H = (size_t)c->hidden, C = (size_t)tdm_gdn_conv_dim(c);
     const size_t HvDv = (size_t)c->gdn_v_heads * c->gdn_v_dim, Hv = (size_t)c->gdn_v_heads;
     const size_t HqD = (size_t)c->n_q_heads * c->head_dim, HkvD = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t I = (size_t)c->intermediate, V = (size_t)c->vocab;
+    const size_t V = (size_t)c->vocab;
+    size_t I = 0; /* the dense MLP's width, where a layer has one */
+    int grouped = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (!e->ly[i].is_moe) I = (size_t)c->intermediate;
+        grouped |= e->ly[i].grouped;
+    }
     size_t *n = &e->mem.act;
 #define A(field, bytes, what) if (!(e->field = dalloc(e, (bytes), n, what))) return -1
     A(ids, R * sizeof(int32_t), "token ids");
@@ -233,14 +242,20 @@ static int alloc_act(struct tdm_engine *e)
     A(aa, R * Hv * 2, "GDN activations");
     A(o, R * HvDv * 2, "GDN activations");
     A(gn, R * HvDv * 2, "GDN activations");
+    if (grouped) {
+        A(qkvz, R * (2 * (size_t)c->gdn_k_heads * c->gdn_k_dim + 2 * HvDv) * 2, "GDN activations");
+        A(ba, R * 2 * Hv * 2, "GDN activations");
+    }
     A(qg, R * 2 * HqD * 2, "attention activations");
     A(kk, R * HkvD * 2, "attention activations");
     A(vv, R * HkvD * 2, "attention activations");
     A(q, R * HqD * 2, "attention activations");
     A(att, R * HqD * 2, "attention activations");
     A(attn_scratch, tdm_attn_scratch_bytes(ROWS, c->n_q_heads, c->head_dim, e->ctx), "attention scratch");
-    A(g, R * I * 2, "MLP activations");
-    A(u, R * I * 2, "MLP activations");
+    if (I) {
+        A(g, R * I * 2, "MLP activations");
+        A(u, R * I * 2, "MLP activations");
+    }
     A(logits, R * V * sizeof(float), "logits");
     A(d_pos, sizeof(int32_t), "position");
 #undef A
@@ -291,6 +306,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
+    if (!(e->moe = tdm_emoe_new(m, ROWS, &e->mem.weights, &e->mem.act))) goto fail;
     if (!(e->final_norm = up_f32(e, m->final_norm, (size_t)c->hidden, "norm", -1))) goto fail;
     if (up_w(e, &m->head, &e->head, "lm_head", -1) != 0) goto fail;
     e->embed_f32 = m->embed.fmt == TDM_W_F32;
@@ -330,11 +346,16 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
     const int Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
     void *st = e->st;
     const struct tdm_tiles *t = e->tiles;
-    if (tdm_matmul(&d->qkv, e->xn, H, M, e->mixed, C, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->b, e->xn, H, M, e->bb, Hv, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->a, e->xn, H, M, e->aa, Hv, TDM_MM_BF16, t, st) ||
-        tdm_gdn_conv(e->mixed, C, d->conv_w, d->conv_state, M, C, c->conv_kernel, e->cv, st) ||
+    const int64_t W = 2 * (int64_t)Hk * Dk + 2 * (int64_t)Hv * Dv; /* grouped qkvz */
+    if (d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
+                         tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, st) ||
+                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, e->mixed, e->z, e->bb, e->aa, st)
+                   : tdm_matmul(&d->qkv, e->xn, H, M, e->mixed, C, TDM_MM_BF16, t, st) ||
+                         tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
+                         tdm_matmul(&d->b, e->xn, H, M, e->bb, Hv, TDM_MM_BF16, t, st) ||
+                         tdm_matmul(&d->a, e->xn, H, M, e->aa, Hv, TDM_MM_BF16, t, st))
+        return -1;
+    if (tdm_gdn_conv(e->mixed, C, d->conv_w, d->conv_state, M, C, c->conv_kernel, e->cv, st) ||
         tdm_gdn_recur(e->cv, e->bb, Hv, e->aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
@@ -395,7 +416,9 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed)
         struct dlayer *d = &e->ly[i];
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
         if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M) : attn_mixer(e, d, M, graphed)) != 0) return -1;
-        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 || mlp(e, d, M) != 0) return -1;
+        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 ||
+            (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
+            return -1;
         pend = e->y;
     }
     if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;

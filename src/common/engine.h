@@ -1,9 +1,9 @@
 /* engine.h — the CUDA engine: the forward of src/common/ref.c on the GPU for one sequence, with the
  * weights in their stored format (BF16, block FP8, NVFP4) uploaded once (kernels/matmul.h), the
  * layer kernels of kernels/layers.h and the glue of kernels/engine_glue.h. Host C only; no CUDA
- * headers. This slice serves the dense qwen3_5 layout (Gated DeltaNet + gated attention + dense
- * SwiGLU MLP, e.g. Qwen3.8-27B); qwen3_next and MoE layers are refused with "not supported by the
- * CUDA engine yet".
+ * headers. It serves the family's three layouts (models.md): dense qwen3_5 (Gated DeltaNet + gated
+ * attention + dense SwiGLU MLP, e.g. Qwen3.8-27B), qwen3_next (grouped GDN projections, MoE MLP,
+ * e.g. Qwen3-Next-80B-A3B) and qwen3_5_moe; the MTP layer is not run.
  *
  * Rounding points are the reference's (every projection ->bf16, residual adds ->bf16, ...); the
  * head returns FP32 logits. T tokens are processed in chunks of at most TDM_ENGINE_MAX_ROWS rows

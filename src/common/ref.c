@@ -137,29 +137,36 @@ const float *tdm_ref_router_gaps(const struct tdm_ref *r, int mtp) { return mtp 
 
 /* ---- Gated DeltaNet ---- */
 
+void tdm_ref_gdn_ungroup(int Hk, int Hv, int Dk, int Dv, const float *qkvz, const float *ba, float *mixed, float *z,
+                         float *bb, float *aa)
+{
+    const int rep = Hv / Hk, W = 2 * Dk + 2 * rep * Dv;
+    for (int grp = 0; grp < Hk; grp++) {
+        const float *src = qkvz + (size_t)grp * W;
+        memcpy(mixed + grp * Dk, src, (size_t)Dk * sizeof(float));
+        memcpy(mixed + Hk * Dk + grp * Dk, src + Dk, (size_t)Dk * sizeof(float));
+        memcpy(mixed + 2 * Hk * Dk + grp * rep * Dv, src + 2 * Dk, (size_t)rep * Dv * sizeof(float));
+        memcpy(z + (size_t)grp * rep * Dv, src + 2 * Dk + rep * Dv, (size_t)rep * Dv * sizeof(float));
+        const float *bsrc = ba + (size_t)grp * 2 * rep;
+        memcpy(bb + grp * rep, bsrc, (size_t)rep * sizeof(float));
+        memcpy(aa + grp * rep, bsrc + rep, (size_t)rep * sizeof(float));
+    }
+}
+
 /* Step 1: projections, in conv order [q | k | v], plus z, b, a. */
 static void gdn_project(const struct tdm_config *c, const struct tdm_gdn *g, const float *x, int T, float *mixed,
                         float *z, float *bb, float *aa)
 {
     const int Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
-    const int C = tdm_gdn_conv_dim(c), rep = Hv / Hk;
+    const int C = tdm_gdn_conv_dim(c);
     if (g->grouped) {
-        const int W = 2 * Dk + 2 * rep * Dv;
-        float *qkvz = xmalloc((size_t)T * Hk * W * sizeof(float)), *ba = xmalloc((size_t)T * 2 * Hv * sizeof(float));
+        const size_t W = (size_t)2 * Hk * Dk + (size_t)2 * Hv * Dv;
+        float *qkvz = xmalloc((size_t)T * W * sizeof(float)), *ba = xmalloc((size_t)T * 2 * Hv * sizeof(float));
         tdm_ref_linear_bf16(&g->qkvz, x, T, qkvz);
         tdm_ref_linear_bf16(&g->ba, x, T, ba);
         for (int t = 0; t < T; t++)
-            for (int grp = 0; grp < Hk; grp++) {
-                const float *src = qkvz + (size_t)t * Hk * W + (size_t)grp * W;
-                float *mt = mixed + (size_t)t * C;
-                memcpy(mt + grp * Dk, src, (size_t)Dk * sizeof(float));
-                memcpy(mt + Hk * Dk + grp * Dk, src + Dk, (size_t)Dk * sizeof(float));
-                memcpy(mt + 2 * Hk * Dk + grp * rep * Dv, src + 2 * Dk, (size_t)rep * Dv * sizeof(float));
-                memcpy(z + (size_t)t * Hv * Dv + (size_t)grp * rep * Dv, src + 2 * Dk + rep * Dv, (size_t)rep * Dv * sizeof(float));
-                const float *bsrc = ba + (size_t)t * 2 * Hv + (size_t)grp * 2 * rep;
-                memcpy(bb + (size_t)t * Hv + grp * rep, bsrc, (size_t)rep * sizeof(float));
-                memcpy(aa + (size_t)t * Hv + grp * rep, bsrc + rep, (size_t)rep * sizeof(float));
-            }
+            tdm_ref_gdn_ungroup(Hk, Hv, Dk, Dv, qkvz + (size_t)t * W, ba + (size_t)t * 2 * Hv, mixed + (size_t)t * C,
+                                z + (size_t)t * Hv * Dv, bb + (size_t)t * Hv, aa + (size_t)t * Hv);
         free(qkvz);
         free(ba);
     } else {
@@ -598,16 +605,22 @@ static void attn_verify(struct tdm_ref *r, const struct tdm_attn *at, int slot, 
 
 /* ---- MLPs ---- */
 
-static void mlp_forward(const struct tdm_mlp *mlp, const float *x, int T, float *out)
+void tdm_ref_mlp_act(const struct tdm_mlp *mlp, const float *x, int T, float *act)
 {
     const int64_t I = mlp->gate.n;
-    float *gt = xmalloc((size_t)(T * I) * sizeof(float)), *up = xmalloc((size_t)(T * I) * sizeof(float));
-    tdm_ref_linear_bf16(&mlp->gate, x, T, gt);
+    float *up = xmalloc((size_t)(T * I) * sizeof(float));
+    tdm_ref_linear_bf16(&mlp->gate, x, T, act);
     tdm_ref_linear_bf16(&mlp->up, x, T, up);
-    for (int64_t i = 0; i < T * I; i++) gt[i] = bf(bf(siluf(gt[i])) * up[i]);
-    tdm_ref_linear_bf16(&mlp->down, gt, T, out);
-    free(gt);
+    for (int64_t i = 0; i < T * I; i++) act[i] = bf(bf(siluf(act[i])) * up[i]);
     free(up);
+}
+
+static void mlp_forward(const struct tdm_mlp *mlp, const float *x, int T, float *out)
+{
+    float *act = xmalloc((size_t)(T * mlp->gate.n) * sizeof(float));
+    tdm_ref_mlp_act(mlp, x, T, act);
+    tdm_ref_linear_bf16(&mlp->down, act, T, out);
+    free(act);
 }
 
 /* The router for one row: softmax of the logits rl[E] into p, the top k (ties to the lower expert
@@ -632,12 +645,31 @@ void tdm_ref_route(const float *rl, int E, int k, int norm_topk, float *p, int *
     for (int j = 0; j < k; j++) w[j] = bf(w[j]);
 }
 
+void tdm_ref_moe_combine(int H, int k, const int *sel, const float *w, const float *ye, const float *sh, float sg,
+                         float *o)
+{
+    for (int i = 0; i < H; i++) o[i] = 0.0f;
+    /* the experts' contributions added in BF16, ascending (expert id, slot) */
+    for (int n = 0, ls = 0, li = -1; n < k; n++) {
+        int j = -1;
+        for (int i = 0; i < k; i++)
+            if ((li < 0 || sel[i] > ls || (sel[i] == ls && i > li)) && (j < 0 || sel[i] < sel[j] || (sel[i] == sel[j] && i < j)))
+                j = i;
+        ls = sel[j];
+        li = j;
+        const float *y = ye + (size_t)j * H;
+        for (int i = 0; i < H; i++) o[i] = bf(o[i] + bf(y[i] * w[j]));
+    }
+    const float g = bf(sigmoidf(sg));
+    for (int i = 0; i < H; i++) o[i] = bf(o[i] + bf(g * sh[i]));
+}
+
 static void moe_forward(const struct tdm_model *m, const struct tdm_moe *moe, const float *x, int T, float *out, float *gap)
 {
     const struct tdm_config *c = &m->cfg;
     const int H = c->hidden, E = c->n_experts, k = c->top_k;
     float *rl = xmalloc((size_t)T * E * sizeof(float)), *p = xmalloc((size_t)E * sizeof(float));
-    float *y = xmalloc((size_t)H * sizeof(float)), *sh = xmalloc((size_t)T * H * sizeof(float));
+    float *ye = xmalloc((size_t)k * H * sizeof(float)), *sh = xmalloc((size_t)T * H * sizeof(float));
     int *sel = xmalloc((size_t)k * sizeof(int));
     float *w = xmalloc((size_t)k * sizeof(float)), sg;
     tdm_ref_linear_bf16(&moe->router, x, T, rl);
@@ -655,20 +687,11 @@ static void moe_forward(const struct tdm_model *m, const struct tdm_moe *moe, co
             }
             gap[t] = fminf(gap[t], rl[(size_t)t * E + sel[k - 1]] - out_best);
         }
-        /* the experts' contributions added in BF16, ascending expert id */
-        float *o = out + (size_t)t * H;
-        for (int i = 0; i < H; i++) o[i] = 0.0f;
-        for (int e = 0; e < E; e++)
-            for (int j = 0; j < k; j++) {
-                if (sel[j] != e) continue;
-                mlp_forward(&moe->experts[e], xt, 1, y);
-                for (int i = 0; i < H; i++) o[i] = bf(o[i] + bf(y[i] * w[j]));
-            }
+        for (int j = 0; j < k; j++) mlp_forward(&moe->experts[sel[j]], xt, 1, ye + (size_t)j * H);
         tdm_ref_linear_bf16(&moe->shared_gate, xt, 1, &sg);
-        sg = bf(sigmoidf(sg));
-        for (int i = 0; i < H; i++) o[i] = bf(o[i] + bf(sg * sh[(size_t)t * H + i]));
+        tdm_ref_moe_combine(H, k, sel, w, ye, sh + (size_t)t * H, sg, out + (size_t)t * H);
     }
-    free(rl); free(p); free(y); free(sh); free(sel); free(w);
+    free(rl); free(p); free(ye); free(sh); free(sel); free(w);
 }
 
 /* ---- decoder layer ---- */

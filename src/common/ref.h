@@ -104,6 +104,11 @@ void tdm_ref_rmsnorm(const float *x, const float *w, int n, float eps, float *y)
 void tdm_ref_linear_bf16(const struct tdm_qweight *w, const float *x, int m, float *y);  /* x W^T ->bf16 */
 
 /* The pieces of the layers that the GPU kernels replace, one function each (kernels/layers.h). */
+/* qwen3_next's grouped GDN projections of one token into conv order (models.md, GDN step 1): qkvz
+ * [Hk][2 Dk + 2 r Dv] and ba [Hk][2 r] (r = Hv / Hk value heads per key head) -> mixed [q | k | v]
+ * (2 Hk Dk + Hv Dv), z [Hv Dv], b and a [Hv]. Copies only. */
+void tdm_ref_gdn_ungroup(int Hk, int Hv, int Dk, int Dv, const float *qkvz, const float *ba, float *mixed, float *z,
+                         float *b, float *a);
 /* Causal depthwise conv of T tokens [T][C] over the state [K-1][C] (the last K-1 inputs, oldest
  * first; updated), taps w [C][K]: y [T][C] = bf16(silu(bf16(conv))). */
 void tdm_ref_gdn_conv(const float *w, int C, int K, float *state, const float *x, int T, float *y);
@@ -120,6 +125,15 @@ void tdm_ref_rope_bf16(float *x, int R, int pos, double theta);
  * at kc + j*row, vc + j*row; p: n floats of scratch; o [D] = bf16(bf16(attn) * bf16(sigmoid(gate))). */
 void tdm_ref_attn_head(const float *q, const float *gate, const float *kc, const float *vc, size_t row, int n, int D,
                        float *p, float *o);
+/* The SwiGLU MLP's product before down (dense MLP, shared and routed experts): act [T][I] =
+ * bf16(bf16(silu(bf16(x Wgate^T))) * bf16(x Wup^T)); the MLP's output is tdm_ref_linear_bf16(down, act). */
+void tdm_ref_mlp_act(const struct tdm_mlp *mlp, const float *x, int T, float *act);
+/* One row's MoE output (models.md, MoE block) from its k chosen experts' outputs ye [k][H] (expert
+ * sel[j]'s down output, BF16 values) with their weights w [k], the shared expert's output sh [H] and
+ * its gate logit sg (BF16): o = 0; for the chosen experts in ascending expert id (then slot), o =
+ * bf16(o + bf16(y w)); then o = bf16(o + bf16(bf16(sigmoid(sg)) sh)). */
+void tdm_ref_moe_combine(int H, int k, const int *sel, const float *w, const float *ye, const float *sh, float sg,
+                         float *o);
 /* The router of one row: logits rl [E] -> softmax p [E], top-k sel [k] (descending, ties to the lower
  * id), weights w [k] (renormalised when norm_topk, ->bf16). */
 void tdm_ref_route(const float *rl, int E, int k, int norm_topk, float *p, int *sel, float *w);

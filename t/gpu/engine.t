@@ -1,12 +1,13 @@
 #!/bin/sh
 # The CUDA engine on the GPU (src/common/engine.h). build/t/engine_gpu: its glue kernels against
-# ref.c; the forward on the tiny qwen3_5 fixture in BF16, FP8 and NVFP4 against the fixture's
-# logits and the CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls,
-# bit for bit; context overflow and an unsupported layout refused. Then tandem-run --backend cuda
-# through fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy
-# ids, step logits under --force), graphed decode steps against eager ones bit for bit, the real
-# 27B layer shapes in every format against the CPU reference, and a qwen3_next model refused with
-# exit 2 and one line.
+# ref.c; the forward on the tiny fixtures (qwen35-tiny: dense qwen3_5; qwen3next-tiny: qwen3_next
+# with grouped GDN projections and MoE) in BF16, FP8 and NVFP4 against the fixture's logits and the
+# CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls, bit for bit;
+# context overflow refused. Then, for both fixtures, tandem-run --backend cuda through
+# fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy ids, step
+# logits under --force), graphed decode steps against eager ones bit for bit; the real 27B layer
+# shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts, top-10) in every format against
+# the CPU reference; and a synthetic qwen3_5_moe model against the CPU reference.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -24,24 +25,27 @@ fi
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 RUN="bin/tandem-run --backend cuda"
-F=$FIX/qwen35-tiny
+for model in qwen35-tiny qwen3next-tiny; do
+F=$FIX/$model
+[ -d "$F" ] || { echo "# $F not found: skipped"; continue; }
 for fmt in bf16 fp8 nvfp4; do
     steps=$(grep -cv '^[[:space:]]*$' "$F/greedy-$fmt.tok")
-    t "tandem-run --backend cuda, $fmt: prompt dump, $steps greedy ids, forced steps" \
+    t "tandem-run --backend cuda, $model/$fmt: prompt dump, $steps greedy ids, forced steps" \
       "$RUN -m $F/$fmt -p $F/prompt.tok -n 0 --dump-logits $tmp/prompt.st 2>$tmp/err &&
        $RUN -m $F/$fmt -p $F/prompt.tok -n $steps >$tmp/greedy.tok 2>>$tmp/err &&
        $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >/dev/null 2>>$tmp/err ||
        { sed 's/^/# /' $tmp/err; false; }"
     grep '^# CUDA engine' "$tmp/err" | head -1
-    t "tandem-run --backend cuda, $fmt: fixture_check bounds" \
+    t "tandem-run --backend cuda, $model/$fmt: fixture_check bounds" \
       "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
        rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
 done
 for fmt in bf16 nvfp4; do
-    t "tandem-run --backend cuda, $fmt: 24 greedy steps from the captured graph (TANDEM_CUDA_GRAPH=on) equal eager launches (off), every logit bit for bit" \
+    t "tandem-run --backend cuda, $model/$fmt: 24 greedy steps from the captured graph (TANDEM_CUDA_GRAPH=on) equal eager launches (off), every logit bit for bit" \
       "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err &&
        TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/e.st >$tmp/e.tok 2>>$tmp/err &&
        cmp -s $tmp/g.st $tmp/e.st && cmp -s $tmp/g.tok $tmp/e.tok || { sed 's/^/# /' $tmp/err; false; }"
+done
 done
 # The real Qwen3.8-27B layer shapes (H 5120, attention 24/4 heads of 256, GDN 16/48 heads of 128,
 # MLP 17408), two layers (GDN, attention) and a cut vocabulary, in each stored format: the engine's
@@ -59,10 +63,32 @@ for fmt in bf16 fp8 nvfp4; do
        build/t/logits_cmp $tmp/gpu0.st $tmp/cpu0.st 2e-2 >$tmp/cmp && build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >>$tmp/cmp;
        rc=\$?; sed 's/^/#   /' $tmp/cmp; rm -rf $M27; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
 done
-if [ -d "$FIX/qwen3next-tiny" ]; then
-    t "tandem-run --backend cuda on qwen3_next: exit 2, one line: not supported by the CUDA engine yet" \
-      "$RUN -m $FIX/qwen3next-tiny/bf16 -p $FIX/qwen3next-tiny/prompt.tok -n 1 >/dev/null 2>$tmp/err; rc=\$?;
-       sed 's/^/# /' $tmp/err; [ \$rc -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
-       grep -q 'not supported by the CUDA engine yet' $tmp/err"
-fi
+# The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of
+# 128, 512 experts of width 512, top-10, shared expert 512), two layers (GDN with the MoE MLP,
+# attention with the dense MLP 5120 through mlp_only_layers: the experts are 1.6 G parameters a
+# layer) and a cut vocabulary, in each stored format: the same comparison as the 27B's.
+for fmt in bf16 fp8 nvfp4; do
+    M80=$tmp/m80-$fmt
+    t "80B-A3B layer shapes, $fmt: the engine's prompt logits (6 rows) and 3 steps' logits against the CPU reference" \
+      "bin/tandem-mkmodel -o $M80 --layout qwen3_next --shape qwen3-next-80b --format $fmt --layer-types GA --mlp-only-layers 1 --vocab 4096 --no-mtp 2>$tmp/err &&
+       bin/tandem-run -m $M80 --backend cpu -p $tmp/p27.tok -n 0 --dump-logits $tmp/cpu0.st >/dev/null 2>>$tmp/err &&
+       $RUN -m $M80 -p $tmp/p27.tok -n 0 --dump-logits $tmp/gpu0.st >/dev/null 2>>$tmp/err &&
+       bin/tandem-run -m $M80 --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/cpu.st >$tmp/cpu.tok 2>>$tmp/err &&
+       $RUN -m $M80 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>>$tmp/err &&
+       build/t/logits_cmp $tmp/gpu0.st $tmp/cpu0.st 2e-2 >$tmp/cmp && build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >>$tmp/cmp;
+       rc=\$?; sed 's/^/#   /' $tmp/cmp; grep '^# CUDA engine' $tmp/err | sed 's/^/#   /'; rm -rf $M80;
+       [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
+done
+# qwen3_5_moe (ungrouped GDN projections, MoE MLP, a dense layer through mlp_only_layers), tiny
+# shapes, NVFP4: 40 prompt rows and 8 steps against the CPU reference, and graphed against eager.
+MQ=$tmp/q35moe
+seq 1 40 | awk '{print ($1 * 37) % 1000}' >"$tmp/p40.tok"
+t "qwen3_5_moe (tiny, nvfp4, layer 1 dense): the engine's logits against the CPU reference; graphed steps equal eager" \
+  "bin/tandem-mkmodel -o $MQ --layout qwen3_5_moe --format nvfp4 --mlp-only-layers 1 2>$tmp/err &&
+   bin/tandem-run -m $MQ --backend cpu -p $tmp/p40.tok -n 8 --dump-logits $tmp/cpu.st >$tmp/cpu.tok 2>>$tmp/err &&
+   $RUN -m $MQ -p $tmp/p40.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>>$tmp/err &&
+   build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >$tmp/cmp &&
+   TANDEM_CUDA_GRAPH=on $RUN -m $MQ -p $tmp/p40.tok -n 8 --dump-logits $tmp/g.st >/dev/null 2>>$tmp/err &&
+   TANDEM_CUDA_GRAPH=off $RUN -m $MQ -p $tmp/p40.tok -n 8 --dump-logits $tmp/e.st >/dev/null 2>>$tmp/err &&
+   cmp -s $tmp/g.st $tmp/e.st; rc=\$?; sed 's/^/#   /' $tmp/cmp; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
 echo "1..$n"

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The layer kernels on the GPU (kernels/layers.h): norms, GDN conv and recurrence, decode
-# attention, MoE router, argmax — each against the CPU reference function it replaces, and verify
-# twins (M = 2..32 rows against M one-row calls in sequence, bit for bit). Skips without a CUDA
-# device.
+# The layer kernels on the GPU (kernels/layers.h, kernels/moe.h): norms, GDN conv and recurrence,
+# qwen3_next's grouped-projection de-interleave, decode attention, MoE router and experts, argmax —
+# each against the CPU reference function it replaces, and verify twins (M = 2..32 rows against M
+# one-row calls in sequence, bit for bit). Skips without a CUDA device.
 exec build/t/layers_gpu

@@ -2,9 +2,10 @@
 # tandem-prefillcheck --backend cuda: both paths on the CUDA engine (the prompt in chunks of
 # --chunk tokens vs one token at a time, tdm_engine_reset between them) against the CPU reference
 # and against the fixture's transformers logits, on the tiny qwen3_5 fixture in BF16, FP8 and
-# NVFP4; --chunk 1 and 7; the JSON record; auto picks cuda for a served model and the CPU for
-# qwen3_next; qwen3_next with --backend cuda refused (exit 2, one line). The engine's M-row kernels
-# are row-invariant, so prefill and decode are expected to give the same bits (rel err 0).
+# NVFP4; --chunk 1 and 7; the JSON record; the tiny qwen3_next fixture (MoE) the same way in each
+# format; auto picks cuda for served models and the CPU for a model the engine refuses (head_dim
+# 32), which --backend cuda refuses with exit 2 and one line. The engine's M-row kernels are
+# row-invariant, so prefill and decode are expected to give the same bits (rel err 0).
 # Skips without a CUDA device.
 PC=bin/tandem-prefillcheck
 JG=build/t/json_get
@@ -54,15 +55,30 @@ t "TANDEM_PREFILL_FAULT=3: the gate fails on the cuda backend too (exit 1)" \
   "TANDEM_PREFILL_FAULT=3 $PC -m $F/nvfp4 -p $F/prompt.tok --backend cuda -n 1 >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^gate: fails' $tmp/out"
 N=$FIX/qwen3next-tiny
-if [ -d "$N/bf16" ]; then
-    t "qwen3_next with --backend cuda: exit 2, one line: not supported by the CUDA engine yet" \
-      "$PC -m $N/bf16 -p $N/prompt.tok --backend cuda -n 1 >/dev/null 2>$tmp/err; rc=\$?; [ \$rc -eq 2 ] &&
-       [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] && grep -q 'not supported by the CUDA engine yet' $tmp/err"
-    t "qwen3_next with auto: runs on the CPU, saying why" \
-      "TANDEM_BACKEND=auto $PC -m $N/bf16 -p $N/prompt.tok -n 1 >/dev/null 2>$tmp/err;
-       grep -q '^# backend cpu (auto: the CUDA engine does not serve this model' $tmp/err"
+if [ -d "$N" ]; then
+    for fmt in bf16 fp8 nvfp4; do
+        M="-m $N/$fmt -p $N/prompt.tok --backend cuda"
+        t "cuda qwen3_next $fmt: the gate holds against the CPU reference and the fixture's logits; prefill and decode give the same bits" \
+          "$PC $M >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out &&
+           grep -q '^prefill vs decode: next-token agreement 40/40 (100.00%), rel err 0.000e+00' $tmp/out &&
+           $PC $M --ref $N/ref-$fmt.safetensors >$tmp/out2 2>$tmp/err && grep -q '^gate: holds' $tmp/out2"
+        sed 's/^/#   /' "$tmp/out"
+    done
+    t "auto picks cuda for the qwen3_next fixture" \
+      "TANDEM_BACKEND=auto $PC -m $N/bf16 -p $N/prompt.tok -n 1 >/dev/null 2>$tmp/err && grep -q '^# backend cuda (auto' $tmp/err"
 else
     skip "qwen3next-tiny absent"
     skip "qwen3next-tiny absent"
+fi
+if bin/tandem-mkmodel -o "$tmp/d32" --head-dim 32 --rotary-dim 8 >/dev/null 2>&1; then
+    t "a model the engine refuses (head_dim 32) with --backend cuda: exit 2, one line naming the limit" \
+      "$PC -m $tmp/d32 -p $F/prompt.tok --backend cuda -n 1 >/dev/null 2>$tmp/err; rc=\$?; [ \$rc -eq 2 ] &&
+       [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] && grep -q 'head_dim 32' $tmp/err"
+    t "the same model with auto: runs on the CPU, saying why" \
+      "TANDEM_BACKEND=auto $PC -m $tmp/d32 -p $F/prompt.tok -n 1 >/dev/null 2>$tmp/err;
+       grep -q '^# backend cpu (auto: the CUDA engine does not serve this model' $tmp/err"
+else
+    skip "tandem-mkmodel failed"
+    skip "tandem-mkmodel failed"
 fi
 echo "1..$n"

@@ -3,22 +3,26 @@
  *     embedding gather: BF16 rows bit for bit, F32 rows rounded to BF16 bit for bit;
  *     SiLU(gate) * up: within one BF16 ulp (the GPU's expf may differ from the C library's by an
  *       FP32 ulp before the rounding), every element written.
- *   the forward on the tiny qwen3_5 fixture (TANDEM_FIXTURES/qwen35-tiny), per stored format
- *   (bf16, fp8, nvfp4), the prompt in one call of T rows (chunks of 32), then the fixture's greedy
- *   ids fed one by one (teacher forcing, as tandem-run --force):
+ *   the forward on the tiny fixtures (TANDEM_FIXTURES/qwen35-tiny: dense qwen3_5;
+ *   TANDEM_FIXTURES/qwen3next-tiny: qwen3_next, grouped GDN projections and MoE in every layer),
+ *   per stored format (bf16, fp8, nvfp4), the prompt in one call of T rows (chunks of 32), then
+ *   the fixture's greedy ids fed one by one (teacher forcing, as tandem-run --force):
  *     prompt logits and step logits against the fixture's (transformers) logits: relative error
  *       <= 2e-2 (fixture_check's bound for the CPU reference);
  *     the same logits against the CPU reference (tdm_ref_forward): relative error <= 1e-2 (a
  *       stated bound, half the fixture's: the kernels' sums run in other orders than ref.c's, so
  *       BF16 roundings flip here and there; the measured value is printed), and top-1 equal
  *       wherever the CPU reference's margin >= 0.25;
+ *     (MoE: a row whose own relative error exceeds the bound is excused where the CPU reference
+ *       saw a routing near tie at that position — router margin < 0.0625, fixture_check's rule:
+ *       the router logits come from another sum order, so the k-th expert may differ there —,
+ *       reported, left out of the matrix's error and of top-1, at most one row in eight;)
  *     greedy: the engine's argmax at every step equals the fixture's greedy id up to the first
  *       step where the fixture's margin < 0.25 (a near tie; a difference there is reported with
  *       both margins, not failed);
  *     row invariance: the prompt in T one-row calls, and in calls of 5 rows, followed by the same
  *       steps, gives every logit bit for bit as the one T-row call;
- *     errors: context overflow refused with nothing consumed; a qwen3_next model refused as not
- *       supported by the CUDA engine yet. */
+ *     errors: context overflow refused with nothing consumed. */
 #include "compare.h"
 #include "device.h"
 #include "engine.h"
@@ -40,6 +44,7 @@
 #define FIX_BOUND 2e-2
 #define CPU_BOUND 1e-2
 #define CLEAR_MARGIN 0.25f
+#define ROUTER_NEAR_TIE 0.0625f
 
 static void down(void *h, const void *d, size_t n)
 {
@@ -152,14 +157,57 @@ static int run_engine(struct tdm_engine *e, const int32_t *prompt, int T, const 
     return 0;
 }
 
-static void test_fixture(const char *fix, const char *fmt)
+/* ||got - ref|| / ||ref|| over the rows not excused. A row is excused when its own error exceeds
+ * bound and gaps (the CPU reference's router margins at the rows' positions) shows a routing near
+ * tie there; skip[] marks those rows, printed with their margin. */
+static double rel_err_routing(const char *what, const float *got, const float *ref, int rows, int V, const float *gaps,
+                              double bound, int *skip, int *nskip)
+{
+    double num = 0, den = 0;
+    *nskip = 0;
+    for (int i = 0; i < rows; i++) {
+        const double e = tdm_rel_err(got + (size_t)i * V, ref + (size_t)i * V, V);
+        skip[i] = e > bound && gaps[i] < ROUTER_NEAR_TIE;
+        if (skip[i]) {
+            (*nskip)++;
+            printf("# %s row %d: relative error %.2e at a routing near tie (router margin %.4f): reported, left out\n", what, i,
+                   e, gaps[i]);
+            continue;
+        }
+        for (int j = 0; j < V; j++) {
+            const double d = (double)got[(size_t)i * V + j] - ref[(size_t)i * V + j];
+            num += d * d;
+            den += (double)ref[(size_t)i * V + j] * ref[(size_t)i * V + j];
+        }
+    }
+    return isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Rows (not excused) whose reference margin >= CLEAR_MARGIN and whose top-1 differs. */
+static int top1_differ(const float *got, const float *ref, int rows, int V, const int *skip, int *clear, int *first)
+{
+    int n = 0;
+    *clear = 0;
+    *first = -1;
+    for (int i = 0; i < rows; i++) {
+        if (skip[i] || tdm_margin(ref + (size_t)i * V, V) < CLEAR_MARGIN) continue;
+        (*clear)++;
+        if (tdm_argmax(got + (size_t)i * V, V) != tdm_argmax(ref + (size_t)i * V, V)) {
+            if (*first < 0) *first = i;
+            n++;
+        }
+    }
+    return n;
+}
+
+static void test_fixture(const char *fix, const char *model, const char *fmt)
 {
     char dir[4096], path[4096];
-    snprintf(dir, sizeof dir, "%s/qwen35-tiny/%s", fix, fmt);
+    snprintf(dir, sizeof dir, "%s/%s/%s", fix, model, fmt);
     struct tdm_model *m = tdm_model_load(dir);
     if (!m) bail("model");
     const int V = m->cfg.vocab;
-    snprintf(path, sizeof path, "%s/qwen35-tiny/ref-%s.safetensors", fix, fmt);
+    snprintf(path, sizeof path, "%s/%s/ref-%s.safetensors", fix, model, fmt);
     struct tdm_stfile *rf = tdm_st_open(path);
     if (!rf) bail("fixture");
     int64_t T64, S64;
@@ -167,39 +215,51 @@ static void test_fixture(const char *fix, const char *fmt)
     const int T = (int)T64, S = (int)S64;
     int32_t *prompt, *gref;
     int np, ng;
-    snprintf(path, sizeof path, "%s/qwen35-tiny/prompt.tok", fix);
+    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
     if (tdm_tokens_read(path, V, 0, &prompt, &np) || np != T) bail("prompt");
-    snprintf(path, sizeof path, "%s/qwen35-tiny/greedy-%s.tok", fix, fmt);
+    snprintf(path, sizeof path, "%s/%s/greedy-%s.tok", fix, model, fmt);
     if (tdm_tokens_read(path, V, 0, &gref, &ng) || ng != S) bail("greedy ids");
     const int rows = T + S - 1;
 
+    char lab[160];
+    snprintf(lab, sizeof lab, "%s/%s", model, fmt);
     struct tdm_engine *e = tdm_engine_new(m, rows);
-    ok(e != NULL, "%s: engine set up (ctx %d)%s%s", fmt, rows, e ? "" : ": ", e ? "" : tdm_err());
+    ok(e != NULL, "%s: engine set up (ctx %d)%s%s", lab, rows, e ? "" : ": ", e ? "" : tdm_err());
     if (!e) { tdm_st_close(rf); tdm_model_free(m); return; }
 
     float *lg = hal((size_t)rows * V * 4), *cpu = hal((size_t)rows * V * 4), *tw = hal((size_t)rows * V * 4);
     if (run_engine(e, prompt, T, gref, S, 0, lg, V) != 0) bail("engine forward");
 
-    /* the fixture: prompt rows, then step row i = the row after i forced ids (row 0: the last prompt row) */
-    const float *steps = lg + (size_t)(T - 1) * V;
-    double ep = tdm_rel_err(lg, rl, (int64_t)T * V), es = tdm_rel_err(steps, rs, (int64_t)S * V);
-    ok(ep <= FIX_BOUND, "%s: prompt logits (%d rows) vs the fixture: relative error %.2e <= %.0e", fmt, T, ep, FIX_BOUND);
-    ok(es <= FIX_BOUND, "%s: step logits (%d rows, teacher forcing) vs the fixture: relative error %.2e <= %.0e", fmt, S, es,
-       FIX_BOUND);
-
-    /* the CPU reference on the same feed */
+    /* the CPU reference on the same feed; its router margins at every position */
     struct tdm_ref *r = tdm_ref_new(m, rows);
     if (tdm_ref_forward(r, prompt, T, 0, cpu, NULL, NULL) != 0) bail("reference forward");
     for (int i = 0; i + 1 < S; i++)
         if (tdm_ref_forward(r, &gref[i], 1, 0, cpu + (size_t)(T + i) * V, NULL, NULL) != 0) bail("reference forward");
+    float *gaps = hal((size_t)rows * sizeof *gaps);
+    memcpy(gaps, tdm_ref_router_gaps(r, 0), (size_t)rows * sizeof *gaps);
     tdm_ref_free(r);
-    double ec = tdm_rel_err(lg, cpu, (int64_t)rows * V);
+    int *skip = hal((size_t)rows * sizeof *skip), nskip, nclear, first_differ;
+
+    /* the fixture: prompt rows, then step row i = the row after i forced ids (row 0: the last prompt row) */
+    const float *steps = lg + (size_t)(T - 1) * V;
+    char what[200];
+    snprintf(what, sizeof what, "%s prompt vs the fixture", lab);
+    double ep = rel_err_routing(what, lg, rl, T, V, gaps, FIX_BOUND, skip, &nskip);
+    ok(ep <= FIX_BOUND && nskip * 8 <= T, "%s: prompt logits (%d rows) vs the fixture: relative error %.2e <= %.0e (%d rows "
+       "excused at routing near ties)", lab, T, ep, FIX_BOUND, nskip);
+    snprintf(what, sizeof what, "%s steps vs the fixture", lab);
+    double es = rel_err_routing(what, steps, rs, S, V, gaps + T - 1, FIX_BOUND, skip, &nskip);
+    ok(es <= FIX_BOUND && nskip * 8 <= S, "%s: step logits (%d rows, teacher forcing) vs the fixture: relative error %.2e <= "
+       "%.0e (%d rows excused at routing near ties)", lab, S, es, FIX_BOUND, nskip);
+
+    snprintf(what, sizeof what, "%s vs the CPU reference", lab);
+    double ec = rel_err_routing(what, lg, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
     double ecf = tdm_rel_err(cpu, rl, (int64_t)T * V);
-    ok(ec <= CPU_BOUND, "%s: all %d rows vs the CPU reference: relative error %.2e <= %.0e (CPU reference vs the fixture's "
-       "prompt: %.2e)", fmt, rows, ec, CPU_BOUND, ecf);
-    struct tdm_top1 t1 = tdm_top1_compare(lg, cpu, rows, V, CLEAR_MARGIN);
-    ok(t1.clear_differ == 0, "%s: top-1 equal to the CPU reference on all %d of %d rows with margin >= %.2f (first differing "
-       "row %d)", fmt, t1.clear, t1.rows, CLEAR_MARGIN, t1.first_differ);
+    ok(ec <= CPU_BOUND && nskip * 8 <= rows, "%s: all %d rows vs the CPU reference: relative error %.2e <= %.0e (%d rows "
+       "excused at routing near ties; CPU reference vs the fixture's prompt: %.2e)", lab, rows, ec, CPU_BOUND, nskip, ecf);
+    int t1 = top1_differ(lg, cpu, rows, V, skip, &nclear, &first_differ);
+    ok(t1 == 0, "%s: top-1 equal to the CPU reference on all %d of %d rows with margin >= %.2f, excused rows aside (first "
+       "differing row %d)", lab, nclear, rows, CLEAR_MARGIN, first_differ);
 
     /* greedy: the engine's choice at each step against the fixture's ids */
     int32_t *own = hal((size_t)S * sizeof *own);
@@ -212,13 +272,13 @@ static void test_fixture(const char *fix, const char *fmt)
     int first = -1;
     for (int i = 0; i < S && first < 0; i++)
         if (own[i] != gref[i]) first = i;
-    ok(differ < 0, "%s: greedy ids equal to the fixture's for the %d steps before its first near tie (of %d steps)", fmt,
+    ok(differ < 0, "%s: greedy ids equal to the fixture's for the %d steps before its first near tie (of %d steps)", lab,
        checked, S);
     if (first >= 0)
-        printf("# %s: first differing greedy step %d: engine %d, fixture %d; fixture margin %.4f, engine margin %.4f\n", fmt,
+        printf("# %s: first differing greedy step %d: engine %d, fixture %d; fixture margin %.4f, engine margin %.4f\n", lab,
                first, own[first], gref[first], margins[first], tdm_margin(steps + (size_t)first * V, V));
     else
-        printf("# %s: all %d greedy ids equal to the fixture's\n", fmt, S);
+        printf("# %s: all %d greedy ids equal to the fixture's\n", lab, S);
 
     /* row invariance: one-row calls and 5-row calls against the one T-row call, bit for bit */
     const int modes[2] = {1, 5};
@@ -227,7 +287,7 @@ static void test_fixture(const char *fix, const char *fmt)
         if (run_engine(e, prompt, T, gref, S, modes[k], tw, V) != 0) bail("engine forward");
         long diff = 0;
         for (size_t i = 0; i < (size_t)rows * V; i++) diff += memcmp(&tw[i], &lg[i], 4) != 0;
-        ok(diff == 0, "%s: prompt in %s calls + %d steps: %ld of %ld logits differ from the %d-row call (bit for bit)", fmt,
+        ok(diff == 0, "%s: prompt in %s calls + %d steps: %ld of %ld logits differ from the %d-row call (bit for bit)", lab,
            modes[k] == 1 ? "one-row" : "5-row", S - 1, diff, (long)rows * V, T);
     }
 
@@ -235,23 +295,11 @@ static void test_fixture(const char *fix, const char *fmt)
     const int pos = tdm_engine_pos(e);
     int rc = tdm_engine_forward(e, gref, 2, 0, tw);
     ok(rc != 0 && strstr(tdm_err(), "context full") && tdm_engine_pos(e) == pos,
-       "%s: 2 tokens at position %d of ctx %d refused (\"%s\"), position unchanged", fmt, pos, rows, rc ? tdm_err() : "accepted");
+       "%s: 2 tokens at position %d of ctx %d refused (\"%s\"), position unchanged", lab, pos, rows, rc ? tdm_err() : "accepted");
 
     tdm_engine_free(e);
-    free(lg); free(cpu); free(tw); free(own); free(margins); free(prompt); free(gref);
+    free(lg); free(cpu); free(tw); free(own); free(margins); free(prompt); free(gref); free(gaps); free(skip);
     tdm_st_close(rf);
-    tdm_model_free(m);
-}
-
-static void test_unsupported(const char *fix)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/qwen3next-tiny/bf16", fix);
-    struct tdm_model *m = tdm_model_load(dir);
-    if (!m) { ok(1, "# SKIP %s not loadable: %s", dir, tdm_err()); return; }
-    struct tdm_engine *e = tdm_engine_new(m, 16);
-    ok(!e && strstr(tdm_err(), "not supported by the CUDA engine yet"), "qwen3_next refused: %s", e ? "accepted" : tdm_err());
-    tdm_engine_free(e);
     tdm_model_free(m);
 }
 
@@ -266,13 +314,14 @@ int main(void)
     const char *fix = tdm_setting("TANDEM_FIXTURES");
     char probe[4096];
     struct stat sb;
-    snprintf(probe, sizeof probe, "%s/qwen35-tiny", fix);
-    if (stat(probe, &sb) != 0) {
-        ok(1, "# SKIP fixtures not found in %s (set TANDEM_FIXTURES)", fix);
-        return done_testing();
+    const char *models[2] = {"qwen35-tiny", "qwen3next-tiny"}, *fmts[3] = {"bf16", "fp8", "nvfp4"};
+    for (int j = 0; j < 2; j++) {
+        snprintf(probe, sizeof probe, "%s/%s", fix, models[j]);
+        if (stat(probe, &sb) != 0) {
+            ok(1, "# SKIP fixture %s not found in %s (set TANDEM_FIXTURES)", models[j], fix);
+            continue;
+        }
+        for (int i = 0; i < 3; i++) test_fixture(fix, models[j], fmts[i]);
     }
-    const char *fmts[3] = {"bf16", "fp8", "nvfp4"};
-    for (int i = 0; i < 3; i++) test_fixture(fix, fmts[i]);
-    test_unsupported(fix);
     return done_testing();
 }

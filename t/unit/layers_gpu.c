@@ -1,5 +1,5 @@
-/* The layer kernels on the GPU (kernels/layers.h; skips without a device), on the shapes of the
- * tiny fixtures (both layouts), Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/presets.c):
+/* The layer kernels on the GPU (kernels/layers.h, kernels/moe.h; skips without a device), on the
+ * shapes of the tiny fixtures (both layouts), Qwen3.8-27B and Qwen3-Next-80B-A3B (presets.c):
  *   check: each kernel against the CPU reference function it replaces (src/common/ref.c), 32 rows
  *     of random inputs (rows 9 and 21 repeat row 0, row 30 repeats row 3), outputs poisoned (0xff)
  *     before every run. Bounds, per element (an "ulp" below is 2^-7 |ref|, at least one BF16 ulp):
@@ -14,15 +14,25 @@
  *       attention: within 2^-7 (A + |ref|), A = sum_j p_j |v_j| / sum_j p_j (the probabilities are
  *         rounded to BF16 relative to their chunk's max, the reference's relative to the row's);
  *       router: the chosen experts equal, the weights within 1 ulp; argmax: equal;
+ *       grouped GDN de-interleave (qwen3_next): bit for bit against tdm_ref_gdn_ungroup;
+ *       MoE experts (kernels/moe.h), experts in BF16 (also as fused [gate; up] views), FP8 (F32
+ *         and BF16 block scales) and NVFP4, 32 rows of top-k pairs (even rows pick among k + 2
+ *         experts, so that rows share experts; rows 9, 21 and 30 repeat rows 0 and 3): the pair
+ *         order equal to a sort by (expert, pair); gate+up within 1 ulp of tdm_ref_mlp_act (the
+ *         dots are tdm_dot's order; only silu's expf may differ by an FP32 ulp); down on the
+ *         kernel's own products bit for bit against tdm_ref_linear_bf16; the combination on the
+ *         kernels' own expert outputs within 1 ulp + 1 ulp of the shared value against
+ *         tdm_ref_moe_combine (the sigmoid's expf);
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
- *     every output (and the state after M tokens for the conv and the recurrence); every element
- *     written; attention and the q/k append also with the position in device memory, and as a
+ *     every output (and the state after M tokens for the conv and the recurrence; for the MoE
+ *     experts the products, the experts' outputs and the sums); every element written; attention and the q/k append also with the position in device memory, and as a
  *     CUDA graph captured once and replayed. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
 #include "formats.h"
 #include "layers.h"
+#include "moe.h"
 #include "presets.h"
 #include "ref.h"
 #include "tap.h"
@@ -84,6 +94,7 @@ static void cmp_ok(const struct cmp *c, const char *label, const char *what)
 
 /* ---- twins ---- */
 
+#define TWIN_OUTS 4
 struct dout {
     void *d;            /* device: row 0 of the output */
     size_t row_bytes;
@@ -96,7 +107,7 @@ struct twin {
     void (*reset)(void *ctx);                             /* inputs and state back to the start */
     void *ctx;
     int nout;
-    struct dout out[3];
+    struct dout out[TWIN_OUTS];
     void *state;        /* device, or NULL */
     size_t state_bytes;
     int devpos;         /* also compare the call with the position in device memory */
@@ -119,7 +130,7 @@ static int unwritten(const struct dout *o, const unsigned char *h, int rows)
 
 static void twin_test(const char *label, const struct twin *t)
 {
-    unsigned char *one[3], *many[3], *st1 = NULL, *stm = NULL;
+    unsigned char *one[TWIN_OUTS], *many[TWIN_OUTS], *st1 = NULL, *stm = NULL;
     for (int o = 0; o < t->nout; o++) {
         one[o] = hal(R * t->out[o].row_bytes);
         many[o] = hal(R * t->out[o].row_bytes);
@@ -177,7 +188,7 @@ static void graph_test(const char *label, const struct twin *t)
 {
     const int r0 = 3, m = 5;
     const int32_t pos = t->P + r0;
-    unsigned char *eager[3], *replay[3];
+    unsigned char *eager[TWIN_OUTS], *replay[TWIN_OUTS];
     int rc = 0, bad = 0;
     tdm_graph g = NULL;
     for (int o = 0; o < t->nout; o++) {
@@ -673,6 +684,240 @@ static void test_route(const struct shape *s, int norm)
 }
 
 /* ================================================================================================
+ * grouped GDN projections (qwen3_next)
+ */
+struct ug_ctx { uint16_t *dqkvz, *dba, *dmix, *dz, *db, *da; int Hk, Hv, Dk, Dv; int64_t ldq, ldba; };
+static int ug_launch(void *p, int r0, int m, int devpos)
+{
+    struct ug_ctx *c = p;
+    (void)devpos;
+    const size_t C = 2 * (size_t)c->Hk * c->Dk + (size_t)c->Hv * c->Dv, HvDv = (size_t)c->Hv * c->Dv;
+    return tdm_gdn_ungroup(c->dqkvz + r0 * c->ldq, c->ldq, c->dba + r0 * c->ldba, c->ldba, m, c->Hk, c->Hv, c->Dk, c->Dv,
+                           c->dmix + r0 * C, c->dz + r0 * HvDv, c->db + (size_t)r0 * c->Hv, c->da + (size_t)r0 * c->Hv, st);
+}
+
+static void test_ungroup(const struct shape *s)
+{
+    const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
+    const size_t W = 2 * (size_t)Hk * Dk + 2 * (size_t)Hv * Dv, C = (size_t)tdm_gdn_conv_dim(&s->c), HvDv = (size_t)Hv * Dv;
+    const int64_t ldq = (int64_t)W + 8, ldba = 2 * Hv + 2; /* row strides wider than the rows */
+    char label[128];
+    snprintf(label, sizeof label, "%s gdn_ungroup Hk %d Hv %d Dk %d Dv %d", s->name, Hk, Hv, Dk, Dv);
+    uint16_t *q = hal(R * ldq * 2), *ba = hal(R * ldba * 2), *mix = hal(R * C * 2), *z = hal(R * HvDv * 2);
+    uint16_t *b = hal(R * Hv * 2), *a = hal(R * Hv * 2);
+    float *qf = hal(R * ldq * 4), *baf = hal(R * ldba * 4), *rm = hal(C * 4), *rz = hal(HvDv * 4), *rb = hal(Hv * 4),
+          *ra = hal(Hv * 4);
+    rand_bf16(q, qf, R * ldq, 4.0f);
+    rand_bf16(ba, baf, R * ldba, 4.0f);
+    struct ug_ctx c = {dal(R * ldq * 2), dal(R * ldba * 2), dal(R * C * 2), dal(R * HvDv * 2), dal(R * Hv * 2),
+                       dal(R * Hv * 2), Hk, Hv, Dk, Dv, ldq, ldba};
+    up(c.dqkvz, q, R * ldq * 2);
+    up(c.dba, ba, R * ldba * 2);
+    poison(c.dmix, R * C * 2); poison(c.dz, R * HvDv * 2); poison(c.db, R * Hv * 2); poison(c.da, R * Hv * 2);
+    if (ug_launch(&c, 0, R, 0) != 0) bail("tdm_gdn_ungroup");
+    down(mix, c.dmix, R * C * 2); down(z, c.dz, R * HvDv * 2); down(b, c.db, R * Hv * 2); down(a, c.da, R * Hv * 2);
+    struct cmp cm = {0};
+    for (int r = 0; r < R; r++) {
+        tdm_ref_gdn_ungroup(Hk, Hv, Dk, Dv, qf + r * ldq, baf + r * ldba, rm, rz, rb, ra);
+        for (size_t i = 0; i < C; i++) cmp_add(&cm, tdm_bf16_to_f32(mix[r * C + i]), rm[i], 0);
+        for (size_t i = 0; i < HvDv; i++) cmp_add(&cm, tdm_bf16_to_f32(z[r * HvDv + i]), rz[i], 0);
+        for (int i = 0; i < Hv; i++) {
+            cmp_add(&cm, tdm_bf16_to_f32(b[r * Hv + i]), rb[i], 0);
+            cmp_add(&cm, tdm_bf16_to_f32(a[r * Hv + i]), ra[i], 0);
+        }
+    }
+    ok(cm.n > 0 && cm.exact == cm.n, "%s: check against tdm_ref_gdn_ungroup, bit for bit (%ld of %ld differ)", label,
+       cm.n - cm.exact, cm.n);
+    struct twin t = {ug_launch, noop_reset, &c, 4,
+                     {{c.dmix, C * 2, 0}, {c.dz, HvDv * 2, 0}, {c.db, (size_t)Hv * 2, 0}, {c.da, (size_t)Hv * 2, 0}},
+                     NULL, 0, 0, NULL, 0};
+    twin_test(label, &t);
+    tdm_cuda_free(c.dqkvz); tdm_cuda_free(c.dba); tdm_cuda_free(c.dmix); tdm_cuda_free(c.dz); tdm_cuda_free(c.db);
+    tdm_cuda_free(c.da);
+    free(q); free(ba); free(mix); free(z); free(b); free(a); free(qf); free(baf); free(rm); free(rz); free(rb); free(ra);
+}
+
+/* ================================================================================================
+ * MoE experts
+ */
+
+/* A random stored weight of rows x k on the host (codes straight into the format; no NaN codes). */
+static struct tdm_qweight make_weight(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, void **mem)
+{
+    struct tdm_qweight q = {.fmt = fmt, .n = rows, .k = k, .scale_dt = sdt};
+    const int64_t B = TDM_FP8_BLOCK;
+    if (fmt == TDM_W_BF16) {
+        uint16_t *p = hal((size_t)(rows * k) * 2);
+        for (int64_t i = 0; i < rows * k; i++) p[i] = tdm_f32_to_bf16(frand() * 0.08f);
+        q.w = mem[0] = p;
+    } else if (fmt == TDM_W_FP8) {
+        uint8_t *p = hal((size_t)(rows * k));
+        for (int64_t i = 0; i < rows * k; i++) {
+            p[i] = (uint8_t)next();
+            if ((p[i] & 0x7f) == 0x7f) p[i] ^= 0x08;
+        }
+        const int64_t nb = ((rows + B - 1) / B) * ((k + B - 1) / B);
+        void *sc = hal((size_t)nb * 4);
+        for (int64_t i = 0; i < nb; i++) {
+            const float v = ldexpf(1.0f + 0.5f * frand(), -9);
+            if (sdt == TDM_DT_BF16) ((uint16_t *)sc)[i] = tdm_f32_to_bf16(v);
+            else ((float *)sc)[i] = v;
+        }
+        q.w = mem[0] = p;
+        q.scale = mem[1] = sc;
+    } else {
+        uint8_t *p = hal((size_t)(rows * k / 2)), *sc = hal((size_t)(rows * k / TDM_NVFP4_GROUP));
+        for (int64_t i = 0; i < rows * k / 2; i++) p[i] = (uint8_t)next();
+        for (int64_t i = 0; i < rows * k / TDM_NVFP4_GROUP; i++) sc[i] = (uint8_t)(((4 + next() % 4) << 3) | (next() & 7));
+        q.w = mem[0] = p;
+        q.scale = mem[1] = sc;
+        q.scale2 = 0.0625f;
+    }
+    return q;
+}
+
+struct moe_ctx {
+    struct tdm_moe_experts ex;
+    struct tdm_dweight sg;
+    uint16_t *dx, *dw, *dact, *dy, *dsh, *dout;
+    int32_t *dsel, *dorder;
+    int H, I, k;
+};
+static int moe_launch(void *p, int r0, int m, int devpos)
+{
+    struct moe_ctx *c = p;
+    (void)devpos;
+    const size_t k = c->k, H = c->H, I = c->I;
+    const int32_t *sel = c->dsel + r0 * k;
+    return tdm_moe_order(sel, m, c->k, c->dorder, st) ||
+           tdm_moe_gate_up(&c->ex, c->dx + r0 * H, H, m, sel, c->k, c->dorder, c->dact + r0 * k * I, st) ||
+           tdm_moe_down(&c->ex, c->dact + r0 * k * I, m, sel, c->k, c->dorder, c->dy + r0 * k * H, st) ||
+           tdm_moe_combine(c->dy + r0 * k * H, c->dw + r0 * k, sel, m, c->k, c->H, &c->sg, c->dx + r0 * H, H,
+                           c->dsh + r0 * H, H, c->dout + r0 * H, H, st);
+}
+
+/* E experts of the shape's H and moe_intermediate_size (E below the shape's count keeps the host
+ * reference quick; the matrices are the real ones), top-k of the shape. fused: BF16 gate and up as
+ * row views of one [2I, H] matrix per expert (the fused checkpoints' layout). */
+static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_dtype sdt, int fused)
+{
+    const int H = s->c.hidden, I = s->c.moe_intermediate, k = s->c.top_k, P = R * k;
+    char label[160];
+    snprintf(label, sizeof label, "%s moe experts %s%s%s E %d k %d H %d I %d", s->name, tdm_wfmt_name(fmt),
+             fmt == TDM_W_FP8 ? (sdt == TDM_DT_BF16 ? " (BF16 scales)" : " (F32 scales)") : "", fused ? " fused" : "", E, k,
+             H, I);
+    void **mem = hal((size_t)(3 * E + 1) * 2 * sizeof(void *));
+    struct tdm_mlp *ex = hal((size_t)E * sizeof *ex);
+    for (int e = 0; e < E; e++) {
+        if (fused) {
+            struct tdm_qweight gu = make_weight(fmt, sdt, 2 * (int64_t)I, H, mem + 6 * e);
+            ex[e].gate = tdm_qweight_rows(&gu, 0, I);
+            ex[e].up = tdm_qweight_rows(&gu, I, I);
+        } else {
+            ex[e].gate = make_weight(fmt, sdt, I, H, mem + 6 * e);
+            ex[e].up = make_weight(fmt, sdt, I, H, mem + 6 * e + 2);
+        }
+        ex[e].down = make_weight(fmt, sdt, H, I, mem + 6 * e + 4);
+    }
+    const struct tdm_qweight sgq = make_weight(fmt, sdt, 1, H, mem + 6 * E);
+    struct moe_ctx c = {.H = H, .I = I, .k = k};
+    if (tdm_moe_experts_upload(ex, E, &c.ex) != 0 || tdm_dweight_upload(&sgq, &c.sg) != 0) bail("MoE upload");
+
+    /* inputs: x, the routing (distinct experts a row; even rows among the first k + 2), weights, shared output */
+    const size_t nx = (size_t)R * H;
+    uint16_t *x = hal(nx * 2), *w = hal((size_t)P * 2), *sh = hal(nx * 2);
+    float *xf = hal(nx * 4), *wf = hal((size_t)P * 4), *shf = hal(nx * 4);
+    int32_t *sel = hal((size_t)P * 4), *order = hal((size_t)P * 4);
+    rand_bf16(x, xf, nx, 2.0f);
+    rand_bf16(sh, shf, nx, 2.0f);
+    for (int i = 0; i < P; i++) {
+        w[i] = tdm_f32_to_bf16(0.05f + 0.45f * (frand() + 1.0f));
+        wf[i] = tdm_bf16_to_f32(w[i]);
+    }
+    for (int r = 0; r < R; r++) {
+        const int pool = r % 2 == 0 && k + 2 < E ? k + 2 : E;
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = (int)(next() % (uint64_t)pool);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= sel[r * k + i] == e;
+            } while (dup);
+            sel[r * k + j] = e;
+        }
+    }
+    share_rows(x, xf, H);
+    share_rows(sh, shf, H);
+    share_rows(w, wf, k);
+    {
+        const int same[3][2] = {{9, 0}, {21, 0}, {30, 3}};
+        for (int i = 0; i < 3; i++) memcpy(sel + same[i][0] * k, sel + same[i][1] * k, (size_t)k * 4);
+    }
+    c.dx = dal(nx * 2); c.dsh = dal(nx * 2); c.dout = dal(nx * 2); c.dw = dal((size_t)P * 2);
+    c.dact = dal((size_t)P * I * 2); c.dy = dal((size_t)P * H * 2);
+    c.dsel = dal((size_t)P * 4); c.dorder = dal((size_t)P * 4);
+    up(c.dx, x, nx * 2); up(c.dsh, sh, nx * 2); up(c.dw, w, (size_t)P * 2); up(c.dsel, sel, (size_t)P * 4);
+    poison(c.dact, (size_t)P * I * 2); poison(c.dy, (size_t)P * H * 2); poison(c.dout, nx * 2);
+    poison(c.dorder, (size_t)P * 4);
+    if (moe_launch(&c, 0, R, 0) != 0) bail("MoE experts");
+    uint16_t *act = hal((size_t)P * I * 2), *y = hal((size_t)P * H * 2), *out = hal(nx * 2);
+    down(order, c.dorder, (size_t)P * 4);
+    down(act, c.dact, (size_t)P * I * 2);
+    down(y, c.dy, (size_t)P * H * 2);
+    down(out, c.dout, nx * 2);
+
+    /* the pair order: a stable sort by expert id */
+    int obad = 0;
+    for (int i = 0, at = 0; i < E; i++)
+        for (int p = 0; p < P; p++)
+            if (sel[p] == i) obad += order[at++] != p;
+    ok(obad == 0, "%s: tdm_moe_order equals the pairs sorted by (expert, pair) (%d of %d differ)", label, obad, P);
+
+    /* gate+up against tdm_ref_mlp_act; down on the kernel's products against tdm_ref_linear_bf16 */
+    struct cmp ca = {0}, cd = {0}, cc = {0};
+    float *aref = hal((size_t)I * 4), *af = hal((size_t)I * 4), *yref = hal((size_t)H * 4);
+    for (int p = 0; p < P; p++) {
+        const struct tdm_mlp *xp = &ex[sel[p]];
+        tdm_ref_mlp_act(xp, xf + (size_t)(p / k) * H, 1, aref);
+        for (int i = 0; i < I; i++) {
+            af[i] = tdm_bf16_to_f32(act[(size_t)p * I + i]);
+            cmp_add(&ca, af[i], aref[i], ulp(aref[i]));
+        }
+        tdm_ref_linear_bf16(&xp->down, af, 1, yref);
+        for (int i = 0; i < H; i++) cmp_add(&cd, tdm_bf16_to_f32(y[(size_t)p * H + i]), yref[i], 0);
+    }
+    cmp_ok(&ca, label, "gate+up against tdm_ref_mlp_act (1 ulp)");
+    ok(cd.n > 0 && cd.exact == cd.n, "%s: down on the kernel's products against tdm_ref_linear_bf16, bit for bit (%ld of %ld "
+       "differ)", label, cd.n - cd.exact, cd.n);
+
+    /* the combination on the kernels' expert outputs against tdm_ref_moe_combine */
+    float *ye = hal((size_t)k * H * 4), *oref = hal((size_t)H * 4), sg;
+    int *selr = hal((size_t)k * sizeof(int));
+    for (int r = 0; r < R; r++) {
+        for (int j = 0; j < k; j++) selr[j] = sel[r * k + j];
+        for (size_t i = 0; i < (size_t)k * H; i++) ye[i] = tdm_bf16_to_f32(y[(size_t)r * k * H + i]);
+        tdm_ref_linear_bf16(&sgq, xf + (size_t)r * H, 1, &sg);
+        tdm_ref_moe_combine(H, k, selr, wf + r * k, ye, shf + (size_t)r * H, sg, oref);
+        for (int i = 0; i < H; i++)
+            cmp_add(&cc, tdm_bf16_to_f32(out[(size_t)r * H + i]), oref[i], ulp(oref[i]) + ulp(shf[(size_t)r * H + i]));
+    }
+    cmp_ok(&cc, label, "combination against tdm_ref_moe_combine (1 ulp + 1 ulp of the shared value)");
+
+    struct twin t = {moe_launch, noop_reset, &c, 3,
+                     {{c.dact, (size_t)k * I * 2, 0}, {c.dy, (size_t)k * H * 2, 0}, {c.dout, (size_t)H * 2, 0}},
+                     NULL, 0, 0, NULL, 0};
+    twin_test(label, &t);
+
+    tdm_moe_experts_free(&c.ex);
+    tdm_dweight_free(&c.sg);
+    tdm_cuda_free(c.dx); tdm_cuda_free(c.dsh); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw); tdm_cuda_free(c.dact);
+    tdm_cuda_free(c.dy); tdm_cuda_free(c.dsel); tdm_cuda_free(c.dorder);
+    for (int i = 0; i < (3 * E + 1) * 2; i++) free(mem[i]);
+    free(mem); free(ex); free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(order); free(act);
+    free(y); free(out); free(aref); free(af); free(yref); free(ye); free(oref); free(selr);
+}
+
+/* ================================================================================================
  * argmax
  */
 struct am_ctx { float *dl; void *scratch; int32_t *dids; int V; };
@@ -738,7 +983,18 @@ int main(void)
         test_attn(s, 500);
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
+        if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
     }
+    /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's matrices
+     * (24 of its 512 experts, top-10) */
+    test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 0);
+    test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 1);
+    test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32, 0);
+    test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_BF16, 0);
+    test_moe(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32, 0);
+    test_moe(&shapes[3], 24, TDM_W_BF16, TDM_DT_F32, 0);
+    test_moe(&shapes[3], 24, TDM_W_FP8, TDM_DT_BF16, 0);
+    test_moe(&shapes[3], 24, TDM_W_NVFP4, TDM_DT_F32, 0);
     test_qk(&shapes[0], 250000);  /* large rotary angles */
     test_attn(&shapes[0], 0);     /* the first tokens */
     test_attn(&shapes[2], 3000);  /* 12 chunks */

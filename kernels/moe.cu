@@ -1,0 +1,467 @@
+// moe.cu — the routed experts of a mixture-of-experts MLP (moe.h): the packed device layout of a
+// layer's experts, the pair order, gate+up with SiLU, down, and the per-row combination with the
+// shared expert.
+#include "moe.h"
+#include "cuda_check.h"
+#include "device.h"
+#include "err.h"
+#include "formats.h"
+#include "layers.h"
+#include "layers_dev.cuh"
+#include <string.h>
+
+using namespace tdm_ly;
+
+namespace {
+
+constexpr int MOE_THREADS = 256;
+constexpr int OUT_PER_WARP = 4;                                   // an 8-lane group per output value
+constexpr int OUT_PER_BLOCK = OUT_PER_WARP * MOE_THREADS / 32;    // 32
+constexpr int ORDER_THREADS = 1024;
+
+// ---- one stored weight row, decoded element by element as tdm_qweight_row does ----------------
+
+struct RowRef {
+    const uint8_t *w;    // the row's codes
+    const uint8_t *sc;   // FP8: the row's 128-row block of scales; NVFP4: the row's group scales
+    float scale2;        // NVFP4 global scale
+    int fmt;             // enum tdm_wfmt
+    int scale_bf16;      // FP8 scales stored BF16 (else F32)
+};
+
+// Row `row` of a stored matrix of k inputs (linear.h's layouts). Host and device: the combine's
+// shared gate is resolved on the host, the experts' rows on the device.
+__host__ __device__ inline RowRef row_ref(int fmt, int scale_bf16, const void *w, const void *scale, float scale2,
+                                          int64_t k, int64_t row)
+{
+    RowRef r;
+    r.fmt = fmt;
+    r.scale_bf16 = scale_bf16;
+    r.scale2 = scale2;
+    r.sc = nullptr;
+    const uint8_t *wb = (const uint8_t *)w, *sb = (const uint8_t *)scale;
+    if (fmt == TDM_W_FP8) {
+        const int64_t nbk = (k + TDM_FP8_BLOCK - 1) / TDM_FP8_BLOCK;
+        r.w = wb + row * k;
+        r.sc = sb + (row / TDM_FP8_BLOCK) * nbk * (scale_bf16 ? 2 : 4);
+    } else if (fmt == TDM_W_NVFP4) {
+        r.w = wb + row * (k / 2);
+        r.sc = sb + row * (k / TDM_NVFP4_GROUP);
+    } else {
+        r.w = wb + row * k * 2;
+    }
+    return r;
+}
+
+// tdm_e4m3_to_f32, from the bits
+__device__ __forceinline__ float e4m3_ref(uint32_t code)
+{
+    const uint32_t s = (code >> 7) << 31, e = (code >> 3) & 15, m = code & 7;
+    if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+    if (e == 0) {
+        const float v = __fmul_rn((float)m, 0x1p-9f);
+        return s ? -v : v;
+    }
+    return __uint_as_float(s | (e + 120) << 23 | m << 20);
+}
+
+// tdm_e2m1_to_f32
+__device__ __forceinline__ float e2m1_ref(uint32_t nib)
+{
+    const uint32_t mag = nib & 7;
+    const float v = mag < 4 ? 0.5f * (float)mag : mag == 4 ? 2.0f : mag == 5 ? 3.0f : mag == 6 ? 4.0f : 6.0f;
+    return (nib & 8) ? -v : v;
+}
+
+// Element c of the row, with tdm_qweight_row's operations: FP8 code * scale; NVFP4
+// (e2m1 * e4m3 scale) * scale2.
+__device__ __forceinline__ float w_at(const RowRef &r, int c)
+{
+    if (r.fmt == TDM_W_FP8) {
+        const int blk = c / TDM_FP8_BLOCK;
+        const float s = r.scale_bf16 ? bf2f(((const uint16_t *)r.sc)[blk]) : ((const float *)r.sc)[blk];
+        return __fmul_rn(e4m3_ref(r.w[c]), s);
+    }
+    if (r.fmt == TDM_W_NVFP4) {
+        const uint32_t byte = r.w[c >> 1];
+        const uint32_t nib = (c & 1) ? byte >> 4 : byte & 15;
+        return __fmul_rn(__fmul_rn(e2m1_ref(nib), e4m3_ref(r.sc[c / TDM_NVFP4_GROUP])), r.scale2);
+    }
+    return bf2f(((const uint16_t *)r.w)[c]);
+}
+
+// tdm_dot(x, row, k) in its exact order, by the 8 lanes of a group (p = lane % 8): lane p sums
+// the products at c + p for c = 0, 8, 16, ...; the tail goes into partial 0; the xor butterflies
+// over 1, 2, 4 add them as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). All 32 lanes of the
+// warp must call it together; every lane of the group gets the sum.
+__device__ __forceinline__ float group_dot(const float *x, const RowRef &r, int k, int p)
+{
+    float acc = 0.0f;
+    int c = 0;
+    for (; c + 8 <= k; c += 8) acc = __fadd_rn(acc, __fmul_rn(x[c + p], w_at(r, c + p)));
+    if (p == 0)
+        for (; c < k; c++) acc = __fadd_rn(acc, __fmul_rn(x[c], w_at(r, c)));
+    acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 1));
+    acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 2));
+    acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 4));
+    return acc;
+}
+
+__device__ __forceinline__ RowRef expert_row(const tdm_moe_mat &m, int e, int row)
+{
+    return row_ref(m.fmt, m.scale_dt == TDM_DT_BF16, (const uint8_t *)m.w + (int64_t)e * m.w_stride,
+                   m.scale ? (const uint8_t *)m.scale + (int64_t)e * m.scale_stride : nullptr,
+                   m.scale2 ? m.scale2[e] : 0.0f, m.k, row);
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+// order = the pairs sorted by (sel, pair index): a pair's rank is the number of pairs before it.
+__global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel, int n, int32_t *order)
+{
+    extern __shared__ int32_t ss[];   // [n]
+    for (int i = threadIdx.x; i < n; i += ORDER_THREADS) ss[i] = sel[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += ORDER_THREADS) {
+        const int32_t e = ss[i];
+        int rank = 0;
+        for (int j = 0; j < n; j++) rank += ss[j] < e || (ss[j] == e && j < i);
+        order[rank] = i;
+    }
+}
+
+// Grid (blocks of 32 outputs, the pairs in order). The pair's input row (x row r for gate+up, its
+// act row for down) is staged in shared memory as FP32; warp w's group q computes output
+// blockIdx.x * 32 + 4 w + q. A pair whose expert is outside 0..E-1 gets NaN.
+__global__ void __launch_bounds__(MOE_THREADS)
+gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
+               const int32_t *order, uint16_t *act)
+{
+    extern __shared__ float xs[];
+    const int pair = order[blockIdx.y], r = pair / k, e = sel[pair];
+    const int H = g.k, I = g.n;
+    const int lane = threadIdx.x & 31, q = lane >> 3, p = lane & 7;
+    const int n = blockIdx.x * OUT_PER_BLOCK + (threadIdx.x >> 5) * OUT_PER_WARP + q;
+    uint16_t *out = act + (size_t)pair * I;
+    if (e < 0 || e >= E) {   // the same for the whole block
+        if (p == 0 && n < I) out[n] = 0x7fc0;
+        return;
+    }
+    const uint16_t *xr = x + (size_t)r * ldx;
+    for (int i = threadIdx.x; i < H; i += MOE_THREADS) xs[i] = bf2f(xr[i]);
+    __syncthreads();
+    const int row = n < I ? n : I - 1;   // every lane takes part in the group's shuffles
+    const float gs = group_dot(xs, expert_row(g, e, row), H, p);
+    const float us = group_dot(xs, expert_row(u, e, row), H, p);
+    if (p == 0 && n < I) out[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(gs))), bfr(us)));
+}
+
+__global__ void __launch_bounds__(MOE_THREADS)
+down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y)
+{
+    extern __shared__ float as[];
+    const int pair = order[blockIdx.y], e = sel[pair];
+    const int I = d.k, H = d.n;
+    const int lane = threadIdx.x & 31, q = lane >> 3, p = lane & 7;
+    const int n = blockIdx.x * OUT_PER_BLOCK + (threadIdx.x >> 5) * OUT_PER_WARP + q;
+    uint16_t *out = y + (size_t)pair * H;
+    if (e < 0 || e >= E) {
+        if (p == 0 && n < H) out[n] = 0x7fc0;
+        return;
+    }
+    const uint16_t *ar = act + (size_t)pair * I;
+    for (int i = threadIdx.x; i < I; i += MOE_THREADS) as[i] = bf2f(ar[i]);
+    __syncthreads();
+    const int row = n < H ? n : H - 1;
+    const float s = group_dot(as, expert_row(d, e, row), I, p);
+    if (p == 0 && n < H) out[n] = f2bf(s);
+}
+
+constexpr int MAX_TOPK = TDM_ROUTE_MAX_K;   // the router's most chosen experts
+
+// Block r: tdm_ref_moe_combine of row r. Warp 0 computes the shared gate's logit (tdm_dot's
+// order, ->bf16) and thread 0 the row's slots in ascending expert id; then each thread its values.
+__global__ void __launch_bounds__(MOE_THREADS)
+combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, int H, RowRef sg, const uint16_t *x,
+               int64_t ldx, const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout)
+{
+    extern __shared__ float xs[];   // [H]
+    __shared__ int asc[MAX_TOPK];
+    __shared__ float wt[MAX_TOPK];
+    __shared__ float gate;
+    const int r = blockIdx.x;
+    const uint16_t *xr = x + (size_t)r * ldx;
+    for (int i = threadIdx.x; i < H; i += MOE_THREADS) xs[i] = bf2f(xr[i]);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const float g = group_dot(xs, sg, H, threadIdx.x & 7);   // the four groups compute the same sum
+        if (threadIdx.x == 0) gate = bfr(sigmoid_ref(bfr(g)));
+    }
+    if (threadIdx.x == 0) {
+        // tdm_ref_moe_combine's order: ascending (expert id, slot)
+        const int32_t *s = sel + (size_t)r * k;
+        for (int n = 0, ls = 0, li = -1; n < k; n++) {
+            int j = -1;
+            for (int i = 0; i < k; i++)
+                if ((li < 0 || s[i] > ls || (s[i] == ls && i > li)) && (j < 0 || s[i] < s[j] || (s[i] == s[j] && i < j)))
+                    j = i;
+            ls = s[j];
+            li = j;
+            asc[n] = j;
+            wt[n] = bf2f(w[(size_t)r * k + j]);
+        }
+    }
+    __syncthreads();
+    const uint16_t *yr = y + (size_t)r * k * H;
+    for (int i = threadIdx.x; i < H; i += MOE_THREADS) {
+        float o = 0.0f;
+        for (int n = 0; n < k; n++) o = bfr(__fadd_rn(o, bfr(__fmul_rn(bf2f(yr[(size_t)asc[n] * H + i]), wt[n]))));
+        o = __fadd_rn(o, bfr(__fmul_rn(gate, bf2f(sh[(size_t)r * ldsh + i]))));
+        out[(size_t)r * ldout + i] = f2bf(o);
+    }
+}
+
+// ---- the packed layout ----------------------------------------------------------------------------
+
+int64_t mat_w_bytes(enum tdm_wfmt fmt, int64_t n, int64_t k)
+{
+    return fmt == TDM_W_NVFP4 ? n * (k / 2) : fmt == TDM_W_FP8 ? n * k : n * k * 2;
+}
+int64_t mat_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k)
+{
+    const int64_t B = TDM_FP8_BLOCK;
+    if (fmt == TDM_W_FP8) return ((n + B - 1) / B) * ((k + B - 1) / B) * (int64_t)tdm_dtype_size(sdt);
+    if (fmt == TDM_W_NVFP4) return n * (k / TDM_NVFP4_GROUP);
+    return 0;
+}
+int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+const struct tdm_qweight *kind_of(const struct tdm_mlp *ex, int kind)
+{
+    return kind == TDM_MOE_GATE ? &ex->gate : kind == TDM_MOE_UP ? &ex->up : &ex->down;
+}
+const char *const kind_name[TDM_MOE_KINDS] = {"gate_proj", "up_proj", "down_proj"};
+
+// Fills d's shapes, formats and strides (no pointers) from expert 0; the total bytes of the layout.
+size_t plan(const struct tdm_mlp *experts, int E, struct tdm_moe_experts *d)
+{
+    memset(d, 0, sizeof *d);
+    d->E = E;
+    d->H = (int)experts[0].gate.k;
+    d->I = (int)experts[0].gate.n;
+    size_t at = 0;
+    for (int kind = 0; kind < TDM_MOE_KINDS; kind++) {
+        const struct tdm_qweight *q = kind_of(&experts[0], kind);
+        struct tdm_moe_mat *m = &d->m[kind];
+        m->fmt = q->fmt;
+        m->scale_dt = q->scale_dt;
+        m->n = (int)q->n;
+        m->k = (int)q->k;
+        m->w_stride = round_up(mat_w_bytes(q->fmt, q->n, q->k), 16);
+        m->scale_stride = round_up(mat_scale_bytes(q->fmt, q->scale_dt, q->n, q->k), 16);
+        at += (size_t)round_up(m->w_stride * E, 256) + (size_t)round_up(m->scale_stride * E, 256);
+        if (q->fmt == TDM_W_NVFP4) at += (size_t)round_up((int64_t)E * 4, 256);
+    }
+    return at;
+}
+
+}  // namespace
+
+extern "C" int tdm_moe_experts_check(const struct tdm_mlp *experts, int E)
+{
+    if (E < 1 || !experts) return tdm_errf("experts: %d experts", E);
+    const int64_t H = experts[0].gate.k, I = experts[0].gate.n;
+    if (H < 1 || H > TDM_MOE_MAX_K || I < 1 || I > TDM_MOE_MAX_K)
+        return tdm_errf("experts: hidden_size %lld and moe_intermediate_size %lld must be 1..%d for the CUDA expert kernels",
+                        (long long)H, (long long)I, TDM_MOE_MAX_K);
+    for (int e = 0; e < E; e++)
+        for (int kind = 0; kind < TDM_MOE_KINDS; kind++) {
+            const struct tdm_qweight *q = kind_of(&experts[e], kind), *q0 = kind_of(&experts[0], kind);
+            const int64_t n = kind == TDM_MOE_DOWN ? H : I, k = kind == TDM_MOE_DOWN ? I : H;
+            if (q->fmt != TDM_W_BF16 && q->fmt != TDM_W_FP8 && q->fmt != TDM_W_NVFP4)
+                return tdm_errf("experts.%d.%s stored %s: the CUDA expert kernels take BF16, FP8 and NVFP4", e,
+                                kind_name[kind], tdm_wfmt_name(q->fmt));
+            if (q->fmt != q0->fmt || (q->fmt == TDM_W_FP8 && q->scale_dt != q0->scale_dt))
+                return tdm_errf("experts.%d.%s stored %s (%s scales), expert 0's %s (%s): the CUDA engine packs one format "
+                                "per matrix kind", e, kind_name[kind], tdm_wfmt_name(q->fmt), tdm_dtype_name(q->scale_dt),
+                                tdm_wfmt_name(q0->fmt), tdm_dtype_name(q0->scale_dt));
+            if (q->n != n || q->k != k)
+                return tdm_errf("experts.%d.%s is %lldx%lld, expected %lldx%lld", e, kind_name[kind], (long long)q->n,
+                                (long long)q->k, (long long)n, (long long)k);
+            if (q->fmt == TDM_W_FP8 && q->row0 % TDM_FP8_BLOCK)
+                return tdm_errf("experts.%d.%s: an FP8 view starting at row %lld (not on a 128-row scale block)", e,
+                                kind_name[kind], (long long)q->row0);
+            if (q->fmt == TDM_W_NVFP4 && k % TDM_NVFP4_GROUP)
+                return tdm_errf("experts.%d.%s: NVFP4 needs k a multiple of 16 (k = %lld)", e, kind_name[kind], (long long)k);
+        }
+    return 0;
+}
+
+extern "C" size_t tdm_moe_experts_bytes(const struct tdm_mlp *experts, int E)
+{
+    struct tdm_moe_experts d;
+    return plan(experts, E, &d);
+}
+
+extern "C" int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, struct tdm_moe_experts *d)
+{
+    if (tdm_moe_experts_check(experts, E) != 0) return -1;
+    const size_t total = plan(experts, E, d);
+    void *mem;
+    if (tdm_cuda_malloc(&mem, total) != 0) return -1;
+    d->owned = mem;
+    d->bytes = total;
+    float *s2 = (float *)malloc((size_t)E * sizeof(float));
+    if (!s2) {
+        tdm_moe_experts_free(d);
+        return tdm_errf("experts: out of host memory");
+    }
+    uint8_t *at = (uint8_t *)mem;
+    int rc = 0;
+    for (int kind = 0; kind < TDM_MOE_KINDS && !rc; kind++) {
+        struct tdm_moe_mat *m = &d->m[kind];
+        uint8_t *w = at, *scale = NULL;
+        float *scale2 = NULL;
+        at += round_up(m->w_stride * E, 256);
+        if (m->scale_stride) {
+            scale = at;
+            at += round_up(m->scale_stride * E, 256);
+        }
+        if (m->fmt == TDM_W_NVFP4) {
+            scale2 = (float *)at;
+            at += round_up((int64_t)E * 4, 256);
+        }
+        m->w = w;
+        m->scale = scale;
+        m->scale2 = scale2;
+        const int64_t wrow = mat_w_bytes(m->fmt, 1, m->k);
+        for (int e = 0; e < E && !rc; e++) {
+            const struct tdm_qweight *q = kind_of(&experts[e], kind);
+            rc = tdm_cuda_h2d(w + e * m->w_stride, (const uint8_t *)q->w + q->row0 * wrow, (size_t)(wrow * m->n));
+            if (!rc && m->fmt == TDM_W_FP8) {
+                const int64_t brow = mat_scale_bytes(m->fmt, m->scale_dt, TDM_FP8_BLOCK, m->k);  // one block row
+                rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 / TDM_FP8_BLOCK * brow,
+                                  (size_t)mat_scale_bytes(m->fmt, m->scale_dt, m->n, m->k));
+            } else if (!rc && m->fmt == TDM_W_NVFP4) {
+                const int64_t srow = m->k / TDM_NVFP4_GROUP;
+                rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 * srow,
+                                  (size_t)(srow * m->n));
+                s2[e] = q->scale2;
+            }
+        }
+        if (!rc && scale2) rc = tdm_cuda_h2d(scale2, s2, (size_t)E * sizeof(float));
+    }
+    free(s2);
+    if (rc) {
+        tdm_moe_experts_free(d);
+        return tdm_err_prefix("experts: upload");
+    }
+    return 0;
+}
+
+extern "C" void tdm_moe_experts_free(struct tdm_moe_experts *d)
+{
+    if (d && d->owned) tdm_cuda_free(d->owned);
+    if (d) memset(d, 0, sizeof *d);
+}
+
+// ---- scratch ----------------------------------------------------------------------------------------
+
+extern "C" size_t tdm_moe_scratch_bytes(int M, int k, int H, int I)
+{
+    const int64_t P = (int64_t)M * k;
+    return (size_t)(round_up(P * 4, 256) + round_up(P * I * 2, 256) + round_up(P * H * 2, 256));
+}
+extern "C" int32_t *tdm_moe_scratch_order(void *scratch) { return (int32_t *)scratch; }
+extern "C" uint16_t *tdm_moe_scratch_act(void *scratch, int M, int k)
+{
+    return (uint16_t *)((char *)scratch + round_up((int64_t)M * k * 4, 256));
+}
+extern "C" uint16_t *tdm_moe_scratch_out(void *scratch, int M, int k, int I)
+{
+    const int64_t P = (int64_t)M * k;
+    return (uint16_t *)((char *)scratch + round_up(P * 4, 256) + round_up(P * I * 2, 256));
+}
+
+// ---- launchers ----------------------------------------------------------------------------------------
+
+extern "C" int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream)
+{
+    const int64_t n = (int64_t)M * k;
+    if (M < 0 || k < 1 || n > TDM_MOE_MAX_PAIRS || !sel || !order)
+        return tdm_errf("tdm_moe_order: bad arguments M %d, k %d (at most %d pairs)", M, k, TDM_MOE_MAX_PAIRS);
+    if (n == 0) return 0;
+    order_kernel<<<1, ORDER_THREADS, (size_t)n * 4, (cudaStream_t)stream>>>(sel, (int)n, order);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const char *who)
+{
+    if (!ex || !ex->owned || M < 0 || k < 1 || (int64_t)M * k > TDM_MOE_MAX_PAIRS || ex->H > TDM_MOE_MAX_K ||
+        ex->I > TDM_MOE_MAX_K)
+        return tdm_errf("%s: bad arguments M %d, k %d (at most %d pairs), experts %s", who, M, k, TDM_MOE_MAX_PAIRS,
+                        ex && ex->owned ? "uploaded" : "missing");
+    return 0;
+}
+
+extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
+                               const int32_t *sel, int k, const int32_t *order, uint16_t *act, void *stream)
+{
+    if (check_pairs(ex, M, k, "tdm_moe_gate_up") != 0) return -1;
+    if (!x || !sel || !order || !act || ldx < ex->H) return tdm_errf("tdm_moe_gate_up: bad arguments (ldx %lld)", (long long)ldx);
+    if (M == 0) return 0;
+    dim3 grid((ex->I + OUT_PER_BLOCK - 1) / OUT_PER_BLOCK, M * k);
+    gate_up_kernel<<<grid, MOE_THREADS, (size_t)ex->H * 4, (cudaStream_t)stream>>>(
+        ex->m[TDM_MOE_GATE], ex->m[TDM_MOE_UP], ex->E, x, ldx, sel, k, order, act);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
+                            const int32_t *order, uint16_t *y, void *stream)
+{
+    if (check_pairs(ex, M, k, "tdm_moe_down") != 0) return -1;
+    if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
+    if (M == 0) return 0;
+    dim3 grid((ex->H + OUT_PER_BLOCK - 1) / OUT_PER_BLOCK, M * k);
+    down_kernel<<<grid, MOE_THREADS, (size_t)ex->I * 4, (cudaStream_t)stream>>>(ex->m[TDM_MOE_DOWN], ex->E, act, sel,
+                                                                                 order, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
+                               const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
+                               int64_t ldsh, uint16_t *out, int64_t ldout, void *stream)
+{
+    if (M < 0 || k < 1 || k > MAX_TOPK || H < 1 || H > TDM_MOE_MAX_K || ldx < H || ldsh < H || ldout < H || !y || !w ||
+        !sel || !x || !sh || !out || !shared_gate || !shared_gate->w)
+        return tdm_errf("tdm_moe_combine: bad arguments M %d, k %d (at most %d), H %d (at most %d)", M, k, MAX_TOPK, H,
+                        TDM_MOE_MAX_K);
+    const struct tdm_dweight *g = shared_gate;
+    if (g->k != H || g->n != 1 || (g->fmt != TDM_W_BF16 && g->fmt != TDM_W_FP8 && g->fmt != TDM_W_NVFP4) ||
+        (g->fmt != TDM_W_BF16 && !g->scale))
+        return tdm_errf("tdm_moe_combine: the shared gate must be a [1, %d] BF16, FP8 or NVFP4 weight (got [%lld, %lld] %s)",
+                        H, (long long)g->n, (long long)g->k, tdm_wfmt_name(g->fmt));
+    if (M == 0) return 0;
+    const RowRef sg = row_ref(g->fmt, g->scale_dt == TDM_DT_BF16, g->w, g->scale, g->scale2, g->k, g->row0);
+    combine_kernel<<<M, MOE_THREADS, (size_t)H * 4, (cudaStream_t)stream>>>(y, w, sel, k, H, sg, x, ldx, sh, ldsh, out,
+                                                                             ldout);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int64_t tdm_moe_gate_up_bytes(const struct tdm_moe_experts *ex, int M, int k)
+{
+    const int64_t P = (int64_t)M * k;
+    const struct tdm_moe_mat *g = &ex->m[TDM_MOE_GATE], *u = &ex->m[TDM_MOE_UP];
+    return P * (g->w_stride + g->scale_stride + u->w_stride + u->scale_stride) + (int64_t)M * ex->H * 2 + P * ex->I * 2;
+}
+
+extern "C" int64_t tdm_moe_down_bytes(const struct tdm_moe_experts *ex, int M, int k)
+{
+    const int64_t P = (int64_t)M * k;
+    const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
+    return P * (d->w_stride + d->scale_stride) + P * ex->I * 2 + P * ex->H * 2;
+}

@@ -1,0 +1,107 @@
+/* moe.h — the mixture-of-experts MLP's routed experts on the GPU (kernels/moe.cu): the experts of
+ * one layer in a packed device layout, and the kernels that run the (row, expert) pairs a router
+ * chose (kernels/layers.h: tdm_moe_route) and add each row's experts up with the shared expert.
+ * Each replaces a function of the CPU reference (src/common/ref.c, named per launcher) and is
+ * checked against it in t/unit/layers_gpu.c.
+ *
+ * Conventions as layers.h: activations BF16 (uint16_t) row-major, an explicit stream (cudaStream_t,
+ * NULL = legacy default), every launch checked, 0 or -1 with tdm_err().
+ *
+ * Routing stays on the device: the grids are sized by the number of pairs M * k, which the host
+ * knows, and the experts each pair uses are read from sel on the device, so that a decode step can
+ * be captured in a CUDA graph. The pair (row r, slot j) — expert sel[r][j] for row r — owns its
+ * programs on a grid axis; its arithmetic depends on its row's input and its expert only (the dot
+ * products in tdm_dot's order: eight serial partial sums over k = p mod 8, a fixed tree), never on
+ * M or the other rows, and no kernel uses atomics: an M-row call gives every row the bits of a
+ * one-row call. The pairs are launched in ascending expert id (tdm_moe_order), so that rows which
+ * share an expert read its weights back to back. Speed is for later: one 8-lane group per output
+ * value, weights decoded element by element. */
+#ifndef TDM_MOE_H
+#define TDM_MOE_H
+#include "matmul.h"
+#include "model.h"
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The largest input size (k) of an expert matrix: the input row is staged in shared memory as
+ * FP32 (hidden_size for gate and up, moe_intermediate_size for down). */
+#define TDM_MOE_MAX_K 8192
+/* The most pairs (rows x top_k) one call takes. */
+#define TDM_MOE_MAX_PAIRS 4096
+
+enum tdm_moe_kind { TDM_MOE_GATE, TDM_MOE_UP, TDM_MOE_DOWN, TDM_MOE_KINDS };
+
+/* One kind of matrix (gate, up or down) of all E experts: E stored matrices of n x k back to back,
+ * their scales back to back, as the checkpoint stores each (see src/common/linear.h): BF16; FP8
+ * e4m3 with [ceil(n/128)][ceil(k/128)] block scales (F32 or BF16); NVFP4 packed pairs with e4m3
+ * scales [n][k/16] and a global scale per expert. */
+struct tdm_moe_mat {
+    enum tdm_wfmt fmt;
+    enum tdm_dtype scale_dt;   /* FP8 block scales */
+    int n, k;                  /* one expert's matrix */
+    const void *w;             /* device: expert e's rows at w + e * w_stride */
+    const void *scale;         /* device: expert e's scales at scale + e * scale_stride (NULL for BF16) */
+    const float *scale2;       /* device [E]: NVFP4 global scales (NULL otherwise) */
+    int64_t w_stride, scale_stride; /* bytes */
+};
+
+/* A layer's routed experts on the device: gate, up [I, H] and down [H, I] of E experts. */
+struct tdm_moe_experts {
+    int E, H, I;
+    struct tdm_moe_mat m[TDM_MOE_KINDS];
+    void *owned;               /* the one allocation that holds them */
+    size_t bytes;              /* its size */
+};
+
+/* 0 if the experts can be packed: every expert's matrix of one kind stored in one format (BF16,
+ * FP8 with one scale dtype, or NVFP4), gate and up [I, H], down [H, I], H and I in 1..TDM_MOE_MAX_K,
+ * FP8 views starting on a 128-row block; else -1 with tdm_err() naming the expert and the fault. */
+int tdm_moe_experts_check(const struct tdm_mlp *experts, int E);
+/* Bytes tdm_moe_experts_upload allocates for them. */
+size_t tdm_moe_experts_bytes(const struct tdm_mlp *experts, int E);
+/* Copies experts[0..E-1] (host views, any row0) into one device allocation in the layout above. */
+int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, struct tdm_moe_experts *d);
+void tdm_moe_experts_free(struct tdm_moe_experts *d);
+
+/* Scratch (device) for M rows of k experts: the pair order, the SwiGLU products [M k][I] and the
+ * experts' outputs [M k][H]; the offsets are tdm_moe_scratch_*. */
+size_t tdm_moe_scratch_bytes(int M, int k, int H, int I);
+int32_t *tdm_moe_scratch_order(void *scratch);
+uint16_t *tdm_moe_scratch_act(void *scratch, int M, int k);
+uint16_t *tdm_moe_scratch_out(void *scratch, int M, int k, int I);
+
+/* order [M k] = the pair indices p = r k + j sorted by (sel[p], p): the launch order of the pairs.
+ * One block; a pair's rank is the count of pairs before it. M k <= TDM_MOE_MAX_PAIRS. (The expert
+ * kernels write NaN for a pair whose sel is outside 0..E-1.) */
+int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream);
+
+/* act[r k + j][i] = bf16(bf16(silu(bf16(x_r . gate_e[i]))) * bf16(x_r . up_e[i])), e = sel[r][j]
+ * (ref: tdm_ref_mlp_act on expert e). x [M][H] (row stride ldx); act [M k][I]. Grid: I in blocks of
+ * 32 values x the pairs in order. */
+int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, const int32_t *sel, int k,
+                    const int32_t *order, uint16_t *act, void *stream);
+/* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
+ * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts). y [M k][H]. */
+int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
+                 const int32_t *order, uint16_t *y, void *stream);
+
+/* out[r] = tdm_ref_moe_combine of row r: its k experts' outputs y [M k][H] with the router's
+ * weights w [M][k] (BF16) added in ascending (expert id, slot), k <= 64, then the shared expert's output sh [M][H]
+ * (row stride ldsh) scaled by bf16(sigmoid(g_r)), g_r = bf16(x_r . shared_gate) computed here
+ * (shared_gate [1, H] in any stored format, x [M][H] row stride ldx). out [M][H] (row stride
+ * ldout) may not alias y or sh. One block a row. */
+int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
+                    const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
+                    int64_t ldsh, uint16_t *out, int64_t ldout, void *stream);
+
+/* Bytes the calls must move: the chosen experts' weights (every pair counted: an upper bound when
+ * rows share experts) and the activations. */
+int64_t tdm_moe_gate_up_bytes(const struct tdm_moe_experts *ex, int M, int k);
+int64_t tdm_moe_down_bytes(const struct tdm_moe_experts *ex, int M, int k);
+#ifdef __cplusplus
+}
+#endif
+#endif
