@@ -33,7 +33,7 @@ for fmt in bf16 fp8 nvfp4; do
         t "$fmt: tandem-run --backend cuda $a gives plain cuda decode's tokens and logits dump, byte for byte" \
           "$RUN -m $F/$fmt $a --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err && [ -s $tmp/plain.tok ] &&
            cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
-        grep '^# speculative:' "$tmp/err" | sed "s/^# /#   $a: /"
+        printf '#   %s: %s\n' "$a" "$(grep '^# speculative:' "$tmp/err" | sed 's/^# //')"
     done
 done
 t "tandem-run --backend cuda --spec draft: statistics on stderr and in --json" \
