@@ -12,10 +12,13 @@ namespace {
 constexpr int CONV_THREADS = 256;
 
 // One thread a channel, the M tokens in order: exactly tdm_ref_gdn_conv's arithmetic
-// (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))).
+// (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))). The state is read
+// from state and, unless state_out is NULL, the advanced window written to state_out (the same
+// buffer for a forward; each thread reads and writes only its own channel).
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
-conv_kernel(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, uint16_t *y)
+conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, uint16_t *state_out, int M, int C,
+            uint16_t *y)
 {
     const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
     if (c >= C) return;
@@ -33,8 +36,9 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int
 #pragma unroll
         for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
     }
+    if (!state_out) return;  // a verify: the round's entry state stays for the commit
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) state[(size_t)j * C + c] = f2bf(win[j]);
+    for (int j = 0; j < K - 1; j++) state_out[(size_t)j * C + c] = f2bf(win[j]);
 }
 
 constexpr int UNGROUP_THREADS = 256;
@@ -76,18 +80,20 @@ constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of 
 //   kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp order;
 //   u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
 // Only the two sums over Dk differ from the CPU's serial order. No value depends on M: the tokens
-// run in sequence and a token's arithmetic is the same in every call.
+// run in sequence and a token's arithmetic is the same in every call. The state is read from S and,
+// unless S_out is NULL, written to S_out after the last token (the same buffer for a forward; each
+// thread reads and writes only its own elements).
 template <int ROWS>
 __global__ void __launch_bounds__(REC_WARPS * 32)
 recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
-             const float *dt_bias, float *S, int M, int Hk, int Hv, int Dv, uint16_t *o)
+             const float *dt_bias, const float *S, float *S_out, int M, int Hk, int Hv, int Dv, uint16_t *o)
 {
     constexpr int Dk = ROWS * REC_WARPS;
     __shared__ float qs[Dk], ks[Dk], red[REC_WARPS][32], us[32], sc[4];
     const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
     const int kh = h / (Hv / Hk), C = 2 * Hk * Dk + Hv * Dv;
-    float *Sh = S + (size_t)h * Dk * Dv;
+    const float *Sh = S + (size_t)h * Dk * Dv;
     float s[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
@@ -152,25 +158,39 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
         }
         __syncthreads();  // qs, ks, sc, red are rewritten by the next token
     }
+    if (!S_out) return;  // a verify: the round's entry state stays for the commit
+    float *So = S_out + (size_t)h * Dk * Dv;
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) Sh[(size_t)(i0 + r) * Dv + j] = s[r];
+    for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
 }
 
 }  // namespace
 
-extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
-                            uint16_t *y, void *stream)
+static int conv_launch(const char *who, const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state,
+                       uint16_t *state_out, int M, int C, int K, uint16_t *y, void *stream)
 {
     if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C)
-        return tdm_errf("tdm_gdn_conv: bad shape M %d, C %d, K %d (2..4), ldx %lld", M, C, K, (long long)ldx);
+        return tdm_errf("%s: bad shape M %d, C %d, K %d (2..4), ldx %lld", who, M, C, K, (long long)ldx);
     if (M == 0) return 0;
     const int blocks = (C + CONV_THREADS - 1) / CONV_THREADS;
     cudaStream_t st = (cudaStream_t)stream;
-    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
-    else if (K == 3) conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
-    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
+    else if (K == 3) conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
+    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
     TDM_LAUNCH_CHECK();
     return 0;
+}
+
+extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                            uint16_t *y, void *stream)
+{
+    return conv_launch("tdm_gdn_conv", x, ldx, w, state, state, M, C, K, y, stream);
+}
+
+extern "C" int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C,
+                                   int K, uint16_t *y, void *stream)
+{
+    return conv_launch("tdm_gdn_conv_verify", x, ldx, w, state, NULL, M, C, K, y, stream);
 }
 
 extern "C" int64_t tdm_gdn_conv_bytes(int M, int C, int K)
@@ -193,22 +213,39 @@ extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint1
     return 0;
 }
 
+static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
+                        int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out, int M, int Hk,
+                        int Hv, int Dk, int Dv, uint16_t *o, void *stream)
+{
+    if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
+        ldb < Hv || lda < Hv)
+        return tdm_errf("%s: bad shape M %d, Hk %d, Hv %d, Dk %d (64, 128 or 256), Dv %d (a multiple of 32), "
+                        "ldb %lld, lda %lld", who, M, Hk, Hv, Dk, Dv, (long long)ldb, (long long)lda);
+    if (M == 0) return 0;
+    dim3 grid(Hv, Dv / 32);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (Dk == 128)
+        recur_kernel<16><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, M, Hk, Hv, Dv, o);
+    else if (Dk == 64)
+        recur_kernel<8><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, M, Hk, Hv, Dv, o);
+    else
+        recur_kernel<32><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, M, Hk, Hv, Dv, o);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
 extern "C" int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                              const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
                              uint16_t *o, void *stream)
 {
-    if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
-        ldb < Hv || lda < Hv)
-        return tdm_errf("tdm_gdn_recur: bad shape M %d, Hk %d, Hv %d, Dk %d (64, 128 or 256), Dv %d (a multiple of 32), "
-                        "ldb %lld, lda %lld", M, Hk, Hv, Dk, Dv, (long long)ldb, (long long)lda);
-    if (M == 0) return 0;
-    dim3 grid(Hv, Dv / 32);
-    cudaStream_t st = (cudaStream_t)stream;
-    if (Dk == 128) recur_kernel<16><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
-    else if (Dk == 64) recur_kernel<8><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
-    else recur_kernel<32><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, o);
-    TDM_LAUNCH_CHECK();
-    return 0;
+    return recur_launch("tdm_gdn_recur", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, M, Hk, Hv, Dk, Dv, o, stream);
+}
+
+extern "C" int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                                    const float *A_log, const float *dt_bias, const float *S, int M, int Hk, int Hv, int Dk,
+                                    int Dv, uint16_t *o, void *stream)
+{
+    return recur_launch("tdm_gdn_recur_verify", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, M, Hk, Hv, Dk, Dv, o, stream);
 }
 
 extern "C" int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv)

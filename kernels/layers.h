@@ -87,6 +87,17 @@ int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uin
                   uint16_t *o, void *stream);
 int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv);
 
+/* The verify forms of the two stateful GDN kernels (a speculative round, src/common/engine_spec.c):
+ * the same kernels with the state only read — y and o are the bits tdm_gdn_conv and tdm_gdn_recur
+ * give, and the state stays the round's entry state. The commit then runs tdm_gdn_conv and
+ * tdm_gdn_recur over the accepted rows' kept inputs from that state: the same arithmetic per token,
+ * so the states become those of one-token steps over the accepted tokens, bit for bit. */
+int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C, int K,
+                        uint16_t *y, void *stream);
+int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                         const float *A_log, const float *dt_bias, const float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                         uint16_t *o, void *stream);
+
 /* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
 
 /* Positions per KV chunk: chunk boundaries are multiples of this, whatever the call's M. */

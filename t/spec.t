@@ -1,5 +1,5 @@
 #!/bin/sh
-# Speculative decoding on the CPU reference: the in-process checks (t/unit/spec.c: n-gram
+# Speculative decoding on the CPU reference (t/gpu/spec.t: on the CUDA engine): the in-process checks (t/unit/spec.c: n-gram
 # proposals, chain verify == one-token decode bit for bit, tree verify near it, deferred ==
 # immediate commit, MTP rollback, the engine per drafter); tandem-run --spec gives the plain
 # output; tandem-exactcheck passes (exit 0), fails on an injected difference (exit 1) and refuses
@@ -60,8 +60,12 @@ t "tandem-exactcheck: an injected difference (TANDEM_SPEC_FAULT=3) fails with ex
 t "tandem-exactcheck: a missing prompt file exits 2 naming it" \
   "$EC -m $tmp/m -p $tmp/nope.tok >/dev/null 2>$tmp/err; [ \$? -eq 2 ] && grep -q 'nope.tok' $tmp/err"
 t "tandem-exactcheck: no -m exits 2" "$EC -p $tmp/p.tok >/dev/null 2>$tmp/err; [ \$? -eq 2 ]"
-t "tandem-exactcheck --backend cuda: the CUDA engine is not built yet, exit 2" \
-  "$EC -m $tmp/m -p $tmp/p.tok --backend cuda >/dev/null 2>$tmp/err; [ \$? -eq 2 ] && grep -q 'CUDA engine is not built yet' $tmp/err"
+t "tandem-exactcheck --backend cuda: exit 2, one line (no device visible, or head_dim 32 that the engine does not take)" \
+  "$EC -m $tmp/m -p $tmp/p.tok --backend cuda >/dev/null 2>$tmp/err; [ \$? -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
+   grep -Eq 'no CUDA device visible|head_dim 32' $tmp/err"
+t "tandem-exactcheck --backend cuda --spec mtp: exit 2 saying the CUDA engine does not support it yet (device or not)" \
+  "$EC -m $tmp/m -p $tmp/p.tok --backend cuda --spec mtp >/dev/null 2>$tmp/err; [ \$? -eq 2 ] &&
+   grep -q 'not supported by the CUDA engine yet' $tmp/err"
 t "tandem-exactcheck --spec draft without --draft-model exits 2" \
   "$EC -m $tmp/m -p $tmp/p.tok --spec draft >/dev/null 2>$tmp/err; [ \$? -eq 2 ]"
 t "tandem-exactcheck --rows 40 exits 2" "$EC -m $tmp/m -p $tmp/p.tok --rows 40 >/dev/null 2>$tmp/err; [ \$? -eq 2 ]"

@@ -8,8 +8,10 @@ for tool in build/san/bin/tandem-*; do
     t "$name --help exits 0 and shows usage" "$tool --help 2>&1 | grep -q '^usage: $name'"
     t "$name --bogus-option exits 2" "$tool --bogus-option >/dev/null 2>&1; [ \$? -eq 2 ]"
 done
-t "tandem-exactcheck --backend cuda: the CUDA engine is not built yet, exit 2" \
-  "build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 | grep -q 'CUDA engine is not built yet' && { build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>/dev/null; [ \$? -eq 2 ]; }"
+t "tandem-exactcheck --backend cuda: exit 2 with one line (no device visible, or the bad model)" \
+  "out=\$(build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
+   [ \$(printf '%s\n' \"\$out\" | grep -vc '^# ') -eq 1 ] &&
+   printf '%s\n' \"\$out\" | grep -Eq '^tandem-exactcheck: (--backend cuda: no CUDA device visible|x)'"
 t "tandem-prefillcheck without -p: exit 2 with one line naming -p (t/prefillcheck.t runs it on the fixtures)" \
   "out=\$(build/san/bin/tandem-prefillcheck -m x 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
    [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] && printf '%s\n' \"\$out\" | grep -q -e '-p FILE is required'"
@@ -20,8 +22,11 @@ t "tandem-run --backend cuda: exit 2 with one line (no device visible, or the ba
   "out=\$(build/san/bin/tandem-run -m x --backend cuda 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
    [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] &&
    printf '%s\n' \"\$out\" | grep -Eq '^tandem-run: (--backend cuda: no CUDA device visible|x)'"
-t "tandem-run --backend cuda --spec: refused (no verify rounds on the CUDA engine yet), exit 2" \
-  "build/san/bin/tandem-run -m x --backend cuda --spec ngram >/dev/null 2>&1; [ \$? -eq 2 ]"
+for a in "--spec mtp" "--spec ngram --tree 2,1"; do
+    t "tandem-run --backend cuda $a: exit 2 with one line, not supported by the CUDA engine yet (device or not)" \
+      "out=\$(build/san/bin/tandem-run -m x --backend cuda $a 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&
+       [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] && printf '%s\n' \"\$out\" | grep -q 'not supported by the CUDA engine yet'"
+done
 t "--settings lists TANDEM_BACKEND with its default" \
   "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
 t "--settings shows a value from the environment" \

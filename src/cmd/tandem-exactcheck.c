@@ -1,9 +1,12 @@
-/* tandem-exactcheck — the exactness gate on the CPU backend: (a) verify twins: the reference
- * forward over M rows, and a chain verify of M nodes, against M one-token steps, logits bit for
- * bit, M = 2..32, rows sharing inputs; (b) speculative output (chain and tree, each applicable
- * drafter) against one-token-at-a-time output, with the near-tie exception measured and reported;
- * (c) graphed against eager: not applicable on the CPU backend, said so. */
+/* tandem-exactcheck — the exactness gate on the CPU reference or the CUDA engine: (a) verify twins:
+ * the forward over M rows, a chain verify of M rows, and a verify whose first half is committed
+ * followed by a step, against M one-token steps, logits bit for bit, M = 2..32, rows sharing
+ * inputs; (b) speculative output (chain and tree, each applicable drafter) against
+ * one-token-at-a-time output, with the near-tie exception measured and reported; (c) graphed
+ * against eager: on the CUDA engine every case of (b) with TANDEM_CUDA_GRAPH on and off, bit for
+ * bit; not applicable on the CPU, said so. */
 #include "backend.h"
+#include "engine.h"
 #include "err.h"
 #include "fileio.h"
 #include "model.h"
@@ -26,18 +29,23 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: tandem-exactcheck -m DIR -p FILE -n N [options]\n"
-            "The exactness gate (design.md), on the CPU reference:\n"
-            " (a) verify twins: the reference forward over M rows, and a chain verify of M nodes, give each\n"
-            "     row the logits bits of M one-token steps, M = 2..--rows, rows sharing inputs (each id twice);\n"
+            "The exactness gate (design.md), on the CPU reference or the CUDA engine (--backend):\n"
+            " (a) verify twins: the forward over M rows, and a chain verify of M rows, give each row the\n"
+            "     logits bits of M one-token steps, M = 2..--rows, rows sharing inputs (each id twice); and\n"
+            "     after a verify of M rows whose first j = (M+1)/2 are committed, a step on row j gives that\n"
+            "     row's one-token bits (the commit left the state of j one-token steps);\n"
             " (b) speculative output against one-token-at-a-time output over N new tokens, for the chain and\n"
             "     the tree of each applicable drafter (mtp when the model has an MTP layer, ngram, draft with\n"
             "     --draft-model): the tokens must be identical, except a first divergence at a near tie: on\n"
             "     the one-token path's logits there, the best logit minus the speculative token's logit (the\n"
             "     gap the flip crossed) is below --tie-margin. Each such case is counted and reported with\n"
             "     that gap and the top-1 minus top-2 margin. A chain\n"
-            "     must also give every row's logits bit for bit (on the CPU it replays one-token decode);\n"
-            "     a tree is the factored form (speculative.md) and reports its largest logit difference;\n"
-            " (c) graphed against eager runs: not applicable on the cpu backend (no graphs), reported so.\n"
+            "     must also give every row's logits bit for bit (it replays one-token decode's arithmetic);\n"
+            "     a tree is the factored form (speculative.md) and reports its largest logit difference.\n"
+            "     The CUDA engine runs chains with ngram and draft (mtp and trees are reported as not\n"
+            "     supported there yet, not checked); its (b) runs with TANDEM_CUDA_GRAPH=on;\n"
+            " (c) graphed against eager runs: on cuda, the one-token run and every case of (b) again with\n"
+            "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; not applicable on the cpu backend.\n"
             "\n"
             "  -m, --model DIR        checkpoint directory\n"
             "  -p, --prompt FILE      prompt token file (at least one token)\n"
@@ -56,11 +64,12 @@ static void usage(FILE *f)
             "                         those; a swap across a wider gap is reported as a failure to be\n"
             "                         looked at (it can happen: the row differences allow it), not excused\n"
             "      --rows M           largest twin row count, 2..32 (default 32)\n"
-            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine is not built yet for\n"
-            "                         speculative rounds, exit 2)\n"
+            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine on device 0, dense\n"
+            "                         qwen3_5 only, the draft model too; exit 2 without a device)\n"
             "      --json FILE        JSON report: every case, its verdict, counts and margins\n"
             "  -h, --help             this text\n"
-            "Exit status: 0 all identical or near ties only (reported), 1 a difference, 2 bad usage or input.\n",
+            "Exit status: 0 all identical or near ties only (reported), 1 a difference (or a CUDA call\n"
+            "failed), 2 bad usage or input (one line naming the file and fault).\n",
             TDM_SPEC_DEFAULT_DRAFT, DEFAULT_TREE, DEFAULT_TIE);
 }
 
@@ -75,36 +84,84 @@ static float max_abs_diff(const float *a, const float *b, int V)
 
 static int failures, near_ties;
 
-/* (a): M rows in one call against M one-token steps, from the state after the prompt. */
-static json_t *check_twins(const struct tdm_model *m, const int32_t *prompt, int n_prompt, int rows_max)
+/* The model under (a), on either backend: the state after the prompt is a snapshot on the CPU, a
+ * reset and the prompt again on the engine (the same bits every time: the engine is deterministic). */
+struct twin_model {
+    struct tdm_ref *r;
+    struct tdm_ref_snap *snap;
+    struct tdm_engine *e;
+    const int32_t *prompt;
+    int n_prompt;
+};
+
+/* A failed call: on the engine a CUDA failure (exit 1), on the CPU bad input (exit 2). */
+__attribute__((noreturn)) static void twin_failed(const struct twin_model *t)
 {
-    const int V = m->cfg.vocab;
-    struct tdm_ref *r = tdm_ref_new(m, n_prompt + 2 * rows_max + 2);
+    if (t->e) tdm_die_check(prog);
+    tdm_die_input(prog);
+}
+static void twin_restart(struct twin_model *t)
+{
+    int rc = t->e ? tdm_engine_reset(t->e) || tdm_engine_forward(t->e, t->prompt, t->n_prompt, t->n_prompt, NULL)
+                  : tdm_ref_snap_load(t->r, t->snap);
+    if (rc != 0) twin_failed(t);
+}
+static void twin_forward(struct twin_model *t, const int32_t *ids, int M, float *logits)
+{
+    if ((t->e ? tdm_engine_forward(t->e, ids, M, 0, logits) : tdm_ref_forward(t->r, ids, M, 0, logits, NULL, NULL)) != 0)
+        twin_failed(t);
+}
+static void twin_verify(struct twin_model *t, const int32_t *ids, int M, float *logits)
+{
+    int parent[TDM_SPEC_MAX_NODES];
+    for (int i = 0; i < M; i++) parent[i] = i - 1;
+    if ((t->e ? tdm_engine_verify(t->e, ids, M, 0, logits) : tdm_ref_verify(t->r, ids, parent, M, 0, logits, NULL)) != 0)
+        twin_failed(t);
+}
+static void twin_commit(struct twin_model *t, int j)
+{
+    int path[TDM_SPEC_MAX_NODES];
+    for (int i = 0; i < j; i++) path[i] = i;
+    if ((t->e ? tdm_engine_commit(t->e, j) : tdm_ref_commit(t->r, path, j)) != 0) twin_failed(t);
+}
+
+/* (a): M rows in one call against M one-token steps, from the state after the prompt. */
+static json_t *check_twins(const struct tdm_model *m, enum tdm_backend backend, const int32_t *prompt, int n_prompt,
+                           int rows_max)
+{
+    const int V = m->cfg.vocab, ctx = n_prompt + 2 * rows_max + 2;
+    struct twin_model t = {.prompt = prompt, .n_prompt = n_prompt};
+    if (backend == TDM_BACKEND_CUDA) {
+        if (!(t.e = tdm_engine_new(m, ctx))) tdm_die_input(prog);
+    } else {
+        t.r = tdm_ref_new(m, ctx);
+        if (tdm_ref_forward(t.r, prompt, n_prompt, n_prompt, NULL, NULL, NULL) != 0) tdm_die_input(prog);
+        t.snap = tdm_ref_snap_new(t.r);
+        tdm_ref_snap_save(t.r, t.snap);
+    }
     float *one = malloc((size_t)rows_max * V * sizeof(float)), *many = malloc((size_t)rows_max * V * sizeof(float));
     int32_t *ids = malloc((size_t)rows_max * sizeof(int32_t));
-    int parent[TDM_SPEC_MAX_NODES];
     if (!one || !many || !ids) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
-    if (tdm_ref_forward(r, prompt, n_prompt, n_prompt, NULL, NULL, NULL) != 0) tdm_die_input(prog);
-    struct tdm_ref_snap *snap = tdm_ref_snap_new(r);
-    tdm_ref_snap_save(r, snap);
     for (int i = 0; i < rows_max; i++) ids[i] = prompt[(i / 2) % n_prompt]; /* rows sharing inputs */
-    for (int i = 0; i < rows_max; i++)
-        if (tdm_ref_forward(r, ids + i, 1, 0, one + (size_t)i * V, NULL, NULL) != 0) tdm_die_input(prog);
+    twin_restart(&t);
+    for (int i = 0; i < rows_max; i++) twin_forward(&t, ids + i, 1, one + (size_t)i * V);
     json_t *cases = json_array();
-    static const char *const kinds[] = {"forward rows", "chain verify"};
-    for (int kind = 0; kind < 2; kind++) {
+    static const char *const kinds[] = {"forward rows", "chain verify", "verify+commit"};
+    for (int kind = 0; kind < 3; kind++) {
         int bad_m = 0, first_bad = 0;
         for (int M = 2; M <= rows_max; M++) {
-            if (tdm_ref_snap_load(r, snap) != 0) tdm_die_input(prog);
-            int rc;
-            if (kind == 0) rc = tdm_ref_forward(r, ids, M, 0, many, NULL, NULL);
-            else {
-                for (int i = 0; i < M; i++) parent[i] = i - 1;
-                rc = tdm_ref_verify(r, ids, parent, M, 0, many, NULL);
-            }
-            if (rc != 0) tdm_die_input(prog);
+            twin_restart(&t);
             int bad = 0;
-            for (int i = 0; i < M; i++) bad += !row_bits_equal(many + (size_t)i * V, one + (size_t)i * V, V);
+            if (kind == 0) twin_forward(&t, ids, M, many);
+            else twin_verify(&t, ids, M, many);
+            if (kind < 2) {
+                for (int i = 0; i < M; i++) bad += !row_bits_equal(many + (size_t)i * V, one + (size_t)i * V, V);
+            } else {
+                const int j = (M + 1) / 2;
+                twin_commit(&t, j);
+                twin_forward(&t, ids + j, 1, many);
+                bad = !row_bits_equal(many, one + (size_t)j * V, V);
+            }
             if (bad && !bad_m++) first_bad = M;
         }
         const char *verdict = bad_m ? "fail" : "identical";
@@ -116,10 +173,20 @@ static json_t *check_twins(const struct tdm_model *m, const int32_t *prompt, int
                                                "verdict", verdict, "row_counts_differing", bad_m, "first_differing_m",
                                                first_bad));
     }
-    tdm_ref_snap_free(snap);
-    tdm_ref_free(r);
+    tdm_ref_snap_free(t.snap);
+    tdm_ref_free(t.r);
+    tdm_engine_free(t.e);
     free(one); free(many); free(ids);
     return cases;
+}
+
+/* tdm_spec_generate, exiting on failure: 1 when a CUDA call failed, 2 for bad input. */
+static void generate(const struct tdm_model *m, const struct tdm_spec_opts *so, const int32_t *prompt, int n_prompt,
+                     int n_new, int32_t *out, float *logits, struct tdm_spec_stats *st)
+{
+    const int rc = tdm_spec_generate(m, so, prompt, n_prompt, n_new, out, logits, st);
+    if (rc == -2) tdm_die_check(prog);
+    if (rc != 0) tdm_die_input(prog);
 }
 
 /* (b): one case of speculative output against the one-token output (ref, ref_logits). */
@@ -131,7 +198,7 @@ static json_t *check_spec(const struct tdm_model *m, struct tdm_spec_opts *so, c
     float *lg = malloc((size_t)n_new * V * sizeof(float));
     if (!out || !lg) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
     struct tdm_spec_stats st;
-    if (tdm_spec_generate(m, so, prompt, n_prompt, n_new, out, lg, &st) != 0) tdm_die_input(prog);
+    generate(m, so, prompt, n_prompt, n_new, out, lg, &st);
     char shape[128];
     tdm_spec_shape_name(so, shape, sizeof shape);
     int div = -1;
@@ -182,6 +249,44 @@ static json_t *check_spec(const struct tdm_model *m, struct tdm_spec_opts *so, c
     return c;
 }
 
+/* (c) on the CUDA engine: each case run again with TANDEM_CUDA_GRAPH=off (eager launches) must give
+ * the graphed run's tokens and logits bit for bit. Leaves the switch on. */
+static json_t *check_graphs(const struct tdm_model *m, const struct tdm_spec_opts *cases, int n, const int32_t *prompt,
+                            int n_prompt, int n_new)
+{
+    const int V = m->cfg.vocab;
+    int32_t *out[2];
+    float *lg[2];
+    for (int g = 0; g < 2; g++) {
+        out[g] = malloc((size_t)n_new * sizeof(int32_t));
+        lg[g] = malloc((size_t)n_new * V * sizeof(float));
+        if (!out[g] || !lg[g]) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
+    }
+    json_t *list = json_array();
+    int bad_cases = 0;
+    for (int i = 0; i < n; i++) {
+        struct tdm_spec_stats st;
+        for (int g = 0; g < 2; g++) {
+            if (setenv("TANDEM_CUDA_GRAPH", g ? "off" : "on", 1) != 0) { perror(prog); exit(1); }
+            generate(m, &cases[i], prompt, n_prompt, n_new, out[g], lg[g], &st);
+        }
+        int rows_differ = 0;
+        for (int r = 0; r < n_new; r++) rows_differ += !row_bits_equal(lg[0] + (size_t)r * V, lg[1] + (size_t)r * V, V);
+        const int same = rows_differ == 0 && memcmp(out[0], out[1], (size_t)n_new * sizeof(int32_t)) == 0;
+        bad_cases += !same;
+        char shape[128] = "one token";
+        if (cases[i].kind != TDM_SPEC_OFF) tdm_spec_shape_name(&cases[i], shape, sizeof shape);
+        printf("graphed vs eager %-5s %-12s %d tokens: %s (logits rows differing in bits %d of %d)\n",
+               tdm_spec_name(cases[i].kind), shape, n_new, same ? "identical" : "fail", rows_differ, n_new);
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:i}", "drafter", tdm_spec_name(cases[i].kind), "shape", shape,
+                                              "verdict", same ? "identical" : "fail", "logit_rows_differing", rows_differ));
+    }
+    if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) { perror(prog); exit(1); }
+    failures += bad_cases;
+    for (int g = 0; g < 2; g++) { free(out[g]); free(lg[g]); }
+    return json_pack("{s:s, s:o}", "verdict", bad_cases ? "fail" : "identical", "cases", list);
+}
+
 int main(int argc, char **argv)
 {
     const char *model_dir = NULL, *prompt_path = NULL, *json_path = NULL, *spec_list = "all", *tree_opt = DEFAULT_TREE;
@@ -217,10 +322,6 @@ int main(int argc, char **argv)
     }
     if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
     if (tdm_settings_check() != 0) tdm_die_input(prog);
-    enum tdm_backend backend;
-    const char *why;
-    if (tdm_backend_pick(backend_opt, "the CUDA engine is not built yet for speculative rounds", &backend, &why) != 0)
-        tdm_die_input(prog);
     if (!model_dir) tdm_die_usage(prog, "-m DIR is required (see --help)", NULL);
     if (!prompt_path) tdm_die_usage(prog, "-p FILE is required (see --help)", NULL);
 
@@ -245,6 +346,20 @@ int main(int argc, char **argv)
     base.draft = (int)draft_n;
     if (tdm_spec_parse_tree(tree_opt, &base) != 0) tdm_die_input(prog);
     int tree_depth = base.tree_depth;
+    base.tree_depth = 0;
+    /* mtp asked for by name cannot run on the engine (with all it is reported as not run) */
+    struct tdm_spec_opts mtp = base;
+    mtp.kind = TDM_SPEC_MTP;
+    enum tdm_backend backend;
+    const char *why;
+    if (tdm_backend_pick(backend_opt, want[TDM_SPEC_MTP] ? tdm_spec_cuda_gap(&mtp) : NULL, &backend, &why) != 0)
+        tdm_die_input(prog);
+    base.backend = backend;
+    if (backend == TDM_BACKEND_CUDA) {
+        /* (b) from graphs; (c) runs every case again without them */
+        if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) { perror(prog); return 1; }
+        fprintf(stderr, "# (b) runs with TANDEM_CUDA_GRAPH=on, (c) again with off\n");
+    }
 
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
@@ -270,7 +385,7 @@ int main(int argc, char **argv)
             tie, tdm_backend_name(backend));
 
     /* (a) */
-    json_t *twins = check_twins(m, prompt, n_prompt, (int)rows_max);
+    json_t *twins = check_twins(m, backend, prompt, n_prompt, (int)rows_max);
 
     /* (b): the one-token reference first */
     const int V = m->cfg.vocab;
@@ -281,11 +396,14 @@ int main(int argc, char **argv)
     plain.kind = TDM_SPEC_OFF;
     plain.fault_at = 0;
     struct tdm_spec_stats pst;
-    if (tdm_spec_generate(m, &plain, prompt, n_prompt, (int)n_new, ref, ref_logits, &pst) != 0) tdm_die_input(prog);
+    generate(m, &plain, prompt, n_prompt, (int)n_new, ref, ref_logits, &pst);
     float min_margin = INFINITY;
     for (long i = 0; i < n_new; i++) min_margin = fminf(min_margin, tdm_margin(ref_logits + (size_t)i * V, V));
     printf("one-token reference: %ld tokens, smallest top-1 margin %.6g\n", n_new, min_margin);
     json_t *spec = json_array();
+    struct tdm_spec_opts ran[2 * 3 + 1]; /* the cases run, the one-token run first, for (c) */
+    int nran = 0;
+    ran[nran++] = plain;
     for (int k = TDM_SPEC_MTP; k <= TDM_SPEC_DRAFT; k++) {
         if (!want[k]) continue;
         for (int tree = 0; tree < 2; tree++) {
@@ -293,23 +411,37 @@ int main(int argc, char **argv)
             so.kind = (enum tdm_spec_kind)k;
             so.draft_model = dm;
             so.tree_depth = tree ? tree_depth : 0;
+            const char *gap = backend == TDM_BACKEND_CUDA ? tdm_spec_cuda_gap(&so) : NULL;
+            if (gap) {
+                char shape[128];
+                tdm_spec_shape_name(&so, shape, sizeof shape);
+                printf("speculative %-5s %-12s not run on the cuda backend: %s\n", tdm_spec_name(so.kind), shape, gap);
+                json_array_append_new(spec, json_pack("{s:s, s:s, s:s, s:s}", "drafter", tdm_spec_name(so.kind), "shape",
+                                                      shape, "verdict", "not supported", "reason", gap));
+                continue;
+            }
             json_array_append_new(spec, check_spec(m, &so, prompt, n_prompt, (int)n_new, ref, ref_logits, tie));
+            ran[nran++] = so;
         }
     }
 
     /* (c) */
-    const char *graphs = "not applicable on the cpu backend: the CPU reference has no CUDA graphs";
-    printf("graphed vs eager: %s\n", graphs);
+    json_t *graphs;
+    if (backend == TDM_BACKEND_CUDA) graphs = check_graphs(m, ran, nran, prompt, n_prompt, (int)n_new);
+    else {
+        const char *na = "not applicable on the cpu backend: the CPU reference has no CUDA graphs";
+        printf("graphed vs eager: %s\n", na);
+        graphs = json_pack("{s:s, s:s}", "verdict", "not applicable", "reason", na);
+    }
 
     int rc = failures ? TDM_EXIT_CHECK : TDM_EXIT_OK;
     printf("exactcheck: %s (%d failures, %d near ties)\n", failures ? "FAIL" : "pass", failures, near_ties);
     if (json_path) {
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:o, s:o, s:{s:s, s:s}, s:i, s:i, s:s}", "model",
-                                model_dir, "prompt", prompt_path, "backend", tdm_backend_name(backend), "prompt_tokens",
-                                n_prompt, "new_tokens", (json_int_t)n_new, "tie_margin", tie, "one_token_min_margin",
-                                (double)min_margin, "twins", twins, "speculative", spec, "graphs", "verdict",
-                                "not applicable", "reason", graphs, "failures", failures, "near_ties", near_ties,
-                                "verdict", failures ? "fail" : "pass");
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:o, s:o, s:o, s:i, s:i, s:s}", "model", model_dir,
+                                "prompt", prompt_path, "backend", tdm_backend_name(backend), "prompt_tokens", n_prompt,
+                                "new_tokens", (json_int_t)n_new, "tie_margin", tie, "one_token_min_margin",
+                                (double)min_margin, "twins", twins, "speculative", spec, "graphs", graphs, "failures",
+                                failures, "near_ties", near_ties, "verdict", failures ? "fail" : "pass");
         if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
@@ -321,6 +453,7 @@ int main(int argc, char **argv)
     } else {
         json_decref(twins);
         json_decref(spec);
+        json_decref(graphs);
     }
     free(ref); free(ref_logits); free(prompt);
     tdm_model_free(dm);

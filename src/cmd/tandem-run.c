@@ -32,17 +32,19 @@ static void usage(FILE *f)
             "      --backend cpu|cuda   compute backend (default TANDEM_BACKEND, auto; auto runs the CPU\n"
             "                           reference for now). cuda: the CUDA engine on device 0 for qwen3_5,\n"
             "                           qwen3_next and qwen3_5_moe checkpoints (BF16, FP8, NVFP4): prefill\n"
-            "                           and greedy decode, --force and --dump-logits, not --spec; exit 2\n"
-            "                           without a device or for shapes its kernels do not take\n"
+            "                           and greedy decode, --force, --dump-logits, and --spec ngram or draft\n"
+            "                           with chain rounds (not mtp, not --tree yet); exit 2 without a device\n"
+            "                           or for shapes its kernels do not take\n"
             "      --dump-logits FILE   write F32 'logits' [rows, vocab] as safetensors: one row per position\n"
             "                           whose logits were computed (with -n 0: every prompt position)\n"
             "      --force FILE         feed these ids through the decode path instead of the argmax\n"
             "                           (teacher forcing); stdout still shows the argmax at each step\n"
             "      --spec KIND          speculative decoding with a drafter: mtp (the model's MTP layer),\n"
             "                           ngram (prompt lookup, no model), draft (--draft-model), or off\n"
-            "                           (default: plain one-token greedy decode). Rounds run on the CPU\n"
-            "                           reference; the tokens are the greedy tokens (chain verify is bit-\n"
-            "                           identical to one-token decode; tree verify may flip a near tie)\n"
+            "                           (default: plain one-token greedy decode). The tokens are the greedy\n"
+            "                           tokens (chain verify is bit-identical to one-token decode on either\n"
+            "                           backend; tree verify, CPU only, may flip a near tie). cuda: the\n"
+            "                           draft model runs on a second engine\n"
             "      --draft N            chain: draft tokens per round, 1..31 (default %d)\n"
             "      --tree SPEC          tree verify instead of a chain: branching per depth from the drafter's\n"
             "                           top-k, e.g. 3,2,1 (cut at 32 nodes with the root; depth-first)\n"
@@ -56,8 +58,9 @@ static void usage(FILE *f)
             "rounds and round time by shape, and the GDN state bytes moved per round (TANDEM_SPEC_DEFER);\n"
             "--dump-logits then writes the row each new token was chosen from.\n"
             "\n"
-            "Exit status: 0 done, 1 a CUDA call failed during the forward, 2 bad usage or bad input (one line on\n"
-            "stderr naming the file and fault; also: no device, an unsupported layout, out of device memory).\n",
+            "Exit status: 0 done, 1 a CUDA call failed during the forward or a round, 2 bad usage or bad input\n"
+            "(one line on stderr naming the file and fault; also: no device, an unsupported layout or --spec\n"
+            "combination, out of device memory).\n",
             TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
 }
 
@@ -110,10 +113,9 @@ static void count_fmt(void *ctx, const char *what, const struct tdm_qweight *w)
     ((struct fmt_bytes *)ctx)->b[w->fmt] += tdm_qweight_bytes(w);
 }
 
-/* --spec: speculative rounds on the CPU reference (spec.h); tokens to stdout, statistics to stderr. */
+/* --spec: speculative rounds on so->backend (spec.h); tokens to stdout, statistics to stderr. */
 static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const char *draft_dir, const int32_t *prompt,
-                    int n_prompt, int n_new, const char *dump_path, const char *json_path, const char *model_dir,
-                    enum tdm_backend backend)
+                    int n_prompt, int n_new, const char *dump_path, const char *json_path, const char *model_dir)
 {
     const int V = m->cfg.vocab;
     struct tdm_model *dm = NULL;
@@ -125,7 +127,9 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
     float *rows = dump_path ? malloc((size_t)(n_new > 0 ? n_new : 1) * V * sizeof(float)) : NULL;
     if (!out || (dump_path && !rows)) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
     struct tdm_spec_stats st;
-    if (tdm_spec_generate(m, so, prompt, n_prompt, n_new, out, rows, &st) != 0) tdm_die_input(prog);
+    const int grc = tdm_spec_generate(m, so, prompt, n_prompt, n_new, out, rows, &st);
+    if (grc == -2) tdm_die_check(prog); /* a CUDA call failed */
+    if (grc != 0) tdm_die_input(prog);
     for (int i = 0; i < n_new; i++) printf("%d\n", out[i]);
     fflush(stdout);
     char shape[128];
@@ -143,7 +147,7 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
         json_t *toks = json_array();
         for (int i = 0; i < n_new; i++) json_array_append_new(toks, json_integer(out[i]));
         json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:f, s:f, s:f, s:s, s:s, s:o}", "model", model_dir, "arch",
-                                tdm_arch_name(m->cfg.arch), "backend", tdm_backend_name(backend), "prompt_tokens",
+                                tdm_arch_name(m->cfg.arch), "backend", tdm_backend_name(so->backend), "prompt_tokens",
                                 n_prompt, "new_tokens", n_new, "tokens", toks, "prefill_ms", st.prefill_ms, "decode_ms",
                                 st.decode_ms, "ms_per_token", n_new ? st.decode_ms / n_new : 0.0, "spec",
                                 tdm_spec_name(so->kind), "shape", shape, "speculative", tdm_spec_stats_json(&st));
@@ -229,10 +233,9 @@ int main(int argc, char **argv)
     if (so.kind != TDM_SPEC_OFF && force_path) tdm_die_usage(prog, "--force and --spec do not go together", NULL);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, NULL, &backend, &why) != 0) tdm_die_input(prog);
-    if (backend == TDM_BACKEND_CUDA && so.kind != TDM_SPEC_OFF)
-        tdm_die_usage(prog, "--spec runs on the CPU reference only: the CUDA engine has no verify rounds yet (use --backend cpu)",
-                      NULL);
+    if (tdm_backend_pick(backend_opt, so.kind != TDM_SPEC_OFF ? tdm_spec_cuda_gap(&so) : NULL, &backend, &why) != 0)
+        tdm_die_input(prog);
+    so.backend = backend;
 
     double t0 = now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
@@ -269,7 +272,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, now_ms() - t0);
 
     if (so.kind != TDM_SPEC_OFF) {
-        int rc = run_spec(m, &so, draft_dir, prompt, n_prompt, (int)n_new, dump_path, json_path, model_dir, backend);
+        int rc = run_spec(m, &so, draft_dir, prompt, n_prompt, (int)n_new, dump_path, json_path, model_dir);
         free(prompt);
         tdm_model_free(m);
         return rc;

@@ -5,10 +5,13 @@
  *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
  *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
  * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
- * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. */
+ * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. The passes of a
+ * speculative round (a verify that leaves the GDN states as they were, a commit of the accepted
+ * rows) are the hooks of engine_impl.h; engine_spec.c drives them. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
+#include "engine_impl.h"
 #include "engine_moe.h"
 #include "err.h"
 #include "layers.h"
@@ -31,6 +34,7 @@ struct dlayer {
     float *conv_w, *A_log, *dt_bias, *gnorm; /* [C][K], [Hv], [Hv], [Dv] */
     uint16_t *conv_state;                   /* [K-1][C] BF16 */
     float *S;                               /* [Hv][Dk][Dv] */
+    uint16_t *round_x, *round_b, *round_a;  /* the last verify's in_proj_qkv, b, a rows [R][C], [R][Hv] x2 */
     /* gated attention */
     struct tdm_dweight q, k, v, o;          /* [2HqD, H], [HkvD, H] x2, [H, HqD] */
     float *q_norm, *k_norm;                 /* [D] */
@@ -61,10 +65,16 @@ struct tdm_engine {
     struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
     /* the one-token decode step as a CUDA graph: captured on the second step, replayed after;
-     * the position is read from d_pos (host pos0 ctx - 1 sizes the grids), ids from e->ids */
+     * the position is read from d_pos (host pos0 ctx - M sizes the grids), ids from e->ids */
     int32_t *d_pos;
     tdm_graph step;
-    int use_graph, step_ready, eager_steps;
+    int use_graph, eager_steps;
+    /* speculative rounds: the rows of the last verify that a commit may still take (0: none); a
+     * graph per verify shape [rows][first logits row] and per commit [rows], captured the same way */
+    int round_rows;
+    tdm_graph verify_graph[ROWS + 1][ROWS + 1], commit_graph[ROWS + 1];
+    int verify_eager[ROWS + 1][ROWS + 1], commit_eager[ROWS + 1];
+    struct tdm_engine_round_bytes round_bytes;
     struct tdm_engine_mem mem;
     void **allocs;
     int nalloc, capalloc;
@@ -161,6 +171,11 @@ void tdm_engine_free(struct tdm_engine *e)
     if (e->st) tdm_stream_sync(e->st);
     if (e->step) tdm_graph_destroy(e->step);
     tdm_emoe_free(e->moe);
+    for (int m = 0; m <= ROWS; m++) {
+        if (e->commit_graph[m]) tdm_graph_destroy(e->commit_graph[m]);
+        for (int f = 0; f <= ROWS; f++)
+            if (e->verify_graph[m][f]) tdm_graph_destroy(e->verify_graph[m][f]);
+    }
     for (int i = 0; i < e->nalloc; i++) tdm_cuda_free(e->allocs[i]);
     free(e->allocs);
     free(e->ly);
@@ -197,6 +212,11 @@ static int upload_layer(struct tdm_engine *e, int i)
             return -1;
         if (!(d->conv_state = dalloc(e, (size_t)(K - 1) * C * 2, &e->mem.gdn, "conv state")) ||
             !(d->S = dalloc(e, (size_t)Hv * c->gdn_k_dim * c->gdn_v_dim * sizeof(float), &e->mem.gdn, "GDN state")))
+            return -1;
+        e->mem.gdn_state += (size_t)Hv * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+        if (!(d->round_x = dalloc(e, (size_t)ROWS * C * 2, &e->mem.act, "verify round inputs")) ||
+            !(d->round_b = dalloc(e, (size_t)ROWS * Hv * 2, &e->mem.act, "verify round inputs")) ||
+            !(d->round_a = dalloc(e, (size_t)ROWS * Hv * 2, &e->mem.act, "verify round inputs")))
             return -1;
     } else {
         const struct tdm_attn *a = &l->attn;
@@ -281,6 +301,7 @@ int tdm_engine_reset(struct tdm_engine *e)
     /* the engine's stream does not wait for the legacy stream: fence the memsets */
     if (tdm_cuda_sync() != 0) return -1;
     e->pos = 0;
+    e->round_rows = 0;
     return 0;
 }
 
@@ -339,33 +360,40 @@ const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e) { return
 
 /* ---- the forward ---- */
 
-static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M)
+/* verify: the conv and recurrence only read their states, and the rows' in_proj_qkv, b and a
+ * outputs stay in the layer's round buffers for the commit (commit_launches). */
+static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int verify)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads;
-    const int Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    const int Dk = c->gdn_k_dim, Dv = c->gdn_v_dim, K = c->conv_kernel;
     void *st = e->st;
     const struct tdm_tiles *t = e->tiles;
     const int64_t W = 2 * (int64_t)Hk * Dk + 2 * (int64_t)Hv * Dv; /* grouped qkvz */
+    /* a verify keeps its rows' conv input and gates for the commit (engine_impl.h) */
+    uint16_t *x = verify ? d->round_x : e->mixed, *bb = verify ? d->round_b : e->bb, *aa = verify ? d->round_a : e->aa;
     if (d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, st) ||
-                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, e->mixed, e->z, e->bb, e->aa, st)
-                   : tdm_matmul(&d->qkv, e->xn, H, M, e->mixed, C, TDM_MM_BF16, t, st) ||
+                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, bb, aa, st)
+                   : tdm_matmul(&d->qkv, e->xn, H, M, x, C, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->b, e->xn, H, M, e->bb, Hv, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->a, e->xn, H, M, e->aa, Hv, TDM_MM_BF16, t, st))
+                         tdm_matmul(&d->b, e->xn, H, M, bb, Hv, TDM_MM_BF16, t, st) ||
+                         tdm_matmul(&d->a, e->xn, H, M, aa, Hv, TDM_MM_BF16, t, st))
         return -1;
-    if (tdm_gdn_conv(e->mixed, C, d->conv_w, d->conv_state, M, C, c->conv_kernel, e->cv, st) ||
-        tdm_gdn_recur(e->cv, e->bb, Hv, e->aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st) ||
+    if ((verify ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
+                : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
+        (verify ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
+                : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
 }
 
-/* The position arguments of the attention kernels: eager, the host position; graphed, the device
- * buffer, with ctx - 1 sizing the grids (the kernels take the device value and skip the rest). */
-static int pos_host(const struct tdm_engine *e, int graphed) { return graphed ? e->ctx - 1 : e->pos; }
+/* The position arguments of the attention kernels for M rows: eager, the host position; graphed,
+ * the device buffer, with ctx - M sizing the grids (the kernels take the device value and skip the
+ * rest). */
+static int pos_host(const struct tdm_engine *e, int M, int graphed) { return graphed ? e->ctx - M : e->pos; }
 
 static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
 {
@@ -378,9 +406,9 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
         tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, st) ||
         tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st) ||
         tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D, c->rotary_dim,
-                         c->rope_theta, c->rms_eps, pos_host(e, graphed), graphed ? e->d_pos : NULL, e->ctx, e->q, d->kc,
+                         c->rope_theta, c->rms_eps, pos_host(e, M, graphed), graphed ? e->d_pos : NULL, e->ctx, e->q, d->kc,
                          d->vc, st) ||
-        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, pos_host(e, graphed), graphed ? e->d_pos : NULL,
+        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, pos_host(e, M, graphed), graphed ? e->d_pos : NULL,
                         e->ctx, e->attn_scratch, e->att, st) ||
         tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
@@ -403,8 +431,9 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 }
 
 /* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
- * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. */
-static int launches(struct tdm_engine *e, int M, int from, int graphed)
+ * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. verify: the GDN
+ * layers as gdn_mixer says. */
+static int launches(struct tdm_engine *e, int M, int from, int graphed, int verify)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, V = c->vocab;
@@ -415,7 +444,7 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed)
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
-        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M) : attn_mixer(e, d, M, graphed)) != 0) return -1;
+        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, verify) : attn_mixer(e, d, M, graphed)) != 0) return -1;
         if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 ||
             (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
             return -1;
@@ -427,37 +456,74 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed)
     return 0;
 }
 
+/* A commit's launches: every GDN layer's conv and recurrence over the first j rows its last verify
+ * kept, from the states that verify read (and left), writing the states; the outputs (e->cv, e->o)
+ * are dropped. Per token the arithmetic of the verify's read-only forms (layers.h), so the states
+ * become those of j one-token steps. */
+static int commit_launches(struct tdm_engine *e, int j)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (d->mixer != TDM_MIXER_GDN) continue;
+        if (tdm_gdn_conv(d->round_x, C, d->conv_w, d->conv_state, j, C, c->conv_kernel, e->cv, e->st) ||
+            tdm_gdn_recur(e->cv, d->round_b, Hv, d->round_a, Hv, d->A_log, d->dt_bias, d->S, j, Hk, Hv, Dk, Dv, e->o, e->st))
+            return -1;
+    }
+    return 0;
+}
+
+enum pass { PASS_FORWARD, PASS_VERIFY, PASS_COMMIT };
+
+static int pass_launches(struct tdm_engine *e, enum pass p, int M, int from, int graphed)
+{
+    return p == PASS_COMMIT ? commit_launches(e, M) : launches(e, M, from, graphed, p == PASS_VERIFY);
+}
+
+/* One pass from the CUDA graph *g when graphs are on (TANDEM_CUDA_GRAPH): captured on the shape's
+ * second use, after one eager run (*eager_runs) has done every kernel's one-time set-up, and
+ * replayed after with the position from e->d_pos: the same launches with the same arguments except
+ * the position's source, so the same bits (t/gpu/engine.t, t/gpu/spec.t). */
+static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_graph *g, int *eager_runs)
+{
+    void *st = e->st;
+    if (!e->use_graph) return pass_launches(e, p, M, from, 0);
+    if (!*g && *eager_runs >= 1) {
+        if (tdm_graph_begin(st) != 0) return -1;
+        int rc = pass_launches(e, p, M, from, 1);
+        tdm_graph cap = NULL;
+        if (tdm_graph_end(st, &cap) != 0 || rc != 0) {
+            if (cap) tdm_graph_destroy(cap);
+            static const char *const names[] = {"forward", "verify", "commit"};
+            return tdm_err_prefix("capturing the CUDA graph of a %d-row %s", M, names[p]);
+        }
+        *g = cap;
+    }
+    if (*g) return tdm_copy_async(e->d_pos, &e->pos, sizeof(int32_t), st) != 0 || tdm_graph_launch(*g, st) != 0 ? -1 : 0;
+    ++*eager_runs;
+    return pass_launches(e, p, M, from, 0);
+}
+
 /* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). A
- * one-token step with logits replays the captured graph (TANDEM_CUDA_GRAPH): the same launches
- * with the same arguments except the position's source, so the same bits (t/gpu/engine.t). */
-static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+ * one-token step with logits, and every verify, runs from a graph (run_pass). verify: the position
+ * stays, the GDN states stay (gdn_mixer), and the round may be committed (tdm_engine_commit_rows). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int verify)
 {
     const int V = e->m->cfg.vocab;
     void *st = e->st;
     if (!out) from = M;
+    e->round_rows = 0; /* a forward changes the states a pending round started from; a verify replaces it */
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
-    const int step = e->use_graph && M == 1 && from == 0;
-    if (step && !e->step_ready && e->eager_steps >= 1) {
-        /* captured after one eager step, so that every kernel's one-time set-up is done */
-        if (tdm_graph_begin(st) != 0) return -1;
-        int rc = launches(e, 1, 0, 1);
-        tdm_graph g = NULL;
-        if (tdm_graph_end(st, &g) != 0 || rc != 0) {
-            if (g) tdm_graph_destroy(g);
-            return tdm_err_prefix("capturing the decode step's CUDA graph");
-        }
-        e->step = g;
-        e->step_ready = 1;
-    }
-    if (step && e->step_ready) {
-        if (tdm_copy_async(e->d_pos, &e->pos, sizeof(int32_t), st) != 0 || tdm_graph_launch(e->step, st) != 0) return -1;
-    } else {
-        if (launches(e, M, from, 0) != 0) return -1;
-        if (step) e->eager_steps++;
-    }
+    int rc;
+    if (verify) rc = run_pass(e, PASS_VERIFY, M, from, &e->verify_graph[M][from], &e->verify_eager[M][from]);
+    else if (M == 1 && from == 0) rc = run_pass(e, PASS_FORWARD, 1, 0, &e->step, &e->eager_steps);
+    else rc = launches(e, M, from, 0, 0);
+    if (rc != 0) return -1;
     if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
-    e->pos += M;
+    if (verify) e->round_rows = M;
+    else e->pos += M;
     return 0;
 }
 
@@ -474,7 +540,33 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
         int from = logits_from - at;
         if (from < 0) from = 0;
         float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
+        if (chunk(e, ids + at, M, from, out, 0) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
     }
     return 0;
 }
+
+/* ---- the hooks of a speculative round (engine_impl.h) ---- */
+
+const struct tdm_model *tdm_engine_model(const struct tdm_engine *e) { return e->m; }
+int tdm_engine_ctx(const struct tdm_engine *e) { return e->ctx; }
+int tdm_engine_round_rows(const struct tdm_engine *e) { return e->round_rows; }
+
+int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits)
+{
+    if (chunk(e, ids, R, from, logits, 1) != 0) return -1;
+    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    return 0;
+}
+
+int tdm_engine_commit_rows(struct tdm_engine *e, int j)
+{
+    e->round_rows = 0;
+    if (run_pass(e, PASS_COMMIT, j, 0, &e->commit_graph[j], &e->commit_eager[j]) != 0 || tdm_stream_sync(e->st) != 0)
+        return -1;
+    e->pos += j;
+    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
+    return 0;
+}
+
+const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e) { return &e->round_bytes; }

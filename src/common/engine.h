@@ -38,8 +38,9 @@ void tdm_engine_free(struct tdm_engine *e);
 
 /* Tokens consumed so far. */
 int tdm_engine_pos(const struct tdm_engine *e);
-/* Device bytes the engine holds: weights, state (KV caches, conv and GDN states), activations. */
-struct tdm_engine_mem { size_t weights, kv, gdn, act; };
+/* Device bytes the engine holds: weights, state (KV caches, conv and GDN states), activations
+ * (with the verify rounds' kept inputs); gdn_state: the FP32 recurrent states alone (part of gdn). */
+struct tdm_engine_mem { size_t weights, kv, gdn, act, gdn_state; };
 const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e);
 
 /* tdm_ref_forward's contract (without hidden/final_h): feeds T tokens at the current position;
@@ -50,6 +51,28 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
 
 /* Clears the sequence: position 0, KV caches, conv and GDN states zeroed. */
 int tdm_engine_reset(struct tdm_engine *e);
+
+/* ---- speculative rounds, chain verify (engine_spec.c; speculative.md) ----
+ * tdm_engine_verify feeds R = 1..TDM_ENGINE_MAX_ROWS rows at the current position (row r at
+ * position pos + r: the last emitted token, then the draft tokens) and returns their logits
+ * without consuming them: the K/V rows are written at pos..pos+R-1 and the GDN conv and recurrent
+ * states are only read (kernels/layers.h: the verify forms); the rows' GDN inputs are kept. Each
+ * row's logits are the bits R one-token steps would give (the M-row kernels are row-invariant).
+ * logits NULL, or [R - logits_from][V] FP32 for rows logits_from..R-1 (logits_from = R: none, and
+ * the head is skipped). Every verify shape runs from a CUDA graph after its first use.
+ * tdm_engine_commit(e, j) then consumes the first j rows (1 <= j <= R): the position advances by j,
+ * the K/V rows of the rest are dropped (only the length counts), and the conv and recurrent
+ * states are run over the j kept rows from the round's entry state with the forward's kernels —
+ * the states of j one-token steps, bit for bit. A forward, a reset or another verify drops an
+ * uncommitted round; committing without one is an error.
+ * Returns 0, or -1 with tdm_err(): bad R / logits_from / j, context full, a token id outside the
+ * vocabulary, no round to commit (nothing changes), a CUDA failure (the state is then undefined). */
+int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits);
+int tdm_engine_commit(struct tdm_engine *e, int j);
+/* GDN state bytes the rounds moved since the engine was made: a verify reads every recurrent state
+ * once and writes none; a commit reads and writes each once. */
+struct tdm_engine_round_bytes { int64_t state_read, state_written; };
+const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e);
 #ifdef __cplusplus
 }
 #endif

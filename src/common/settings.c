@@ -15,11 +15,13 @@ const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
     {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
     {"TANDEM_CUDA_GRAPH", "on", "on|off",
-     "CUDA engine: on replays one captured CUDA graph for every one-token decode step (the position "
-     "lives in a device buffer); off launches each kernel eagerly"},
+     "CUDA engine: on replays a captured CUDA graph for every one-token decode step, every verify round "
+     "of a shape (rows, first logits row) and every commit of a row count, each captured on its second "
+     "use (the position lives in a device buffer); off launches each kernel eagerly"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
-     "speculative rounds: on records the accepted path's GDN factors and applies them when the next load "
-     "reads the state (deferred commit); off applies them at the commit"},
+     "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
+     "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "
+     "engine's commit replays the accepted rows from the round's kept inputs (engine.h) either way"},
     {"TANDEM_SPEC_FAULT", "0", "int",
      "testing only: N > 0 makes the speculative engine emit the lowest-logit token as its N-th token, so "
      "tests can show that tandem-exactcheck fails on a real difference; 0 off"},

@@ -1,6 +1,7 @@
-/* spec.c — speculative rounds on the CPU reference (spec.h says how each drafter stays
- * consistent after a rejection). */
+/* spec.c — speculative rounds on the CPU reference or the CUDA engine (spec.h says how each
+ * drafter stays consistent after a rejection). */
 #include "spec.h"
+#include "engine.h"
 #include "err.h"
 #include "settings.h"
 #include <math.h>
@@ -47,6 +48,14 @@ int tdm_spec_opts_init(struct tdm_spec_opts *o)
     if (v < 1) return tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
     o->prefill_chunk = (int)(v > 1 << 30 ? 1 << 30 : v);
     return 0;
+}
+
+const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o)
+{
+    if (o->kind == TDM_SPEC_MTP)
+        return "--spec mtp is not supported by the CUDA engine yet (it has no MTP head; --spec ngram and draft are)";
+    if (o->tree_depth) return "--tree is not supported by the CUDA engine yet (chain verify rounds only: --draft N)";
+    return NULL;
 }
 
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o)
@@ -106,11 +115,15 @@ struct drafter {
     /* ngram */
     int32_t *hist;
     int nhist, caphist;
-    /* draft model */
+    /* draft model: on the CPU reference (dr, snapshots) or a second CUDA engine (de: each node's
+     * path verified on top of the committed tokens; dver: the rows of its last verify) */
     struct tdm_ref *dr;
     struct tdm_ref_snap *snap[MAXN + 1];
     int snap_owner[MAXN + 1], cur;
     float *dlog;
+    struct tdm_engine *de;
+    int32_t dver[MAXN];
+    int ndver;
 };
 
 static void hist_add(struct drafter *d, const int32_t *t, int n)
@@ -153,6 +166,12 @@ static int expand(struct drafter *d, int t, int want, int32_t *out)
         return tdm_ngram_propose(d->hist, n0 + dep, d->o->ngram_max, want, out);
     }
     case TDM_SPEC_DRAFT:
+        if (d->de) { /* t's path (root..t) as one verify on the committed state; its last row drafts */
+            for (int x = t, a = dep; a >= 0; a--, x = d->parent[x]) d->dver[a] = d->ids[x];
+            d->ndver = dep + 1;
+            if (tdm_engine_verify(d->de, d->dver, dep + 1, dep, d->dlog) != 0) return -1;
+            return tdm_topk(d->dlog, d->V, want, out);
+        }
         /* the draft model's state must hold the committed tokens plus t's path up to its parent */
         if (d->cur != p) {
             if (d->snap_owner[dep] != p) return tdm_errf("draft tree: no snapshot for node %d's parent", t);
@@ -192,6 +211,43 @@ static int build(struct drafter *d, int t, int maxdepth)
     return 0;
 }
 
+/* The draft engine follows a commit of the path fed[0..len-1]: a commit of its last verify when
+ * that began with the path, else a verify of the path (no head) and its commit. */
+static int draft_engine_follow(struct drafter *d, const int32_t *fed, int len)
+{
+    if (d->ndver < len || memcmp(d->dver, fed, (size_t)len * sizeof *fed) != 0)
+        if (tdm_engine_verify(d->de, fed, len, len, NULL) != 0) return -1;
+    d->ndver = 0;
+    return tdm_engine_commit(d->de, len);
+}
+
+/* ---- the verified model: the CPU reference or the CUDA engine ---- */
+
+struct target { struct tdm_ref *r; struct tdm_engine *e; };
+
+static int target_forward(struct target *t, const int32_t *ids, int T, int from, float *logits, float *final_h)
+{
+    return t->e ? tdm_engine_forward(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
+}
+static int target_pos(const struct target *t) { return t->e ? tdm_engine_pos(t->e) : tdm_ref_pos(t->r); }
+/* The engine verifies chains (tdm_spec_cuda_gap refused trees): parent[i] = i - 1. */
+static int target_verify(struct target *t, const struct drafter *d, int tree, float *logits, float *final_h)
+{
+    return t->e ? tdm_engine_verify(t->e, d->ids, d->n, 0, logits) : tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
+}
+/* A chain's path is 0..len-1. */
+static int target_commit(struct target *t, const int *path, int len)
+{
+    return t->e ? tdm_engine_commit(t->e, len) : tdm_ref_commit(t->r, path, len);
+}
+/* GDN state traffic so far. */
+static struct tdm_ref_stats target_bytes(const struct target *t)
+{
+    if (!t->e) return *tdm_ref_stats(t->r);
+    const struct tdm_engine_round_bytes *b = tdm_engine_round_bytes(t->e);
+    return (struct tdm_ref_stats){b->state_read, b->state_written, 0, 0};
+}
+
 /* ---- rounds ---- */
 
 static void shape_add(struct tdm_spec_stats *st, int nodes, int tree, double ms)
@@ -227,7 +283,9 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     const struct tdm_config *c = &m->cfg;
     const int V = c->vocab, H = c->hidden;
     memset(st, 0, sizeof *st);
-    st->defer = o->defer;
+    st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate";
+    const char *gap = o->backend == TDM_BACKEND_CUDA ? tdm_spec_cuda_gap(o) : NULL;
+    if (gap) return tdm_errf("--backend cuda: %s", gap);
     if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
     if (o->kind == TDM_SPEC_MTP && !m->has_mtp) return tdm_errf("%s: --spec mtp: the checkpoint has no MTP layer", m->dir);
     if (o->kind == TDM_SPEC_DRAFT && !o->draft_model) return tdm_errf("--spec draft needs --draft-model DIR");
@@ -237,18 +295,26 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     if (!o->tree_depth && (o->draft < 1 || o->draft > MAXN - 1)) return tdm_errf("--draft %d: expected 1 to %d", o->draft, MAXN - 1);
     if (n_new <= 0) return 0;
     const int ctx = n_prompt + n_new + MAXN + 1;
-    struct tdm_ref *r = tdm_ref_new(m, ctx);
-    tdm_ref_set_defer(r, o->defer);
-    struct drafter d = {.kind = o->kind, .o = o, .V = V, .H = H, .r = r, .cur = -1};
+    struct target tg = {NULL, NULL};
+    struct drafter d = {.kind = o->kind, .o = o, .V = V, .H = H, .cur = -1};
     float *logits = xmalloc((size_t)MAXN * V * sizeof(float)), *fh = xmalloc((size_t)MAXN * H * sizeof(float));
     float *ph = o->kind == TDM_SPEC_MTP ? xmalloc((size_t)n_prompt * H * sizeof(float)) : NULL;
     int rc = -1;
+    if (o->backend == TDM_BACKEND_CUDA) {
+        if (!(tg.e = tdm_engine_new(m, ctx))) goto done;
+        if (o->kind == TDM_SPEC_DRAFT && !(d.de = tdm_engine_new(o->draft_model, ctx)))
+            { tdm_err_prefix("draft model %s", o->draft_model->dir); goto done; }
+        rc = -2; /* from here on a failure is a failed CUDA call */
+    } else {
+        tg.r = d.r = tdm_ref_new(m, ctx);
+        tdm_ref_set_defer(tg.r, o->defer);
+    }
 
     /* prefill, chunk by chunk (final-norm outputs kept for the MTP drafter) */
     double t0 = now_ms();
     for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
         int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
-        if (tdm_ref_forward(r, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, NULL, ph ? ph + (size_t)at * H : NULL) != 0)
+        if (target_forward(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, ph ? ph + (size_t)at * H : NULL) != 0)
             goto done;
     }
     st->prefill_ms = now_ms() - t0;
@@ -258,7 +324,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     out[e++] = last;
 
     double td = now_ms();
-    struct tdm_ref_stats b0 = *tdm_ref_stats(r);
+    const struct tdm_ref_stats b0 = target_bytes(&tg);
     /* the drafters' start */
     if (o->kind == TDM_SPEC_MTP) {
         d.mh = xmalloc((size_t)MAXN * H * sizeof(float));
@@ -274,17 +340,20 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         hist_add(&d, prompt, n_prompt);
         hist_add(&d, &last, 1);
     } else if (o->kind == TDM_SPEC_DRAFT) {
-        d.dr = tdm_ref_new(o->draft_model, ctx);
         d.dlog = xmalloc((size_t)V * sizeof(float));
-        d.snap[0] = tdm_ref_snap_new(d.dr);
+        if (!d.de) {
+            d.dr = tdm_ref_new(o->draft_model, ctx);
+            d.snap[0] = tdm_ref_snap_new(d.dr);
+        }
         for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
             int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
-            if (tdm_ref_forward(d.dr, prompt + at, T, T, NULL, NULL, NULL) != 0) goto done;
+            if ((d.de ? tdm_engine_forward(d.de, prompt + at, T, T, NULL) : tdm_ref_forward(d.dr, prompt + at, T, T, NULL, NULL, NULL)) != 0)
+                goto done;
         }
     }
 
     while (o->kind == TDM_SPEC_OFF && e < n_new) { /* one token at a time: the plain decode path */
-        if (tdm_ref_forward(r, &last, 1, 0, logits, NULL, NULL) != 0) goto done;
+        if (target_forward(&tg, &last, 1, 0, logits, NULL) != 0) goto done;
         last = (int32_t)pick(o, logits, V, e);
         if (out_logits) memcpy(out_logits + (size_t)e * V, logits, (size_t)V * sizeof(float));
         out[e++] = last;
@@ -297,7 +366,8 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         d.ids[0] = last;
         d.parent[0] = -1;
         d.depth[0] = 0;
-        d.root_pos = tdm_ref_pos(r);
+        d.root_pos = target_pos(&tg);
+        d.ndver = 0;
         if (d.dr) {
             tdm_ref_snap_save(d.dr, d.snap[0]);
             for (int i = 0; i <= MAXN; i++) d.snap_owner[i] = -2;
@@ -306,7 +376,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         }
         if (build(&d, 0, maxdepth) != 0) goto done;
         const int tree = o->tree_depth > 0;
-        if (tdm_ref_verify(r, d.ids, d.parent, d.n, tree, logits, fh) != 0) goto done;
+        if (target_verify(&tg, &d, tree, logits, fh) != 0) goto done;
         /* greedy acceptance: the longest path of argmax tokens, plus the bonus */
         int path[MAXN], len = 1, cur = 0;
         path[0] = 0;
@@ -323,7 +393,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
             if (next < 0) break;
             path[len++] = cur = next;
         }
-        if (tdm_ref_commit(r, path, len) != 0) goto done;
+        if (target_commit(&tg, path, len) != 0) goto done;
         st->rounds++;
         st->accepted += len - 1;
         int seen[MAXN] = {0};
@@ -348,26 +418,31 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
             } else if (o->kind == TDM_SPEC_DRAFT) {
                 int32_t fed[MAXN];
                 for (int j = 0; j < len; j++) fed[j] = d.ids[path[j]];
-                if (tdm_ref_snap_load(d.dr, d.snap[0]) != 0) goto done;
-                if (tdm_ref_forward(d.dr, fed, len, len, NULL, NULL, NULL) != 0) goto done;
+                if (d.de) {
+                    if (draft_engine_follow(&d, fed, len) != 0) goto done;
+                } else if (tdm_ref_snap_load(d.dr, d.snap[0]) != 0 || tdm_ref_forward(d.dr, fed, len, len, NULL, NULL, NULL) != 0) {
+                    goto done;
+                }
             }
         }
         shape_add(st, d.n, tree, now_ms() - tr);
     }
     st->decode_ms = now_ms() - td;
-    const struct tdm_ref_stats *b1 = tdm_ref_stats(r);
-    st->bytes.state_read = b1->state_read - b0.state_read;
-    st->bytes.state_written = b1->state_written - b0.state_written;
-    st->bytes.factor_read = b1->factor_read - b0.factor_read;
-    st->bytes.factor_written = b1->factor_written - b0.factor_written;
-    st->state_bytes = (int64_t)tdm_ref_state_bytes(r);
+    const struct tdm_ref_stats b1 = target_bytes(&tg);
+    st->bytes.state_read = b1.state_read - b0.state_read;
+    st->bytes.state_written = b1.state_written - b0.state_written;
+    st->bytes.factor_read = b1.factor_read - b0.factor_read;
+    st->bytes.factor_written = b1.factor_written - b0.factor_written;
+    st->state_bytes = tg.e ? (int64_t)tdm_engine_mem(tg.e)->gdn_state : (int64_t)tdm_ref_state_bytes(tg.r);
     rc = 0;
 done:
     free(logits); free(fh); free(ph);
     free(d.mh); free(d.mlog); free(d.root_log); free(d.hist); free(d.dlog);
     for (int i = 0; i <= MAXN; i++) tdm_ref_snap_free(d.snap[i]);
     tdm_ref_free(d.dr);
-    tdm_ref_free(r);
+    tdm_ref_free(tg.r);
+    tdm_engine_free(d.de);
+    tdm_engine_free(tg.e);
     return rc;
 }
 
@@ -388,7 +463,7 @@ void tdm_spec_stats_print(FILE *f, const struct tdm_spec_stats *st)
     fprintf(f,
             "# GDN state traffic (%s commit): %.0f B read, %.0f B written per round (state %.0f B); factors %.0f B "
             "written, %.0f B read per round\n",
-            st->defer ? "deferred" : "immediate", (double)st->bytes.state_read / st->rounds,
+            st->commit, (double)st->bytes.state_read / st->rounds,
             (double)st->bytes.state_written / st->rounds, (double)st->state_bytes,
             (double)st->bytes.factor_written / st->rounds, (double)st->bytes.factor_read / st->rounds);
 }
@@ -407,7 +482,7 @@ json_t *tdm_spec_stats_json(const struct tdm_spec_stats *st)
     int R = st->rounds ? st->rounds : 1;
     return json_pack("{s:i, s:I, s:f, s:o, s:o, s:{s:s, s:I, s:f, s:f, s:f, s:f}}", "rounds", st->rounds, "accepted",
                      (json_int_t)st->accepted, "accepted_per_round", (double)st->accepted / R, "acceptance_by_depth", acc,
-                     "round_shapes", shapes, "gdn_state_traffic", "commit", st->defer ? "deferred" : "immediate",
+                     "round_shapes", shapes, "gdn_state_traffic", "commit", st->commit,
                      "state_bytes", (json_int_t)st->state_bytes, "state_read_per_round",
                      (double)st->bytes.state_read / R, "state_written_per_round", (double)st->bytes.state_written / R,
                      "factor_read_per_round", (double)st->bytes.factor_read / R, "factor_written_per_round",

@@ -1,6 +1,8 @@
-/* spec.h — speculative decoding on the CPU reference: drafters, rounds (draft, verify, greedy
- * acceptance, commit), statistics. The algebra is speculative.md's; the reference functions are
- * tdm_ref_verify / tdm_ref_commit (ref.h).
+/* spec.h — speculative decoding on the CPU reference or the CUDA engine: drafters, rounds (draft,
+ * verify, greedy acceptance, commit), statistics. The algebra is speculative.md's; the round
+ * functions are tdm_ref_verify / tdm_ref_commit (ref.h) on the CPU and tdm_engine_verify /
+ * tdm_engine_commit (engine.h: chains only; the commit replays the accepted rows' GDN conv and
+ * recurrence from the round's entry state) on the GPU.
  *
  * A round: the root is the last emitted token (not yet fed). The drafter proposes a chain of k
  * tokens, or a tree whose node at depth d has up to branch[d] children (the drafter's top-b
@@ -29,10 +31,14 @@
  *    recurrent state is snapshotted; a node is drafted by feeding its token on top of its parent's
  *    state (a snapshot per depth where a node has several children); after the commit the snapshot
  *    is loaded and the accepted path is fed again in one call, so the draft model's state is
- *    always that of the committed tokens.
+ *    always that of the committed tokens. On the CUDA engine the draft model is a second engine
+ *    and needs no snapshot: a node is drafted by a verify of its path (root..node) on top of the
+ *    committed tokens, and after the main commit the draft engine commits the accepted path (its
+ *    last verify when that began with the path, else a verify of the path first).
  */
 #ifndef TDM_SPEC_H
 #define TDM_SPEC_H
+#include "backend.h"
 #include "model.h"
 #include "ref.h"
 #include <jansson.h>
@@ -59,10 +65,15 @@ struct tdm_spec_opts {
     int defer;                          /* deferred commit of the GDN state (TANDEM_SPEC_DEFER) */
     long fault_at;                      /* TANDEM_SPEC_FAULT: testing only (settings.c) */
     int prefill_chunk;                  /* TANDEM_PREFILL_CHUNK */
+    enum tdm_backend backend;           /* the verified model (and a draft model) on the CPU reference
+                                         * or the CUDA engine (chain rounds, ngram and draft only) */
 };
 /* Defaults: chain of TDM_SPEC_DEFAULT_DRAFT, n-gram up to TDM_SPEC_DEFAULT_NGRAM, switches from
  * the settings table. Returns 0 or -1 with tdm_err() (a bad switch value). */
 int tdm_spec_opts_init(struct tdm_spec_opts *o);
+/* NULL when the CUDA engine runs o's drafter and round shape, else what it does not support yet
+ * (--spec mtp, --tree), for tdm_backend_pick's no_cuda. */
+const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o);
 /* "3,2,1": branching per depth (each 1..16, at most 31 depths; the tree is cut at 32 nodes). */
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o);
 /* "chain 5" or "tree 3,2,1", for reports. */
@@ -79,12 +90,14 @@ struct tdm_spec_stats {
     double prefill_ms, decode_ms;
     struct tdm_ref_stats bytes;                 /* GDN state/factor bytes of the decode rounds */
     int64_t state_bytes;                        /* all GDN states, once */
-    int defer;
+    const char *commit;                         /* "deferred", "immediate" (CPU), "replayed" (CUDA) */
 };
 
 /* Prefill the prompt (>= 1 token) and emit n_new tokens by speculative rounds (o->kind != OFF) or
- * one token at a time (OFF). out [n_new]; out_logits NULL or [n_new][V]: the logits row each
- * token was chosen from. Returns 0 or -1 with tdm_err(). */
+ * one token at a time (OFF), on o->backend. out [n_new]; out_logits NULL or [n_new][V]: the logits
+ * row each token was chosen from. Returns 0; -1 with tdm_err() for bad options or input, an
+ * unsupported combination, no device or out of device memory; -2 with tdm_err() when a CUDA call
+ * failed during the run (the tools exit 1 then, 2 for -1). */
 int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, const int32_t *prompt, int n_prompt,
                       int n_new, int32_t *out, float *out_logits, struct tdm_spec_stats *st);
 

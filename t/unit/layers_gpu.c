@@ -25,8 +25,12 @@
  *         tdm_ref_moe_combine (the sigmoid's expf);
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
  *     every output (and the state after M tokens for the conv and the recurrence; for the MoE
- *     experts the products, the experts' outputs and the sums); every element written; attention and the q/k append also with the position in device memory, and as a
- *     CUDA graph captured once and replayed. */
+ *     experts the products, the experts' outputs and the sums); every element written; attention
+ *     and the q/k append also with the position in device memory, and as a CUDA graph captured
+ *     once and replayed;
+ *   verify forms (tdm_gdn_conv_verify, tdm_gdn_recur_verify): 32 rows give the forward's outputs bit
+ *     for bit and leave the state as it was; the forward over the first j rows after them (a commit)
+ *     gives the state of j one-row calls, bit for bit. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
@@ -467,6 +471,25 @@ static void test_conv(const struct shape *s)
        "differ)", label, cs.n - cs.exact, cs.n);
     struct twin t = {conv_launch, conv_reset, &c, 1, {{c.dy, (size_t)C * 2, 0}}, c.dst, ns * 2, 0, NULL, 0};
     twin_test(label, &t);
+    /* the verify form, then a commit of j rows against j one-row calls */
+    uint16_t *yv = hal(n * 2), *sv = hal(ns * 2), *sj = hal(ns * 2);
+    conv_reset(&c);
+    poison(c.dy, n * 2);
+    if (tdm_gdn_conv_verify(c.dx, C, c.dw, c.dst, R, C, K, c.dy, st) != 0) bail("tdm_gdn_conv_verify");
+    down(yv, c.dy, n * 2);
+    down(sv, c.dst, ns * 2);
+    ok(memcmp(yv, y, n * 2) == 0 && memcmp(sv, s0, ns * 2) == 0,
+       "%s: the verify form gives the forward's 32 rows bit for bit and leaves the state as it was", label);
+    const int j = 13;
+    if (conv_launch(&c, 0, j, 0) != 0) bail("tdm_gdn_conv");
+    down(sv, c.dst, ns * 2);
+    conv_reset(&c);
+    for (int r = 0; r < j; r++)
+        if (conv_launch(&c, r, 1, 0) != 0) bail("tdm_gdn_conv");
+    down(sj, c.dst, ns * 2);
+    ok(memcmp(sv, sj, ns * 2) == 0, "%s: after the verify form, %d rows from the entry state leave the state of %d one-row calls",
+       label, j, j);
+    free(yv); free(sv); free(sj);
     tdm_cuda_free(c.dx); tdm_cuda_free(c.dy); tdm_cuda_free(c.dst); tdm_cuda_free(c.dw);
     free(x); free(y); free(s0); free(sg); free(xf); free(sf); free(w); free(ref);
 }
@@ -544,6 +567,27 @@ static void test_recur(const struct shape *s)
     cmp_ok(&cs, label, "the state after 32 tokens against tdm_ref_gdn_token (1e-4 max|S|)");
     struct twin t = {rec_launch, rec_reset, &c, 1, {{c.dO, no * 2, 0}}, c.dS, nS * 4, 0, NULL, 0};
     twin_test(label, &t);
+    /* the verify form, then a commit of j rows against j one-row calls */
+    uint16_t *ov = hal(R * no * 2);
+    float *Sv = hal(nS * 4), *Sj = hal(nS * 4);
+    rec_reset(&c);
+    poison(c.dO, R * no * 2);
+    if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, st) != 0)
+        bail("tdm_gdn_recur_verify");
+    down(ov, c.dO, R * no * 2);
+    down(Sv, c.dS, nS * 4);
+    ok(memcmp(ov, o, R * no * 2) == 0 && memcmp(Sv, S0, nS * 4) == 0,
+       "%s: the verify form gives the forward's 32 rows bit for bit and leaves the state as it was", label);
+    const int j = 13;
+    if (rec_launch(&c, 0, j, 0) != 0) bail("tdm_gdn_recur");
+    down(Sv, c.dS, nS * 4);
+    rec_reset(&c);
+    for (int r = 0; r < j; r++)
+        if (rec_launch(&c, r, 1, 0) != 0) bail("tdm_gdn_recur");
+    down(Sj, c.dS, nS * 4);
+    ok(memcmp(Sv, Sj, nS * 4) == 0, "%s: after the verify form, %d rows from the entry state leave the state of %d one-row calls",
+       label, j, j);
+    free(ov); free(Sv); free(Sj);
     tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
     free(qkv); free(b); free(a); free(o); free(qkvf); free(bf_); free(af); free(A); free(dt); free(S0); free(S); free(Sg);

@@ -241,6 +241,19 @@ static void engine_tests(const struct tdm_model *m)
        "state bytes read per round: deferred 1x, immediate 2x the state (%lld vs %lld)",
        (long long)(a.bytes.state_read / a.rounds), (long long)(b.bytes.state_read / b.rounds));
     ok(memcmp(out, ref, (size_t)N * sizeof *out) == 0, "deferred and immediate commit give the same tokens");
+    ok(strcmp(a.commit, "deferred") == 0 && strcmp(b.commit, "immediate") == 0, "the statistics name the commit (%s, %s)",
+       a.commit, b.commit);
+    /* the CUDA backend: what it does not run yet is refused before any device is touched */
+    so.backend = TDM_BACKEND_CUDA;
+    so.kind = TDM_SPEC_MTP;
+    ok(tdm_spec_generate(m, &so, prompt, NP, N, out, NULL, &a) == -1 && strstr(tdm_err(), "--spec mtp is not supported by the CUDA engine yet"),
+       "cuda backend: mtp refused (%s)", tdm_err());
+    so.kind = TDM_SPEC_NGRAM;
+    tdm_spec_parse_tree("2,1", &so);
+    ok(tdm_spec_generate(m, &so, prompt, NP, N, out, NULL, &a) == -1 && strstr(tdm_err(), "--tree is not supported by the CUDA engine yet"),
+       "cuda backend: a tree refused (%s)", tdm_err());
+    so.tree_depth = 0;
+    ok(tdm_spec_cuda_gap(&so) == NULL, "cuda backend: an ngram chain is supported");
     free(rl);
     free(ol);
 }

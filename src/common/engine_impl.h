@@ -1,0 +1,19 @@
+/* engine_impl.h — the hooks engine.c gives engine_spec.c (the speculative rounds' protocol), so that
+ * the round's bookkeeping and checks live apart from the engine's launch sequences. Not for tools:
+ * they take engine.h. */
+#ifndef TDM_ENGINE_IMPL_H
+#define TDM_ENGINE_IMPL_H
+#include "engine.h"
+
+const struct tdm_model *tdm_engine_model(const struct tdm_engine *e);
+int tdm_engine_ctx(const struct tdm_engine *e);
+/* Rows of the last verify that a commit may take; 0 when there is none (after a forward, a reset,
+ * a commit, or a failed verify). */
+int tdm_engine_round_rows(const struct tdm_engine *e);
+/* The launches of a verify of R rows (checked by the caller: 1..TDM_ENGINE_MAX_ROWS, in the context,
+ * ids in the vocabulary, 0 <= from <= R) and of a commit of j of them (1 <= j <= the round's rows),
+ * as engine.h's tdm_engine_verify and tdm_engine_commit describe; the stream is synchronised on
+ * return. */
+int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits);
+int tdm_engine_commit_rows(struct tdm_engine *e, int j);
+#endif
