@@ -31,7 +31,7 @@ extern "C" {
  * h = bf16(h + y), then tdm_ref_rmsnorm). h [M][H]: when y is not NULL, h = bf16(h + y) in place
  * (y [M][H], row stride ldy); then out [M][H] = bf16(h * rsqrt(mean(h^2) + eps) * (1 + w)).
  * One block a row; the sum of squares is a fixed tree over 256 threads (not the CPU's order).
- * H <= 11264. */
+ * H <= 11264. out must not overlap h or y. */
 int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
                     uint16_t *out, void *stream);
 int64_t tdm_add_rmsnorm_bytes(int H, int M, int add);
