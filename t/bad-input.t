@@ -1,6 +1,8 @@
 #!/bin/sh
 # Malformed input of every kind gets one line on stderr naming the file and the fault, and exit 2:
 # never a crash, a hang or a silent success (issue: foundation, item 11).
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 RUN=build/san/bin/tandem-run
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT

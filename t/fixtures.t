@@ -2,6 +2,8 @@
 # The CPU reference against transformers' fixtures, both layouts, every format: prompt logits
 # (tandem-run -n 0 --dump-logits), greedy ids (-n 24), step logits under teacher forcing
 # (--force), per-layer hidden states and the MTP drafter's logits (fixture_check, in process).
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 FIX=${TANDEM_FIXTURES:-../shared/fixtures}
 if [ ! -d "$FIX/qwen35-tiny" ] || [ ! -d "$FIX/qwen3next-tiny" ]; then
     echo "1..0 # SKIP fixtures not found in $FIX (set TANDEM_FIXTURES)"

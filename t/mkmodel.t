@@ -2,6 +2,8 @@
 # The model maker's variants load and run, and storage choices that must not change the model
 # (shards, fused experts) give the same tokens; a chunked prefill gives the same tokens as one chunk;
 # the number of threads making the rows does not change a byte.
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 MK=build/san/bin/tandem-mkmodel
 RUN=build/san/bin/tandem-run
 tmp=$(mktemp -d) || exit 1

@@ -4,6 +4,8 @@
 # (--ref); --chunk 1 and --chunk 7 work; the JSON record parses and holds the comparisons; an
 # injected difference (TANDEM_PREFILL_FAULT) makes the gate fail with exit 1; bad usage and bad
 # input exit 2 with one line. Skips a format whose fixture is absent.
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 PC=build/san/bin/tandem-prefillcheck
 JG=build/san/t/json_get
 FIX=${TANDEM_FIXTURES:-../shared/fixtures}

@@ -4,6 +4,8 @@
 # immediate commit, MTP rollback, the engine per drafter); tandem-run --spec gives the plain
 # output; tandem-exactcheck passes (exit 0), fails on an injected difference (exit 1) and refuses
 # bad usage (exit 2). Small synthetic models keep it fast under the sanitizers.
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 MK=build/san/bin/tandem-mkmodel
 RUN=build/san/bin/tandem-run
 EC=build/san/bin/tandem-exactcheck

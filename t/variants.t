@@ -5,6 +5,8 @@
 # scales, fused experts, prompts of 160-200 tokens), remade here from their seeds, against the
 # outputs transformers computed for them (t/data/variants/, by scripts/make-fixture.py), with the
 # bounds of the fixture tests.
+# The CPU tests pin the reference backend (auto takes the GPU where one is visible).
+TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 MK=build/san/bin/tandem-mkmodel
 RUN=build/san/bin/tandem-run
 tmp=$(mktemp -d) || exit 1

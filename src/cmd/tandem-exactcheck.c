@@ -350,19 +350,19 @@ int main(int argc, char **argv)
     /* mtp asked for by name cannot run on the engine (with all it is reported as not run) */
     struct tdm_spec_opts mtp = base;
     mtp.kind = TDM_SPEC_MTP;
+    struct tdm_model *m = tdm_model_load(model_dir);
+    if (!m) tdm_die_input(prog);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, want[TDM_SPEC_MTP] ? tdm_spec_cuda_gap(&mtp) : NULL, &backend, &why) != 0)
+    if (tdm_backend_pick(backend_opt, want[TDM_SPEC_MTP] ? tdm_spec_cuda_gap(&mtp) : NULL, m, &backend, &why) != 0)
         tdm_die_input(prog);
+    (void)why;
     base.backend = backend;
     if (backend == TDM_BACKEND_CUDA) {
         /* (b) from graphs; (c) runs every case again without them */
         if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) { perror(prog); return 1; }
         fprintf(stderr, "# (b) runs with TANDEM_CUDA_GRAPH=on, (c) again with off\n");
     }
-
-    struct tdm_model *m = tdm_model_load(model_dir);
-    if (!m) tdm_die_input(prog);
     struct tdm_model *dm = NULL;
     if (draft_dir && !(dm = tdm_model_load(draft_dir))) tdm_die_input(prog);
     if (all) {

@@ -259,32 +259,15 @@ int main(int argc, char **argv)
     long fault;
     if (tdm_setting_int("TANDEM_PREFILL_FAULT", &fault) != 0 || fault < 0)
         tdm_die_usage(prog, "TANDEM_PREFILL_FAULT must be a non-negative integer", NULL);
-    enum tdm_backend backend;
-    const char *why;
-    if (tdm_backend_pick(backend_opt, NULL, &backend, &why) != 0) tdm_die_input(prog);
-    const char *bname = backend_opt ? backend_opt : tdm_setting("TANDEM_BACKEND");
-    int is_auto = strcmp(bname, "auto") == 0;
-
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
     const int V = m->cfg.vocab;
     int32_t *prompt = NULL;
     int T = 0;
     if (tdm_tokens_read(prompt_path, V, 0, &prompt, &T) != 0) tdm_die_input(prog);
-    char why_buf[512];
-    if (is_auto) {
-        if (tdm_cuda_device_count() == 0) {
-            backend = TDM_BACKEND_CPU;
-            why = "auto: no CUDA device visible";
-        } else if (tdm_engine_supported(m) != 0) {
-            backend = TDM_BACKEND_CPU;
-            snprintf(why_buf, sizeof why_buf, "auto: the CUDA engine does not serve this model: %s", tdm_err());
-            why = why_buf;
-        } else {
-            backend = TDM_BACKEND_CUDA;
-            why = "auto: a CUDA device is visible and the CUDA engine serves the model";
-        }
-    }
+    enum tdm_backend backend;
+    const char *why;
+    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
     float *ref_logits = ref_path ? read_ref(ref_path, T, V) : NULL;
     fprintf(stderr, "# backend %s (%s); %d prompt tokens, chunk %ld, reference %s\n", tdm_backend_name(backend), why, T,
             chunk, ref_path ? ref_path : "the CPU reference forward");

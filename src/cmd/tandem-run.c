@@ -29,8 +29,10 @@ static void usage(FILE *f)
             "  -p, --prompt FILE        prompt token file (decimal ids, '#' comments); default: stdin\n"
             "  -n, --new-tokens N       tokens to generate (default 16, or the length of --force)\n"
             "      --ctx N              context capacity in tokens (default: prompt + N)\n"
-            "      --backend cpu|cuda   compute backend (default TANDEM_BACKEND, auto; auto runs the CPU\n"
-            "                           reference for now). cuda: the CUDA engine on device 0 for qwen3_5,\n"
+            "      --backend cpu|cuda|auto  compute backend (default TANDEM_BACKEND, auto: cuda when a device\n"
+            "                           is visible and the engine serves the model and the job, else the CPU\n"
+            "                           reference; the '# backend' line says which and why). cuda: the CUDA\n"
+            "                           engine on device 0 for qwen3_5,\n"
             "                           qwen3_next and qwen3_5_moe checkpoints (BF16, FP8, NVFP4): prefill\n"
             "                           and greedy decode, --force, --dump-logits, and --spec ngram or draft\n"
             "                           with chain rounds (not mtp, not --tree yet); exit 2 without a device\n"
@@ -233,13 +235,14 @@ int main(int argc, char **argv)
     if (so.kind != TDM_SPEC_OFF && force_path) tdm_die_usage(prog, "--force and --spec do not go together", NULL);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, so.kind != TDM_SPEC_OFF ? tdm_spec_cuda_gap(&so) : NULL, &backend, &why) != 0)
-        tdm_die_input(prog);
-    so.backend = backend;
-
+    const char *gap = so.kind != TDM_SPEC_OFF ? tdm_spec_cuda_gap(&so) : NULL;
+    /* a backend the job cannot run is refused before the model is read; auto is settled after */
+    if (tdm_backend_pick(backend_opt, gap, NULL, &backend, &why) != 0) tdm_die_input(prog);
     double t0 = now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, gap, m, &backend, &why) != 0) tdm_die_input(prog);
+    so.backend = backend;
     const struct tdm_config *c = &m->cfg;
     int32_t *prompt = NULL, *force = NULL;
     int n_prompt = 0, n_force = 0;

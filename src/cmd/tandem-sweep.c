@@ -146,6 +146,24 @@ static int run_call_plan(void *p, int i, void *stream)
 
 static void tile_json(json_t *o, const struct tdm_tile *t);
 
+/* Times r at each of the rows (its m set per row count) into times {"rows": us} and their sum;
+ * 0, or -1 with tdm_err(). */
+static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows, long reps, tdm_stream st,
+                     json_t *times, double *score)
+{
+    *score = 0;
+    for (int ri = 0; ri < nrows; ri++) {
+        r->m = rows[ri];
+        double ms;
+        if (tdm_time_calls(fn, r, r->ws->copies, (int)reps, 1, st, &ms) != 0) return -1;
+        char key[16];
+        snprintf(key, sizeof key, "%d", rows[ri]);
+        json_object_set_new(times, key, json_real(ms * 1e3));
+        *score += ms * 1e3;
+    }
+    return 0;
+}
+
 /* --plan: per kernel and shape, the best setting at every chain count the rule may pick. */
 static int plan_mode(const int *want, long reps, const char *json_path)
 {
@@ -183,22 +201,11 @@ static int plan_mode(const int *want, long reps, const char *json_path)
                 double best = 1e300;
                 int besti = -1;
                 for (int ci = 0; ci < ncand; ci++) {
-                    double score = 0;
+                    double score;
                     json_t *times = json_object();
-                    int ok = 1;
-                    for (int ri = 0; ri < nrows && ok; ri++) {
-                        struct run r = {NULL, x, y, rows[ri], &cand[ci], &tset};
-                        double ms;
-                        if (tdm_time_calls(run_call_plan, &r, tset.copies, (int)reps, 1, st, &ms) != 0) {
-                            fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
-                            ok = 0;
-                            break;
-                        }
-                        char key[16];
-                        snprintf(key, sizeof key, "%d", rows[ri]);
-                        json_object_set_new(times, key, json_real(ms * 1e3));
-                        score += ms * 1e3;
-                    }
+                    struct run r = {NULL, x, y, 0, &cand[ci], &tset};
+                    const int ok = time_rows(run_call_plan, &r, rows, nrows, reps, st, times, &score) == 0;
+                    if (!ok) fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
                     json_t *rec = json_object(), *setting = json_object();
                     json_object_set_new(rec, "kernel", json_string(kname));
                     json_object_set_new(rec, "n", json_integer((json_int_t)n));
@@ -508,18 +515,10 @@ int main(int argc, char **argv)
                 json_object_set_new(rec, "default", json_boolean(ci == 0));
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
-                for (int ri = 0; timed && ri < nrows; ri++) {
-                    struct run r = {NULL, x, tim, rows[ri], &cand[ci], &tset};
-                    double ms;
-                    if (tdm_time_calls(run_call, &r, tset.copies, (int)reps, 1, st, &ms) != 0) {
-                        snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
-                        timed = 0;
-                        break;
-                    }
-                    char key[16];
-                    snprintf(key, sizeof key, "%d", rows[ri]);
-                    json_object_set_new(times, key, json_real(ms * 1e3));
-                    score += ms * 1e3;
+                struct run r = {NULL, x, tim, 0, &cand[ci], &tset};
+                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, &score) != 0) {
+                    snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
+                    timed = 0;
                 }
                 json_object_set_new(rec, "verdict", json_string(verdict));
                 json_object_set_new(rec, "us", times);

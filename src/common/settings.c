@@ -8,9 +8,8 @@ extern char **environ;
 
 const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_BACKEND", "auto", "auto|cpu|cuda",
-     "compute backend when --backend is not given: auto runs cpu for now (the CUDA engine, dense qwen3_5 "
-     "only, is opt-in: cuda); tandem-prefillcheck's auto takes cuda when a device is visible and the engine "
-     "serves the model"},
+     "compute backend when --backend is not given: auto takes the CUDA engine when a device is visible and "
+     "the engine serves the model and the job (else the CPU reference, saying why on the '# backend' line)"},
     {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
     {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
