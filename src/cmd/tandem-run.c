@@ -100,6 +100,11 @@ static int forward(struct fwd *f, const int32_t *ids, int T, int from, float *lo
 {
     return f->e ? tdm_engine_forward(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);
 }
+/* The prompt: on the engine in prefill chunks (tdm_engine_prefill: the wide GEMM past 32 rows). */
+static int prefill(struct fwd *f, const int32_t *ids, int T, int from, float *logits)
+{
+    return f->e ? tdm_engine_prefill(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);
+}
 /* The ids and the context were checked before: a CPU failure is bad input (exit 2), a CUDA failure
  * a failed call (exit 1). */
 __attribute__((noreturn)) static void forward_failed(const struct fwd *f)
@@ -300,7 +305,7 @@ int main(int argc, char **argv)
         int T = n_prompt - at < chunk ? n_prompt - at : (int)chunk;
         int last = at + T == n_prompt;
         int from = all_rows ? 0 : last ? T - 1 : T;
-        if (forward(&f, prompt + at, T, from, logits) != 0) forward_failed(&f);
+        if (prefill(&f, prompt + at, T, from, logits) != 0) forward_failed(&f);
         if (all_rows)
             for (int t = 0; t < T; t++) rows_add(&dump, logits + (size_t)t * V);
     }

@@ -50,6 +50,7 @@ struct tdm_engine {
     tdm_stream st;
     struct tdm_tiles *tiles;
     struct dlayer *ly;                      /* [L] */
+    int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     struct tdm_dweight head;                /* [V, H] */
     const void *embed;                      /* [V][H] BF16 or F32 on the device */
     int embed_f32;
@@ -239,7 +240,7 @@ static int upload_layer(struct tdm_engine *e, int i)
 static int alloc_act(struct tdm_engine *e)
 {
     const struct tdm_config *c = &e->m->cfg;
-    const size_t R = ROWS, H = (size_t)c->hidden, C = (size_t)tdm_gdn_conv_dim(c);
+    const size_t R = (size_t)e->prow, H = (size_t)c->hidden, C = (size_t)tdm_gdn_conv_dim(c);
     const size_t HvDv = (size_t)c->gdn_v_heads * c->gdn_v_dim, Hv = (size_t)c->gdn_v_heads;
     const size_t HqD = (size_t)c->n_q_heads * c->head_dim, HkvD = (size_t)c->n_kv_heads * c->head_dim;
     const size_t V = (size_t)c->vocab;
@@ -276,7 +277,7 @@ static int alloc_act(struct tdm_engine *e)
         A(g, R * I * 2, "MLP activations");
         A(u, R * I * 2, "MLP activations");
     }
-    A(logits, R * V * sizeof(float), "logits");
+    A(logits, (size_t)ROWS * V * sizeof(float), "logits");   /* the head runs ROWS rows at a time */
     A(d_pos, sizeof(int32_t), "position");
 #undef A
     return 0;
@@ -339,6 +340,17 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
         if (!p || tdm_cuda_h2d(p, m->embed.w, eb) != 0) goto fail;
         e->embed = p;
     }
+    /* prefill chunks: TANDEM_PREFILL_CHUNK rows of activations (at least ROWS, at most ctx); the
+     * MoE layers' buffers hold ROWS rows, so MoE layouts prefill ROWS at a time */
+    long pchunk = 0;
+    if (tdm_setting_int("TANDEM_PREFILL_CHUNK", &pchunk) != 0 || pchunk < 1) {
+        tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
+        goto fail;
+    }
+    e->prow = pchunk < ctx ? (int)pchunk : ctx;
+    for (int i = 0; i < c->n_layers; i++)
+        if (e->ly[i].is_moe) e->prow = ROWS;
+    if (e->prow < ROWS) e->prow = ROWS;
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
     e->use_graph = strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0;
 
@@ -346,8 +358,8 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
-            "activations %.1f MB; device free %.0f -> %.0f MB of %.0f MB; decode steps %s\n",
-            info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6,
+            "activations %.1f MB (prefill chunks of %d tokens); device free %.0f -> %.0f MB of %.0f MB; decode steps %s\n",
+            info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             free0 / 1e6, free1 / 1e6, total / 1e6, e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
     return e;
 fail:
@@ -395,6 +407,22 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int verify)
  * rest). */
 static int pos_host(const struct tdm_engine *e, int M, int graphed) { return graphed ? e->ctx - M : e->pos; }
 
+/* Attention of M rows whose K and V are in the cache already, ROWS queries a launch (a prefill
+ * chunk is longer than the decode kernel takes; each query still sees the cache up to itself). */
+static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
+    const int64_t ldqg = 2 * (int64_t)Hq * D, HqD = (int64_t)Hq * D;
+    for (int r0 = 0; r0 < M; r0 += ROWS) {
+        const int m = M - r0 < ROWS ? M - r0 : ROWS;
+        if (tdm_attn_decode(e->q + r0 * HqD, e->qg + r0 * ldqg, ldqg, d->kc, d->vc, m, Hq, Hkv, D, pos_host(e, M, graphed) + r0,
+                            graphed ? e->d_pos : NULL, e->ctx, e->attn_scratch, e->att + r0 * HqD, e->st) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -408,9 +436,7 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
         tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D, c->rotary_dim,
                          c->rope_theta, c->rms_eps, pos_host(e, M, graphed), graphed ? e->d_pos : NULL, e->ctx, e->q, d->kc,
                          d->vc, st) ||
-        tdm_attn_decode(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, pos_host(e, M, graphed), graphed ? e->d_pos : NULL,
-                        e->ctx, e->attn_scratch, e->att, st) ||
-        tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
+        attn_rows(e, d, M, graphed) || tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
 }
@@ -544,6 +570,47 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
     }
     return 0;
 }
+
+/* A prefill chunk of M <= e->prow tokens: the layers over all M rows at once (projections past 32
+ * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1 into out. */
+static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+{
+    const int H = e->m->cfg.hidden, V = e->m->cfg.vocab;
+    void *st = e->st;
+    if (!out) from = M;
+    e->round_rows = 0;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, 0) != 0) return -1;
+    for (int r0 = from; r0 < M; r0 += ROWS) {
+        const int m = M - r0 < ROWS ? M - r0 : ROWS;
+        /* same stream: the copy of one slice ends before the next head launch overwrites it */
+        if (tdm_matmul(&e->head, e->xn + (size_t)r0 * H, H, m, e->logits, V, TDM_MM_F32, e->tiles, st) != 0 ||
+            tdm_copy_async(out + (size_t)(r0 - from) * V, e->logits, (size_t)m * V * sizeof(float), st) != 0)
+            return -1;
+    }
+    if (tdm_stream_sync(st) != 0) return -1;
+    e->pos += M;
+    return 0;
+}
+
+int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    if (T <= 0) return 0;
+    if (logits_from < 0) return tdm_errf("tdm_engine_prefill: logits_from %d is negative", logits_from);
+    if (e->pos + T > e->ctx) return tdm_errf("context full: %d + %d tokens exceed --ctx %d", e->pos, T, e->ctx);
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab) return tdm_errf("token id %d is out of the vocabulary (%d ids)", ids[t], c->vocab);
+    for (int at = 0; at < T; at += e->prow) {
+        const int M = T - at < e->prow ? T - at : e->prow;
+        int from = logits_from - at;
+        if (from < 0) from = 0;
+        float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
+        if (prefill_chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("CUDA engine prefill at position %d", e->pos);
+    }
+    return 0;
+}
+
+int tdm_engine_prefill_rows(const struct tdm_engine *e) { return e->prow; }
 
 /* ---- the hooks of a speculative round (engine_impl.h) ---- */
 

@@ -49,6 +49,15 @@ const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e);
  * vocabulary (nothing consumed), a CUDA failure (the state is then undefined). */
 int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits);
 
+/* The prompt's forward: tdm_engine_forward's contract, in chunks of up to
+ * tdm_engine_prefill_rows(e) tokens (TANDEM_PREFILL_CHUNK, at most ctx; 32 for MoE layouts) whose
+ * projections run the wide GEMM past 32 rows (each weight tile decoded once per chunk, not once per
+ * 32 rows). Not row-invariant: its logits and state are close to, not the bits of, one-token
+ * steps (tandem-prefillcheck gates the difference); tandem-run, the speculative rounds and
+ * tandem-prefillcheck's chunked path prefill prompts with it. */
+int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits);
+int tdm_engine_prefill_rows(const struct tdm_engine *e);
+
 /* Clears the sequence: position 0, KV caches, conv and GDN states zeroed. */
 int tdm_engine_reset(struct tdm_engine *e);
 

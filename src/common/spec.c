@@ -229,6 +229,12 @@ static int target_forward(struct target *t, const int32_t *ids, int T, int from,
 {
     return t->e ? tdm_engine_forward(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
 }
+/* The prompt: on the engine in prefill chunks (tdm_engine_prefill), as tandem-run's plain decode
+ * does, so that both start from the same state. */
+static int target_prefill(struct target *t, const int32_t *ids, int T, int from, float *logits, float *final_h)
+{
+    return t->e ? tdm_engine_prefill(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
+}
 static int target_pos(const struct target *t) { return t->e ? tdm_engine_pos(t->e) : tdm_ref_pos(t->r); }
 /* The engine verifies chains (tdm_spec_cuda_gap refused trees): parent[i] = i - 1. */
 static int target_verify(struct target *t, const struct drafter *d, int tree, float *logits, float *final_h)
@@ -314,7 +320,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     double t0 = now_ms();
     for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
         int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
-        if (target_forward(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, ph ? ph + (size_t)at * H : NULL) != 0)
+        if (target_prefill(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, ph ? ph + (size_t)at * H : NULL) != 0)
             goto done;
     }
     st->prefill_ms = now_ms() - t0;
@@ -347,7 +353,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         }
         for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
             int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
-            if ((d.de ? tdm_engine_forward(d.de, prompt + at, T, T, NULL) : tdm_ref_forward(d.dr, prompt + at, T, T, NULL, NULL, NULL)) != 0)
+            if ((d.de ? tdm_engine_prefill(d.de, prompt + at, T, T, NULL) : tdm_ref_forward(d.dr, prompt + at, T, T, NULL, NULL, NULL)) != 0)
                 goto done;
         }
     }

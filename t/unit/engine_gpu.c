@@ -291,6 +291,20 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
            modes[k] == 1 ? "one-row" : "5-row", S - 1, diff, (long)rows * V, T);
     }
 
+    /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM past 32
+     * rows, attention 32 queries a launch), then the forced steps: close to the CPU reference, not
+     * the bits of the M-row kernels */
+    if (tdm_engine_reset(e) != 0) bail("engine reset");
+    memset(tw, 0xff, (size_t)rows * V * 4);
+    if (tdm_engine_prefill(e, prompt, T, 0, tw) != 0) bail("engine prefill");
+    for (int i = 0; i + 1 < S; i++)
+        if (tdm_engine_forward(e, &gref[i], 1, 0, tw + (size_t)(T + i) * V) != 0) bail("engine forward");
+    snprintf(what, sizeof what, "%s prefill path vs the CPU reference", lab);
+    double epf = rel_err_routing(what, tw, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
+    ok(epf <= CPU_BOUND && nskip * 8 <= rows && tdm_engine_pos(e) == rows,
+       "%s: prefill path (%d rows in chunks of %d) + %d steps vs the CPU reference: relative error %.2e <= %.0e (%d rows "
+       "excused at routing near ties)", lab, T, tdm_engine_prefill_rows(e), S - 1, epf, CPU_BOUND, nskip);
+
     /* context overflow: refused, nothing consumed */
     const int pos = tdm_engine_pos(e);
     int rc = tdm_engine_forward(e, gref, 2, 0, tw);
