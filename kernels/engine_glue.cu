@@ -1,4 +1,4 @@
-// engine_glue.cu — the CUDA engine's glue kernels (engine_glue.h): embedding gather, SiLU * up.
+// engine_glue.cu — the CUDA engine's glue (engine_glue.h): embedding gather, SiLU * up, stream copies.
 #include "engine_glue.h"
 #include "layers_dev.cuh"
 #include "cuda_check.h"
@@ -69,5 +69,15 @@ extern "C" int tdm_copy_async(void *dst, const void *src, size_t bytes, void *st
 {
     if (bytes == 0) return 0;
     TDM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" int tdm_copy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows,
+                                void *stream)
+{
+    if (width == 0 || rows == 0) return 0;
+    if (dpitch < width || spitch < width)
+        return tdm_errf("tdm_copy2d_async: pitches %zu, %zu below the width %zu", dpitch, spitch, width);
+    TDM_CUDA_TRY(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, (cudaStream_t)stream));
     return 0;
 }

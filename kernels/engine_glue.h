@@ -1,6 +1,6 @@
 /* engine_glue.h — the small kernels the CUDA engine (src/common/engine.c) needs between the
  * projection products (matmul.h) and the layer kernels (layers.h): the embedding row gather, the
- * dense MLP's SiLU(gate) * up, and an asynchronous copy on the engine's stream. Each replaces a
+ * dense MLP's SiLU(gate) * up, and asynchronous copies on the engine's stream. Each replaces a
  * line of the CPU reference (src/common/ref.c, named per launcher) and is checked against it in
  * t/unit/engine_gpu.c. Conventions as layers.h: activations BF16 (uint16_t) row-major, an
  * explicit stream (cudaStream_t, NULL = legacy default), every launch checked, 0 or -1 with
@@ -29,6 +29,11 @@ int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_
  * From pageable host memory the source may be reused on return; to pageable host memory the
  * copy is complete on return (CUDA's rules); sync the stream before reading pinned results. */
 int tdm_copy_async(void *dst, const void *src, size_t bytes, void *stream);
+
+/* cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream): rows of width
+ * bytes from src (spitch bytes apart) to dst (dpitch bytes apart), on the engine's stream (the MTP
+ * drafter places its two normed halves side by side: [e | h] per row). */
+int tdm_copy2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows, void *stream);
 
 #ifdef __cplusplus
 }

@@ -42,8 +42,9 @@ static void usage(FILE *f)
             "     that gap and the top-1 minus top-2 margin. A chain\n"
             "     must also give every row's logits bit for bit (it replays one-token decode's arithmetic);\n"
             "     a tree is the factored form (speculative.md) and reports its largest logit difference.\n"
-            "     The CUDA engine runs chains with ngram and draft (mtp and trees are reported as not\n"
-            "     supported there yet, not checked); its (b) runs with TANDEM_CUDA_GRAPH=on;\n"
+            "     The CUDA engine runs chains with mtp, ngram and draft (trees are reported as not\n"
+            "     supported there yet, not checked); its (b) runs with TANDEM_CUDA_GRAPH=on (the MTP\n"
+            "     drafter's own launches are eager either way);\n"
             " (c) graphed against eager runs: on cuda, the one-token run and every case of (b) again with\n"
             "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; not applicable on the cpu backend.\n"
             "\n"
@@ -64,8 +65,9 @@ static void usage(FILE *f)
             "                         those; a swap across a wider gap is reported as a failure to be\n"
             "                         looked at (it can happen: the row differences allow it), not excused\n"
             "      --rows M           largest twin row count, 2..32 (default 32)\n"
-            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine on device 0, dense\n"
-            "                         qwen3_5 only, the draft model too; exit 2 without a device)\n"
+            "      --backend cpu|cuda backend (default cpu; cuda: the CUDA engine on device 0, for the\n"
+            "                         layouts tandem-run --help lists, the draft model too; exit 2\n"
+            "                         without a device)\n"
             "      --json FILE        JSON report: every case, its verdict, counts and margins\n"
             "  -h, --help             this text\n"
             "Exit status: 0 all identical or near ties only (reported), 1 a difference (or a CUDA call\n"
@@ -347,15 +349,12 @@ int main(int argc, char **argv)
     if (tdm_spec_parse_tree(tree_opt, &base) != 0) tdm_die_input(prog);
     int tree_depth = base.tree_depth;
     base.tree_depth = 0;
-    /* mtp asked for by name cannot run on the engine (with all it is reported as not run) */
-    struct tdm_spec_opts mtp = base;
-    mtp.kind = TDM_SPEC_MTP;
+    /* chains run on either backend; the trees the engine does not run are reported as not run */
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, want[TDM_SPEC_MTP] ? tdm_spec_cuda_gap(&mtp) : NULL, m, &backend, &why) != 0)
-        tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
     (void)why;
     base.backend = backend;
     if (backend == TDM_BACKEND_CUDA) {

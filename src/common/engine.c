@@ -7,7 +7,8 @@
  * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
  * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. The passes of a
  * speculative round (a verify that leaves the GDN states as they were, a commit of the accepted
- * rows) are the hooks of engine_impl.h; engine_spec.c drives them. */
+ * rows) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter (engine_mtp.c)
+ * borrows the activations between passes and reads the final-norm rows left in xn. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
@@ -76,6 +77,8 @@ struct tdm_engine {
     tdm_graph verify_graph[ROWS + 1][ROWS + 1], commit_graph[ROWS + 1];
     int verify_eager[ROWS + 1][ROWS + 1], commit_eager[ROWS + 1];
     struct tdm_engine_round_bytes round_bytes;
+    int fin_rows;                           /* rows of the last forward chunk or verify in xn (the MTP's h) */
+    struct tdm_emtp *mtp;                   /* the MTP drafter (engine_mtp.c), once uploaded */
     struct tdm_engine_mem mem;
     void **allocs;
     int nalloc, capalloc;
@@ -171,6 +174,7 @@ void tdm_engine_free(struct tdm_engine *e)
     if (!e) return;
     if (e->st) tdm_stream_sync(e->st);
     if (e->step) tdm_graph_destroy(e->step);
+    tdm_emtp_free(e->mtp);
     tdm_emoe_free(e->moe);
     for (int m = 0; m <= ROWS; m++) {
         if (e->commit_graph[m]) tdm_graph_destroy(e->commit_graph[m]);
@@ -303,6 +307,8 @@ int tdm_engine_reset(struct tdm_engine *e)
     if (tdm_cuda_sync() != 0) return -1;
     e->pos = 0;
     e->round_rows = 0;
+    e->fin_rows = 0;
+    if (e->mtp) tdm_emtp_reset(e->mtp);
     return 0;
 }
 
@@ -540,6 +546,7 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     void *st = e->st;
     if (!out) from = M;
     e->round_rows = 0; /* a forward changes the states a pending round started from; a verify replaces it */
+    e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
     int rc;
     if (verify) rc = run_pass(e, PASS_VERIFY, M, from, &e->verify_graph[M][from], &e->verify_eager[M][from]);
@@ -548,6 +555,7 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     if (rc != 0) return -1;
     if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
+    e->fin_rows = M; /* launches() left the final-norm output in e->xn */
     if (verify) e->round_rows = M;
     else e->pos += M;
     return 0;
@@ -579,6 +587,7 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     void *st = e->st;
     if (!out) from = M;
     e->round_rows = 0;
+    e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, 0) != 0) return -1;
     for (int r0 = from; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
@@ -589,6 +598,7 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     }
     if (tdm_stream_sync(st) != 0) return -1;
     e->pos += M;
+    e->fin_rows = M; /* launches() left the final-norm output of all M rows in e->xn */
     return 0;
 }
 
@@ -637,3 +647,16 @@ int tdm_engine_commit_rows(struct tdm_engine *e, int j)
 }
 
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e) { return &e->round_bytes; }
+
+/* ---- the hooks of the MTP drafter (engine_impl.h) ---- */
+
+void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v)
+{
+    *v = (struct tdm_engine_view){
+        .m = e->m, .ctx = e->ctx, .stream = e->st, .tiles = e->tiles, .embed = e->embed, .embed_f32 = e->embed_f32,
+        .head = &e->head, .qg = e->qg, .kk = e->kk, .vv = e->vv, .q = e->q, .att = e->att, .y = e->y, .g = e->g,
+        .u = e->u, .attn_scratch = e->attn_scratch, .logits = e->logits, .moe = e->moe, .final_xn = e->xn,
+        .final_rows = e->fin_rows, .mem = &e->mem};
+}
+
+struct tdm_emtp **tdm_engine_mtp_state(struct tdm_engine *e) { return &e->mtp; }

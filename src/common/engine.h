@@ -3,7 +3,8 @@
  * layer kernels of kernels/layers.h and the glue of kernels/engine_glue.h. Host C only; no CUDA
  * headers. It serves the family's three layouts (models.md): dense qwen3_5 (Gated DeltaNet + gated
  * attention + dense SwiGLU MLP, e.g. Qwen3.8-27B), qwen3_next (grouped GDN projections, MoE MLP,
- * e.g. Qwen3-Next-80B-A3B) and qwen3_5_moe; the MTP layer is not run.
+ * e.g. Qwen3-Next-80B-A3B) and qwen3_5_moe; the MTP layer runs as a drafter (engine_mtp.c) once
+ * tdm_engine_mtp_init has uploaded it.
  *
  * Rounding points are the reference's (every projection ->bf16, residual adds ->bf16, ...); the
  * head returns FP32 logits. T tokens are processed in chunks of at most TDM_ENGINE_MAX_ROWS rows
@@ -82,6 +83,40 @@ int tdm_engine_commit(struct tdm_engine *e, int j);
  * once and writes none; a commit reads and writes each once. */
 struct tdm_engine_round_bytes { int64_t state_read, state_written; };
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e);
+
+/* ---- the MTP drafter (engine_mtp.c; models.md "MTP drafter"; spec.h says how rounds use it) ----
+ * tdm_engine_mtp_supported: 0 if the engine can run m's MTP layer (it has one; its projections BF16,
+ * FP8 or NVFP4; an MoE MTP layer's experts as the MoE kernels take them), else -1 with tdm_err().
+ * Needs no device.
+ * tdm_engine_mtp_init uploads it on first use: mtp.pre_fc_norm_embedding, pre_fc_norm_hidden, fc,
+ * norm and the full-attention decoder layer mtp.layers.0 with its own BF16 K and V caches
+ * [ctx][Hkv][D]; the embedding and the head are the main model's. The drafter's position (the MTP
+ * rows fed so far) starts at 0; tdm_engine_reset sets it to 0.
+ * tdm_engine_mtp(e, pos, next_ids, T, k, drafts, logits) runs the drafter from its position pos
+ * (0 <= pos <= tdm_engine_mtp_pos: a rewind drops the rows from pos on, whose K/V rows the next
+ * rows overwrite; attention never reads above its own position):
+ *   T >= 1 real rows at MTP positions pos..pos+T-1: row t takes token next_ids[t] (the token after
+ *     the main model's row) and the main model's final-norm output of row t of the engine's last
+ *     forward chunk or verify, read on the device (T <= those rows: a forward of more than
+ *     TDM_ENGINE_MAX_ROWS tokens keeps only its last chunk's; a commit keeps its verify's rows);
+ *   then, for k >= 1, k draft tokens: drafts[0] = argmax of the head on the last real row's output
+ *     after mtp.norm; step j = 1..k-1 feeds (drafts[j-1], the previous step's output after mtp.norm)
+ *     at position pos+T-1+j and drafts[j] = argmax of its head (ties to the lower id), the tokens
+ *     chained on the device without a round trip. logits NULL or [k][V] FP32: the rows the drafts
+ *     were chosen from. k = 0 runs no head (drafts and logits untouched).
+ * ref.c's tdm_ref_mtp_h with its rounding points; row-invariant (any split of the real rows into
+ * calls gives the same bits). Eager launches on the engine's stream, synchronised on return. The
+ * position becomes pos + T + max(k - 1, 0).
+ * Returns 0, or -1 with tdm_err(): no MTP uploaded, bad pos / T / k, context full, a token id
+ * outside the vocabulary (nothing changes then), a CUDA failure (the state is then undefined). */
+int tdm_engine_mtp_supported(const struct tdm_model *m);
+int tdm_engine_mtp_init(struct tdm_engine *e);
+int tdm_engine_mtp_pos(const struct tdm_engine *e);
+int tdm_engine_mtp(struct tdm_engine *e, int pos, const int32_t *next_ids, int T, int k, int32_t *drafts, float *logits);
+/* tdm_engine_mtp on real rows r0..r0+T-1 of the last chunk's final-norm rows (T <= 32 a call): a
+ * prefill chunk of more than 32 tokens is fed to the drafter 32 rows at a time. */
+int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next_ids, int T, int k, int32_t *drafts,
+                      float *logits);
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,11 @@
-/* engine_impl.h — the hooks engine.c gives engine_spec.c (the speculative rounds' protocol), so that
- * the round's bookkeeping and checks live apart from the engine's launch sequences. Not for tools:
- * they take engine.h. */
+/* engine_impl.h — the hooks engine.c gives engine_spec.c (the speculative rounds' protocol) and
+ * engine_mtp.c (the MTP drafter), so that the rounds' bookkeeping and the drafter live apart from
+ * the engine's launch sequences. Not for tools: they take engine.h. */
 #ifndef TDM_ENGINE_IMPL_H
 #define TDM_ENGINE_IMPL_H
 #include "engine.h"
+#include "engine_moe.h"
+#include "matmul.h"
 
 const struct tdm_model *tdm_engine_model(const struct tdm_engine *e);
 int tdm_engine_ctx(const struct tdm_engine *e);
@@ -16,4 +18,34 @@ int tdm_engine_round_rows(const struct tdm_engine *e);
  * return. */
 int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits);
 int tdm_engine_commit_rows(struct tdm_engine *e, int j);
+
+/* What the MTP drafter uses of the engine. Borrowed activations: every pass of engine.c
+ * synchronises the stream before it returns, so between passes they hold nothing that is needed
+ * again (the head's logits buffer included); the MTP launches on the same stream. final_xn [R][H]:
+ * the main model's final-norm output of the last forward chunk or verify (final_rows rows; 0 after
+ * a reset or a failed pass); no pass but a forward or a verify writes it. */
+struct tdm_engine_view {
+    const struct tdm_model *m;
+    int ctx;
+    void *stream;
+    const struct tdm_tiles *tiles;
+    const void *embed;                          /* [V][H] BF16, or F32 when embed_f32 */
+    int embed_f32;
+    const struct tdm_dweight *head;             /* [V, H] */
+    uint16_t *qg, *kk, *vv, *q, *att, *y;       /* attention and layer outputs, ROWS rows */
+    uint16_t *g, *u;                            /* dense MLP [ROWS][I]; NULL when every layer is MoE */
+    float *attn_scratch;                        /* tdm_attn_scratch_bytes(ROWS, Hq, D, ctx) */
+    float *logits;                              /* [ROWS][V] */
+    struct tdm_emoe *moe;
+    uint16_t *final_xn;
+    int final_rows;
+    struct tdm_engine_mem *mem;                 /* the drafter adds its device bytes */
+};
+void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v);
+/* The drafter's state, owned by the engine (NULL until tdm_engine_mtp_init): freed and reset with
+ * it (engine_mtp.c). */
+struct tdm_emtp;
+struct tdm_emtp **tdm_engine_mtp_state(struct tdm_engine *e);
+void tdm_emtp_free(struct tdm_emtp *x);
+void tdm_emtp_reset(struct tdm_emtp *x);
 #endif

@@ -20,7 +20,7 @@ struct moe_layer {
 struct tdm_emoe {
     const struct tdm_model *m;
     int rows;
-    struct moe_layer **ly;        /* [L]; NULL for a dense layer */
+    struct moe_layer **ly;        /* [L + 1]; NULL for a dense layer; [L]: the MTP layer's, once uploaded */
     /* activations, `rows` rows */
     uint16_t *logits;             /* [R][E] */
     int32_t *sel;                 /* [R][k] */
@@ -85,7 +85,7 @@ static void layer_free(struct moe_layer *d)
 void tdm_emoe_free(struct tdm_emoe *x)
 {
     if (!x) return;
-    for (int i = 0; x->ly && i < x->m->cfg.n_layers; i++) layer_free(x->ly[i]);
+    for (int i = 0; x->ly && i <= x->m->cfg.n_layers; i++) layer_free(x->ly[i]);
     free(x->ly);
     tdm_cuda_free(x->logits);
     tdm_cuda_free(x->sel);
@@ -97,9 +97,8 @@ void tdm_emoe_free(struct tdm_emoe *x)
     free(x);
 }
 
-static int upload_layer(struct tdm_emoe *x, int i, size_t *weights)
+static int upload_layer(struct tdm_emoe *x, int i, const struct tdm_moe *moe, size_t *weights)
 {
-    const struct tdm_moe *moe = &x->m->layers[i].moe;
     struct moe_layer *d = calloc(1, sizeof *d);
     if (!d) return tdm_errf("CUDA engine: out of host memory");
     x->ly[i] = d;
@@ -119,7 +118,7 @@ struct tdm_emoe *tdm_emoe_new(const struct tdm_model *m, int rows, size_t *weigh
 {
     const struct tdm_config *c = &m->cfg;
     struct tdm_emoe *x = calloc(1, sizeof *x);
-    if (!x || !(x->ly = calloc((size_t)c->n_layers, sizeof *x->ly))) {
+    if (!x || !(x->ly = calloc((size_t)c->n_layers + 1, sizeof *x->ly))) {
         free(x);
         tdm_errf("CUDA engine: out of host memory");
         return NULL;
@@ -130,7 +129,7 @@ struct tdm_emoe *tdm_emoe_new(const struct tdm_model *m, int rows, size_t *weigh
     for (int i = 0; i < c->n_layers; i++) {
         if (!m->layers[i].is_moe) continue;
         any = 1;
-        if (upload_layer(x, i, weights) != 0) goto fail;
+        if (upload_layer(x, i, &m->layers[i].moe, weights) != 0) goto fail;
     }
     if (!any) return x;
     const size_t R = (size_t)rows, H = (size_t)c->hidden, E = (size_t)c->n_experts, k = (size_t)c->top_k;
@@ -149,11 +148,29 @@ fail:
     return NULL;
 }
 
+int tdm_emoe_upload_mtp(struct tdm_emoe *x, size_t *weights)
+{
+    const struct tdm_model *m = x->m;
+    const int L = m->cfg.n_layers;
+    if (!m->has_mtp || !m->mtp.layer.is_moe) return tdm_errf("CUDA engine: the MTP layer has no MoE MLP");
+    if (x->ly[L]) return 0;
+    if (!x->logits) /* the activations exist when a main layer is MoE (every layout with an MoE MTP layer) */
+        return tdm_errf("%s: an MoE MTP layer on a model without MoE layers: not supported by the CUDA engine", m->dir);
+    if (tdm_moe_experts_check(m->mtp.layer.moe.experts, m->cfg.n_experts) != 0)
+        return tdm_err_prefix("%s: mtp.layers.0 mlp", m->dir);
+    if (upload_layer(x, L, &m->mtp.layer.moe, weights) != 0) {
+        layer_free(x->ly[L]);
+        x->ly[L] = NULL;
+        return tdm_err_prefix("MTP layer (slot %d)", L);
+    }
+    return 0;
+}
+
 int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, uint16_t *y,
                      const struct tdm_tiles *tiles, void *stream)
 {
     const struct tdm_config *c = &x->m->cfg;
-    const struct moe_layer *d = layer >= 0 && layer < c->n_layers ? x->ly[layer] : NULL;
+    const struct moe_layer *d = layer >= 0 && layer <= c->n_layers ? x->ly[layer] : NULL;
     if (!d) return tdm_errf("CUDA engine: layer %d has no MoE weights on the device", layer);
     if (M < 1 || M > x->rows) return tdm_errf("CUDA engine: MoE of %d rows (at most %d)", M, x->rows);
     const int H = c->hidden, E = c->n_experts, k = c->top_k, I = c->moe_intermediate;

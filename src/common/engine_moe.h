@@ -28,7 +28,13 @@ int tdm_emoe_supported(const struct tdm_model *m);
 struct tdm_emoe *tdm_emoe_new(const struct tdm_model *m, int rows, size_t *weights, size_t *act);
 void tdm_emoe_free(struct tdm_emoe *x);
 
-/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous), M <= rows. */
+/* Uploads the MTP layer's MoE MLP (mtp.layers.0.mlp) as layer slot L = n_layers, once; adds the
+ * device bytes to *weights. -1 with tdm_err() when the model's MTP layer is dense, when no main layer
+ * is MoE (no activations), for an expert format the kernels do not take, or out of device memory. */
+int tdm_emoe_upload_mtp(struct tdm_emoe *x, size_t *weights);
+
+/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous), M <= rows; layer n_layers is the MTP
+ * layer's (tdm_emoe_upload_mtp). */
 int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, uint16_t *y,
                      const struct tdm_tiles *tiles, void *stream);
 #endif

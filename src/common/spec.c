@@ -52,8 +52,6 @@ int tdm_spec_opts_init(struct tdm_spec_opts *o)
 
 const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o)
 {
-    if (o->kind == TDM_SPEC_MTP)
-        return "--spec mtp is not supported by the CUDA engine yet (it has no MTP head; --spec ngram and draft are)";
     if (o->tree_depth) return "--tree is not supported by the CUDA engine yet (chain verify rounds only: --draft N)";
     return NULL;
 }
@@ -112,6 +110,9 @@ struct drafter {
     float *mh, *mlog;        /* [MAXN][H]: MTP output h per node; [V]: logits of the latest step */
     float *root_log;         /* [V]: the root's draft logits (from the catch-up) */
     int root_pos;            /* main-model position of the root */
+    struct tdm_engine *me;   /* the CUDA engine running the MTP (then the chain below, not r) */
+    int32_t chain[MAXN];     /* [d]: the engine's draft at depth d + 1, chained at the last feed */
+    int nchain;
     /* ngram */
     int32_t *hist;
     int nhist, caphist;
@@ -145,12 +146,42 @@ static int mtp_feed_real(struct drafter *d, int p0, const int32_t *next, const f
     return tdm_ref_mtp_h(d->r, next + T - 1, h + (size_t)(T - 1) * d->H, 1, d->root_log, d->mh);
 }
 
+/* The CUDA engine's MTP (engine.h: tdm_engine_mtp): rewound to p0 and fed the T real rows (next[t],
+ * the main model's final-norm rows 0..T-1 of the engine's last forward chunk or verify, read on the
+ * device), then k drafts chained on the device into d->chain: the inputs and positions of
+ * mtp_feed_real and of expand's chain steps. */
+/* Feeds the drafter the T rows of the engine's last forward chunk, verify or prefill chunk (at MTP
+ * positions p0..), TDM_ENGINE_MAX_ROWS a call, then drafts k tokens after the last row. */
+static int mtp_engine_feed(struct drafter *d, int p0, const int32_t *next, int T, int k)
+{
+    d->nchain = 0;
+    for (int r0 = 0; r0 < T; r0 += TDM_ENGINE_MAX_ROWS) {
+        const int n = T - r0 < TDM_ENGINE_MAX_ROWS ? T - r0 : TDM_ENGINE_MAX_ROWS, last = r0 + n == T;
+        if (tdm_engine_mtp_at(d->me, p0 + r0, r0, next + r0, n, last ? k : 0, d->chain, NULL) != 0) return -1;
+    }
+    d->nchain = k;
+    return 0;
+}
+
+/* The depth of the next round's chain or tree when e of n_new tokens are out. */
+static int round_depth(const struct tdm_spec_opts *o, long e, int n_new)
+{
+    const int want = o->tree_depth ? o->tree_depth : o->draft;
+    const long left = n_new - e - 1;
+    return left < want ? (int)(left > 0 ? left : 0) : want;
+}
+
 /* Up to want proposals for the children of node t (its path fed as the drafter needs). */
 static int expand(struct drafter *d, int t, int want, int32_t *out)
 {
     const int dep = d->depth[t], p = d->parent[t];
     switch (d->kind) {
     case TDM_SPEC_MTP:
+        if (d->me) { /* a chain (tdm_spec_cuda_gap refuses trees), drafted at the last feed */
+            if (dep >= d->nchain) return tdm_errf("MTP chain: no draft at depth %d (%d drafted)", dep + 1, d->nchain);
+            out[0] = d->chain[dep];
+            return 1;
+        }
         if (t == 0) return tdm_topk(d->root_log, d->V, want, out);
         /* node t at depth dep >= 1: MTP position root_pos - 1 + dep, fed (its token, its parent's h) */
         if (tdm_ref_mtp_rewind(d->r, d->root_pos - 1 + dep) != 0) return -1;
@@ -304,10 +335,13 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     struct target tg = {NULL, NULL};
     struct drafter d = {.kind = o->kind, .o = o, .V = V, .H = H, .cur = -1};
     float *logits = xmalloc((size_t)MAXN * V * sizeof(float)), *fh = xmalloc((size_t)MAXN * H * sizeof(float));
-    float *ph = o->kind == TDM_SPEC_MTP ? xmalloc((size_t)n_prompt * H * sizeof(float)) : NULL;
+    const int cuda = o->backend == TDM_BACKEND_CUDA;
+    float *ph = o->kind == TDM_SPEC_MTP && !cuda ? xmalloc((size_t)n_prompt * H * sizeof(float)) : NULL;
     int rc = -1;
-    if (o->backend == TDM_BACKEND_CUDA) {
+    if (cuda) {
         if (!(tg.e = tdm_engine_new(m, ctx))) goto done;
+        if (o->kind == TDM_SPEC_MTP && tdm_engine_mtp_init(tg.e) != 0) goto done;
+        d.me = o->kind == TDM_SPEC_MTP ? tg.e : NULL;
         if (o->kind == TDM_SPEC_DRAFT && !(d.de = tdm_engine_new(o->draft_model, ctx)))
             { tdm_err_prefix("draft model %s", o->draft_model->dir); goto done; }
         rc = -2; /* from here on a failure is a failed CUDA call */
@@ -316,12 +350,20 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         tdm_ref_set_defer(tg.r, o->defer);
     }
 
-    /* prefill, chunk by chunk (final-norm outputs kept for the MTP drafter) */
+    /* prefill, chunk by chunk (final-norm outputs kept for the MTP drafter: on the CPU in ph; on the
+     * engine each chunk's rows stay on the device until the next pass, so chunks of at most
+     * TDM_ENGINE_MAX_ROWS, each fed to the drafter at once — the last one after its token is picked) */
     double t0 = now_ms();
-    for (int at = 0; at < n_prompt; at += o->prefill_chunk) {
-        int T = n_prompt - at < o->prefill_chunk ? n_prompt - at : o->prefill_chunk;
+    int last_at = 0;
+    /* on the engine, chunks it prefills in one piece, so that the MTP drafter finds each chunk's rows */
+    int pc = o->prefill_chunk;
+    if (tg.e && pc > tdm_engine_prefill_rows(tg.e)) pc = tdm_engine_prefill_rows(tg.e);
+    for (int at = 0; at < n_prompt; at += pc) {
+        int T = n_prompt - at < pc ? n_prompt - at : pc;
         if (target_prefill(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, ph ? ph + (size_t)at * H : NULL) != 0)
             goto done;
+        last_at = at;
+        if (d.me && at + T < n_prompt && mtp_engine_feed(&d, at, prompt + at + 1, T, 0) != 0) goto done;
     }
     st->prefill_ms = now_ms() - t0;
     long e = 0;
@@ -339,7 +381,8 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         int32_t *next = xmalloc((size_t)n_prompt * sizeof(int32_t));
         memcpy(next, prompt + 1, (size_t)(n_prompt - 1) * sizeof(int32_t));
         next[n_prompt - 1] = last;
-        int frc = mtp_feed_real(&d, 0, next, ph, n_prompt);
+        int frc = d.me ? mtp_engine_feed(&d, last_at, next + last_at, n_prompt - last_at, round_depth(o, e, n_new))
+                       : mtp_feed_real(&d, 0, next, ph, n_prompt);
         free(next);
         if (frc != 0) goto done;
     } else if (o->kind == TDM_SPEC_NGRAM) {
@@ -366,8 +409,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     }
     while (e < n_new) {
         double tr = now_ms();
-        int want_depth = o->tree_depth ? o->tree_depth : o->draft;
-        int maxdepth = (int)(n_new - e - 1) < want_depth ? (int)(n_new - e - 1) : want_depth;
+        const int maxdepth = round_depth(o, e, n_new);
         d.n = 1;
         d.ids[0] = last;
         d.parent[0] = -1;
@@ -410,14 +452,16 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
             /* the drafters follow the commit */
             if (o->kind == TDM_SPEC_MTP) {
                 int32_t next[MAXN];
-                float *hp = xmalloc((size_t)len * H * sizeof(float));
-                for (int j = 0; j < len; j++) {
-                    next[j] = j + 1 < len ? d.ids[path[j + 1]] : last;
-                    memcpy(hp + (size_t)j * H, fh + (size_t)path[j] * H, (size_t)H * sizeof(float));
+                for (int j = 0; j < len; j++) next[j] = j + 1 < len ? d.ids[path[j + 1]] : last;
+                if (d.me) { /* the verify's rows 0..len-1 are the chain's path */
+                    if (mtp_engine_feed(&d, d.root_pos, next, len, round_depth(o, e, n_new)) != 0) goto done;
+                } else {
+                    float *hp = xmalloc((size_t)len * H * sizeof(float));
+                    for (int j = 0; j < len; j++) memcpy(hp + (size_t)j * H, fh + (size_t)path[j] * H, (size_t)H * sizeof(float));
+                    int frc = mtp_feed_real(&d, d.root_pos, next, hp, len);
+                    free(hp);
+                    if (frc != 0) goto done;
                 }
-                int frc = mtp_feed_real(&d, d.root_pos, next, hp, len);
-                free(hp);
-                if (frc != 0) goto done;
             } else if (o->kind == TDM_SPEC_NGRAM) {
                 for (int j = 1; j < len; j++) hist_add(&d, &d.ids[path[j]], 1);
                 hist_add(&d, &last, 1);

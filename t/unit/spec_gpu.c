@@ -13,25 +13,48 @@
  *     33 rows, a verify past the context, and a commit after a forward are refused without
  *     changing the position; a refused round leaves the state intact (the next rows still equal
  *     one-token decode);
- *   tdm_spec_generate on the CUDA backend: ngram chains and draft chains (the model drafting for
- *     itself, every draft accepted; another format's checkpoint as the draft model) give plain CUDA
- *     decode's tokens and logits bit for bit, and the round statistics add up; mtp and trees are
- *     refused as not supported by the CUDA engine yet. */
+ *   the MTP drafter on the engine (tdm_engine_mtp), on qwen35-tiny (dense MTP MLP) per format and
+ *     qwen3next-tiny in BF16 (MoE MTP MLP): the prompt fed one row at a time (one draft each) gives
+ *     the MTP logits of every prompt position: against the CPU reference's tdm_ref_mtp_h relative
+ *     error <= 1e-2 (engine_gpu.c's bound for the forward), top-1 equal where the reference's margin
+ *     >= 0.25, and against the fixture's mtp_logits (transformers) <= 2e-2 (MoE: a row over the bound
+ *     at a routing near tie, margin < 0.0625, of the CPU's main router at its position or MTP router
+ *     on its way, is reported and left out, at most one in eight); the prompt in chunks of 32 rows (the way tdm_spec_generate feeds it) and a
+ *     chain of 6 drafts: the first row equals the one-row feed's last row bit for bit, the chained
+ *     steps' logits are within 1e-2 of the CPU's chain (the CPU fed its own drafts), the drafts equal
+ *     the CPU's up to the first CPU near tie (margin < 0.25); the same call again (a rewind over the
+ *     drafts' rows) gives the same bits; bad positions, row counts and draft counts, and a drafter
+ *     not uploaded, are refused with the position unchanged;
+ *   tdm_spec_generate on the CUDA backend: mtp chains (1, 4, 31 drafts; a prefill chunk of 5), ngram
+ *     chains and draft chains (the model drafting for itself, every draft accepted; another format's
+ *     checkpoint as the draft model) give plain CUDA decode's tokens and logits bit for bit, and the
+ *     round statistics add up; an mtp chain accepts per depth what the CPU reference's mtp chain
+ *     accepts (the drafts are the CPU's unless an MTP near tie flips one: then this fails and the
+ *     draft check above shows the margin); trees are refused as not supported by the CUDA engine
+ *     yet. */
+#include "compare.h"
 #include "device.h"
 #include "engine.h"
 #include "err.h"
 #include "model.h"
 #include "ref.h"
+#include "safetensors.h"
 #include "settings.h"
 #include "spec.h"
 #include "tap.h"
 #include "tokens.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "gputest.h"
 
 #define NSEQ 128 /* tokens after the prompt that the rounds and the one-token steps feed */
+#define CPU_BOUND 1e-2          /* engine_gpu.c's bounds: against the CPU reference, */
+#define FIX_BOUND 2e-2          /* against the fixture (transformers) */
+#define CLEAR_MARGIN 0.25f
+#define ROUTER_NEAR_TIE 0.0625f
+#define KCHAIN 6                /* chained MTP drafts checked against the CPU's */
 
 /* (rows, committed) of each round: every R and j range, shapes repeated (graphs on the second use) */
 static const int schedule[][2] = {{5, 5}, {5, 1}, {5, 3}, {1, 1}, {2, 2}, {5, 2}, {32, 7}, {17, 17}, {8, 4},
@@ -130,6 +153,167 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
     free(got);
 }
 
+/* ---- the MTP drafter ---- */
+
+/* ||got - ref|| / ||ref|| over n rows of V, leaving out a row whose own error exceeds bound where
+ * the CPU reference saw a routing near tie that the row depends on (gaps[i] < ROUTER_NEAR_TIE; +inf
+ * without MoE): reported, counted in *nskip, marked in skip[]. */
+static double rel_err_excused(const char *what, const float *got, const float *ref, int n, int V, const float *gaps,
+                              double bound, int *skip, int *nskip)
+{
+    double num = 0, den = 0;
+    *nskip = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = tdm_rel_err(got + (size_t)i * V, ref + (size_t)i * V, V);
+        skip[i] = e > bound && gaps[i] < ROUTER_NEAR_TIE;
+        if (skip[i]) {
+            (*nskip)++;
+            printf("# %s row %d: relative error %.2e at a routing near tie (router margin %.4f): reported, left out\n", what,
+                   i, e, gaps[i]);
+            continue;
+        }
+        for (int j = 0; j < V; j++) {
+            const double d = (double)got[(size_t)i * V + j] - ref[(size_t)i * V + j];
+            num += d * d;
+            den += (double)ref[(size_t)i * V + j] * ref[(size_t)i * V + j];
+        }
+    }
+    return isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void test_mtp(const char *fix, const char *model, const char *fmt)
+{
+    char dir[4096], path[4096], lab[160];
+    snprintf(dir, sizeof dir, "%s/%s/%s", fix, model, fmt);
+    snprintf(lab, sizeof lab, "%s/%s MTP", model, fmt);
+    struct tdm_model *m = tdm_model_load(dir);
+    if (!m) bail("model");
+    if (!m->has_mtp) bail("the fixture has no MTP layer");
+    const int V = m->cfg.vocab, H = m->cfg.hidden;
+    int32_t *prompt;
+    int np;
+    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
+    if (tdm_tokens_read(path, V, 0, &prompt, &np) != 0 || np < 2) bail("prompt");
+    snprintf(path, sizeof path, "%s/%s/ref-%s.safetensors", fix, model, fmt);
+    struct tdm_stfile *rf = tdm_st_open(path);
+    if (!rf) bail("fixture");
+    const struct tdm_tensor *ft = tdm_st_find(rf, "mtp_logits");
+    if (!ft || ft->dtype != TDM_DT_F32 || ft->ndim != 2 || ft->shape[0] != np - 1 || ft->shape[1] != V)
+        bail("fixture tensor mtp_logits [prompt - 1][V] F32");
+    const float *fm = ft->data;
+    const int ctx = np + 2 * KCHAIN + 8;
+
+    /* the CPU reference: the prompt's final-norm rows, the MTP over every prompt row (the last one
+     * takes the greedy token after the prompt), then KCHAIN drafts chained on its own argmax */
+    struct tdm_ref *r = tdm_ref_new(m, ctx);
+    float *ph = hal((size_t)np * H * 4), *lg = hal((size_t)V * 4), *cm = hal((size_t)np * V * 4);
+    float *mh = hal((size_t)np * H * 4), *oh = hal((size_t)H * 4), *cc = hal((size_t)KCHAIN * V * 4);
+    int32_t *next = hal((size_t)np * 4), cd[KCHAIN];
+    if (tdm_ref_forward(r, prompt, np, np - 1, lg, NULL, ph) != 0) bail("reference forward");
+    for (int i = 0; i + 1 < np; i++) next[i] = prompt[i + 1];
+    next[np - 1] = tdm_argmax(lg, V);
+    if (tdm_ref_mtp_h(r, next, ph, np, cm, mh) != 0) bail("reference MTP");
+    memcpy(cc, cm + (size_t)(np - 1) * V, (size_t)V * 4);
+    memcpy(oh, mh + (size_t)(np - 1) * H, (size_t)H * 4);
+    for (int j = 0; j < KCHAIN; j++) {
+        cd[j] = tdm_argmax(cc + (size_t)j * V, V);
+        if (j + 1 < KCHAIN && tdm_ref_mtp_h(r, &cd[j], oh, 1, cc + (size_t)(j + 1) * V, oh) != 0) bail("reference MTP chain");
+    }
+    /* the routing margins a row depends on (+inf without MoE): row i of the prompt, the main model's
+     * at position i and the MTP's at i; chain row j also the MTP's at the chain's earlier steps */
+    float *gaps = hal((size_t)ctx * sizeof *gaps);
+    const float *g0 = tdm_ref_router_gaps(r, 0), *g1m = tdm_ref_router_gaps(r, 1);
+    for (int i = 0; i < np; i++) gaps[i] = fminf(g0[i], g1m[i]);
+    for (int j = 1; j < KCHAIN; j++) gaps[np - 1 + j] = fminf(gaps[np - 2 + j], g1m[np - 1 + j]);
+    tdm_ref_free(r);
+
+    struct tdm_engine *e = tdm_engine_new(m, ctx);
+    if (!e) bail("engine");
+    int32_t d1;
+    ok(tdm_engine_mtp(e, 0, next, 1, 1, &d1, NULL) == -1 && strstr(tdm_err(), "not on the device"),
+       "%s: the drafter before tdm_engine_mtp_init refused (%s)", lab, tdm_err());
+    if (tdm_engine_mtp_init(e) != 0) bail("tdm_engine_mtp_init");
+
+    /* one row at a time: the MTP logits of every prompt position */
+    float *g1 = hal((size_t)np * V * 4);
+    for (int i = 0; i < np; i++)
+        if (tdm_engine_forward(e, &prompt[i], 1, 1, NULL) != 0 || tdm_engine_mtp(e, i, &next[i], 1, 1, &d1, g1 + (size_t)i * V) != 0)
+            bail("one-row MTP feed");
+    int *skip = hal((size_t)np * sizeof *skip), nskip, nclear = 0, differ = 0;
+    char what[240];
+    snprintf(what, sizeof what, "%s vs the CPU reference", lab);
+    double ec = rel_err_excused(what, g1, cm, np, V, gaps, CPU_BOUND, skip, &nskip);
+    for (int i = 0; i < np; i++) {
+        if (skip[i] || tdm_margin(cm + (size_t)i * V, V) < CLEAR_MARGIN) continue;
+        nclear++;
+        differ += tdm_argmax(g1 + (size_t)i * V, V) != tdm_argmax(cm + (size_t)i * V, V);
+    }
+    ok(ec <= CPU_BOUND && nskip * 8 <= np, "%s: logits of the %d prompt positions (one row a call) vs the CPU reference: "
+       "relative error %.2e <= %.0e (%d rows excused at routing near ties)", lab, np, ec, CPU_BOUND, nskip);
+    ok(differ == 0, "%s: top-1 equal to the CPU reference's on the %d rows with margin >= %.2f (%d differ)", lab, nclear,
+       CLEAR_MARGIN, differ);
+    snprintf(what, sizeof what, "%s vs the fixture", lab);
+    double ef = rel_err_excused(what, g1, fm, np - 1, V, gaps, FIX_BOUND, skip, &nskip);
+    ok(ef <= FIX_BOUND && nskip * 8 <= np - 1, "%s: logits of positions 0..%d vs the fixture's mtp_logits: relative error "
+       "%.2e <= %.0e (%d rows excused at routing near ties)", lab, np - 2, ef, FIX_BOUND, nskip);
+
+    /* the prompt in chunks of 32 rows, then a chain of KCHAIN drafts */
+    if (tdm_engine_reset(e) != 0) bail("reset");
+    int last_at = 0;
+    for (int at = 0; at < np; at += TDM_ENGINE_MAX_ROWS) {
+        const int T = np - at < TDM_ENGINE_MAX_ROWS ? np - at : TDM_ENGINE_MAX_ROWS;
+        if (tdm_engine_forward(e, prompt + at, T, T, NULL) != 0) bail("prefill chunk");
+        last_at = at;
+        if (at + T < np && tdm_engine_mtp(e, at, next + at, T, 0, NULL, NULL) != 0) bail("chunk MTP feed");
+    }
+    const int TL = np - last_at;
+    int32_t gd[KCHAIN], gd2[KCHAIN];
+    float *gc = hal((size_t)KCHAIN * V * 4), *gc2 = hal((size_t)KCHAIN * V * 4);
+    if (tdm_engine_mtp(e, last_at, next + last_at, TL, KCHAIN, gd, gc) != 0) bail("chained MTP");
+    ok(memcmp(gc, g1 + (size_t)(np - 1) * V, (size_t)V * 4) == 0 && gd[0] == tdm_argmax(gc, V) &&
+       tdm_engine_mtp_pos(e) == np + KCHAIN - 1,
+       "%s: the prompt in chunks of %d: the last row's logits equal the one-row feed's bit for bit, draft 0 is their "
+       "argmax, position %d = prompt + drafts - 1", lab, TDM_ENGINE_MAX_ROWS, tdm_engine_mtp_pos(e));
+    int div = -1;
+    for (int j = 0; j < KCHAIN && div < 0; j++)
+        if (gd[j] != cd[j]) div = j;
+    const int cmp_rows = div < 0 ? KCHAIN : div + 1; /* row j takes draft j-1: the same inputs up to the first difference */
+    snprintf(what, sizeof what, "%s chain vs the CPU reference", lab);
+    double ech = rel_err_excused(what, gc, cc, cmp_rows, V, gaps + np - 1, CPU_BOUND, skip, &nskip);
+    ok(ech <= CPU_BOUND && nskip * 8 <= cmp_rows, "%s: %d chained draft rows vs the CPU reference's chain: relative error "
+       "%.2e <= %.0e (%d rows excused at routing near ties)", lab, cmp_rows, ech, CPU_BOUND, nskip);
+    ok(div < 0 || tdm_margin(cc + (size_t)div * V, V) < CLEAR_MARGIN,
+       "%s: drafts equal the CPU's (%d of %d%s%.4f)", lab, div < 0 ? KCHAIN : div, KCHAIN,
+       div < 0 ? "; smallest CPU margin " : "; the first difference at a CPU margin of ",
+       div < 0 ? (double)tdm_margin(cc, V) : (double)tdm_margin(cc + (size_t)div * V, V));
+    if (tdm_engine_mtp(e, last_at, next + last_at, TL, KCHAIN, gd2, gc2) != 0) bail("chained MTP again");
+    ok(memcmp(gd, gd2, sizeof gd) == 0 && memcmp(gc, gc2, (size_t)KCHAIN * V * 4) == 0,
+       "%s: the same feed and chain after a rewind over the drafts' rows: the same bits", lab);
+
+    /* refusals */
+    const int mpos = tdm_engine_mtp_pos(e);
+    int refused = 0, cases = 0;
+#define REFUSED(call) (cases++, refused += (call) != 0 && tdm_engine_mtp_pos(e) == mpos)
+    REFUSED(tdm_engine_mtp(e, mpos + 1, next, 1, 0, NULL, NULL));                 /* past the rows fed */
+    REFUSED(tdm_engine_mtp(e, last_at, next + last_at, TL + 1, 0, NULL, NULL));   /* more rows than the last chunk */
+    REFUSED(tdm_engine_mtp(e, last_at, next + last_at, 0, 1, gd2, NULL));
+    int32_t big[TDM_ENGINE_MAX_ROWS];
+    REFUSED(tdm_engine_mtp(e, last_at, next + last_at, TL, TDM_ENGINE_MAX_ROWS, big, NULL));
+    REFUSED(tdm_engine_mtp(e, last_at, next + last_at, TL, 2, NULL, NULL));       /* drafts and nowhere to put them */
+    REFUSED(tdm_engine_mtp(e, last_at, next + last_at, TL, TDM_ENGINE_MAX_ROWS - 1, big, NULL)); /* past the context */
+    int32_t badid = V;
+    REFUSED(tdm_engine_mtp(e, last_at, &badid, 1, 0, NULL, NULL));
+#undef REFUSED
+    ok(refused == cases, "%s: %d of %d bad calls refused with the position unchanged (last: \"%s\")", lab, refused, cases,
+       tdm_err());
+
+    tdm_engine_free(e);
+    free(ph); free(lg); free(cm); free(mh); free(oh); free(cc); free(next); free(gaps); free(g1); free(skip);
+    free(gc); free(gc2); free(prompt);
+    tdm_st_close(rf);
+    tdm_model_free(m);
+}
+
 static void test_generate(const struct tdm_model *m, const struct tdm_model *other, const char *fmt, const int32_t *prompt,
                           int np)
 {
@@ -142,18 +326,23 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
     o.fault_at = 0;
     o.backend = TDM_BACKEND_CUDA;
     if (tdm_spec_generate(m, &o, prompt, np, N, ref, rl, &st) != 0) bail("plain CUDA decode");
-    struct { enum tdm_spec_kind kind; const struct tdm_model *dm; int draft; const char *name; } cases[] = {
-        {TDM_SPEC_NGRAM, NULL, 4, "ngram chain 4"},
-        {TDM_SPEC_NGRAM, NULL, 31, "ngram chain 31"},
-        {TDM_SPEC_DRAFT, m, 4, "draft chain 4 (itself)"},
-        {TDM_SPEC_DRAFT, m, 31, "draft chain 31 (itself)"},
-        {TDM_SPEC_DRAFT, other, 3, "draft chain 3 (another format)"},
+    struct { enum tdm_spec_kind kind; const struct tdm_model *dm; int draft, chunk; const char *name; } cases[] = {
+        {TDM_SPEC_MTP, NULL, 4, 0, "mtp chain 4"},
+        {TDM_SPEC_MTP, NULL, 1, 0, "mtp chain 1"},
+        {TDM_SPEC_MTP, NULL, 31, 0, "mtp chain 31"},
+        {TDM_SPEC_MTP, NULL, 3, 5, "mtp chain 3 (prefill chunks of 5)"},
+        {TDM_SPEC_NGRAM, NULL, 4, 0, "ngram chain 4"},
+        {TDM_SPEC_NGRAM, NULL, 31, 0, "ngram chain 31"},
+        {TDM_SPEC_DRAFT, m, 4, 0, "draft chain 4 (itself)"},
+        {TDM_SPEC_DRAFT, m, 31, 0, "draft chain 31 (itself)"},
+        {TDM_SPEC_DRAFT, other, 3, 0, "draft chain 3 (another format)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct tdm_spec_opts so = o;
         so.kind = cases[i].kind;
         so.draft_model = cases[i].dm;
         so.draft = cases[i].draft;
+        if (cases[i].chunk) so.prefill_chunk = cases[i].chunk;
         memset(out, 0xff, (size_t)N * 4);
         int rc = tdm_spec_generate(m, &so, prompt, np, N, out, ol, &st);
         if (rc != 0) { ok(0, "%s %s: %s", fmt, cases[i].name, tdm_err()); continue; }
@@ -172,11 +361,18 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
             ok(st.accepted_at[1] == st.drafted_at[1] && st.accepted_at[1] > 0,
                "%s %s: a model drafting for itself is always accepted at depth 1 (%ld of %ld)", fmt, cases[i].name,
                st.accepted_at[1], st.drafted_at[1]);
+        if (cases[i].kind == TDM_SPEC_MTP) { /* the drafts are the CPU reference's: the same acceptance */
+            struct tdm_spec_stats cst;
+            so.backend = TDM_BACKEND_CPU;
+            if (tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &cst) != 0) bail("CPU mtp chain");
+            int same = cst.rounds == st.rounds && cst.accepted == st.accepted;
+            for (int dd = 1; dd < TDM_SPEC_MAX_NODES; dd++)
+                same &= cst.drafted_at[dd] == st.drafted_at[dd] && cst.accepted_at[dd] == st.accepted_at[dd];
+            ok(same, "%s %s: the CPU reference's rounds and acceptance per depth (cuda %d rounds, %ld accepted; cpu %d, %ld)",
+               fmt, cases[i].name, st.rounds, st.accepted, cst.rounds, cst.accepted);
+        }
     }
     struct tdm_spec_opts so = o;
-    so.kind = TDM_SPEC_MTP;
-    ok(tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &st) == -1 && strstr(tdm_err(), "not supported by the CUDA engine yet"),
-       "%s: --spec mtp refused on the CUDA backend: %s", fmt, tdm_err());
     so.kind = TDM_SPEC_NGRAM;
     if (tdm_spec_parse_tree("2,1", &so) != 0) bail("tree");
     ok(tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &st) == -1 && strstr(tdm_err(), "not supported by the CUDA engine yet"),
@@ -205,8 +401,12 @@ int main(void)
     if (tdm_tokens_read(path, ms[0]->cfg.vocab, 0, &prompt, &np) != 0) bail("prompt");
     for (int i = 0; i < 3; i++) {
         test_rounds(ms[i], fmts[i], prompt, np);
+        test_mtp(fix, "qwen35-tiny", fmts[i]);
         test_generate(ms[i], ms[(i + 1) % 3], fmts[i], prompt, np);
     }
+    snprintf(dir, sizeof dir, "%s/qwen3next-tiny", fix);
+    if (stat(dir, &sb) == 0) test_mtp(fix, "qwen3next-tiny", "bf16");
+    else ok(1, "# SKIP fixture qwen3next-tiny not found in %s", fix);
     for (int i = 0; i < 3; i++) tdm_model_free(ms[i]);
     free(prompt);
     return done_testing();

@@ -1,0 +1,295 @@
+/* engine_mtp.c — the MTP drafter on the CUDA engine (engine.h: tdm_engine_mtp): ref.c's
+ * tdm_ref_mtp_h as launches on the engine's stream. Per call of M <= 32 rows at MTP position pos:
+ *   emb = embed[ids]; cat = [rmsnorm(emb, pre_fc_norm_embedding) | rmsnorm(h, pre_fc_norm_hidden)]
+ *   x = cat fc^T
+ *   xn = rmsnorm(x, in_norm); y = attention(xn) (own KV cache, rotary position pos + r)
+ *   xn = rmsnorm(x += y, post_norm); y = mlp(xn) (dense, or the MoE of engine_moe.c's slot L)
+ *   oh = rmsnorm(x += y, mtp.norm); logits = oh head^T (FP32, the draft rows only); id = argmax
+ * where h is the main model's final-norm row (engine_impl.h's final_xn) for real rows, the previous
+ * step's oh for a chained draft step, and ids of a chained step are the previous step's argmax on
+ * the device. The launches of the decoder layer are engine.c's attn_mixer and mlp with the MTP's
+ * weights, cache and residual buffers (the same kernels, arguments and order; eager: the host
+ * position sizes and positions the attention). Activations other than the MTP's own are borrowed
+ * from the engine between its passes. */
+#include "device.h"
+#include "engine.h"
+#include "engine_glue.h"
+#include "engine_impl.h"
+#include "err.h"
+#include "layers.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ROWS TDM_ENGINE_MAX_ROWS
+#define MAXALLOC 24
+
+struct tdm_emtp {
+    int pos;                                  /* MTP rows fed so far (the drafter's position) */
+    float *pre_e, *pre_h, *norm;              /* [H]: pre_fc_norm_embedding, pre_fc_norm_hidden, norm */
+    struct tdm_dweight fc;                    /* [H, 2H]: embedding half first */
+    float *in_norm, *post_norm;               /* [H] */
+    struct tdm_dweight q, k, v, o;            /* [2HqD, H], [HkvD, H] x2, [H, HqD] */
+    float *q_norm, *k_norm;                   /* [D] */
+    uint16_t *kc, *vc;                        /* [ctx][Hkv][D] BF16 */
+    int is_moe;                               /* MoE MLP: engine_moe.c's slot n_layers */
+    struct tdm_dweight gate, up, down;        /* dense MLP [I, H] x2, [H, I] */
+    /* own activations, ROWS rows */
+    int32_t *ids, *draft;                     /* [ROWS]: the real rows' tokens; the drafts */
+    uint16_t *emb, *en, *hn, *cat;            /* [R][H] x3, [R][2H] */
+    uint16_t *x, *xn, *oh;                    /* [R][H]: residual, layer norms' output, mtp.norm output */
+    void *amax;                               /* tdm_argmax_rows scratch for one row */
+    void *alloc[MAXALLOC];
+    int nalloc;
+};
+
+/* ---- what the engine runs ---- */
+
+static const char *bad_format(const struct tdm_qweight *w)
+{
+    return w->fmt == TDM_W_BF16 || w->fmt == TDM_W_FP8 || w->fmt == TDM_W_NVFP4 ? NULL : tdm_wfmt_name(w->fmt);
+}
+
+int tdm_engine_mtp_supported(const struct tdm_model *m)
+{
+    const char *dir = m->dir ? m->dir : "model";
+    if (!m->has_mtp) return tdm_errf("%s: the checkpoint has no MTP layer", dir);
+    const struct tdm_mtp *t = &m->mtp;
+    const struct tdm_layer *l = &t->layer;
+    const struct { const char *what; const struct tdm_qweight *w; } p[] = {
+        {"mtp.fc", &t->fc}, {"mtp.layers.0.self_attn.q_proj", &l->attn.q}, {"mtp.layers.0.self_attn.k_proj", &l->attn.k},
+        {"mtp.layers.0.self_attn.v_proj", &l->attn.v}, {"mtp.layers.0.self_attn.o_proj", &l->attn.o},
+        {"mtp.layers.0.mlp.gate_proj", l->is_moe ? NULL : &l->mlp.gate},
+        {"mtp.layers.0.mlp.up_proj", l->is_moe ? NULL : &l->mlp.up},
+        {"mtp.layers.0.mlp.down_proj", l->is_moe ? NULL : &l->mlp.down},
+        {"mtp.layers.0.mlp.gate", l->is_moe ? &l->moe.router : NULL},
+        {"mtp.layers.0.mlp.shared_expert.gate_proj", l->is_moe ? &l->moe.shared.gate : NULL},
+        {"mtp.layers.0.mlp.shared_expert.up_proj", l->is_moe ? &l->moe.shared.up : NULL},
+        {"mtp.layers.0.mlp.shared_expert.down_proj", l->is_moe ? &l->moe.shared.down : NULL},
+        {"mtp.layers.0.mlp.shared_expert_gate", l->is_moe ? &l->moe.shared_gate : NULL},
+    };
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) {
+        const char *f = p[i].w ? bad_format(p[i].w) : NULL;
+        if (f) return tdm_errf("%s: %s stored %s: the CUDA matrix kernels take BF16, FP8 and NVFP4 weights", dir, p[i].what, f);
+    }
+    if (l->is_moe) {
+        int main_moe = 0;
+        for (int i = 0; i < m->cfg.n_layers; i++) main_moe |= m->layers[i].is_moe;
+        if (!main_moe) return tdm_errf("%s: an MoE MTP layer on a model without MoE layers: not supported by the CUDA engine", dir);
+    }
+    return 0;
+}
+
+/* ---- set-up ---- */
+
+void tdm_emtp_free(struct tdm_emtp *x)
+{
+    if (!x) return;
+    struct tdm_dweight *w[] = {&x->fc, &x->q, &x->k, &x->v, &x->o, &x->gate, &x->up, &x->down};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) tdm_dweight_free(w[i]);
+    for (int i = 0; i < x->nalloc; i++) tdm_cuda_free(x->alloc[i]);
+    free(x);
+}
+
+void tdm_emtp_reset(struct tdm_emtp *x) { x->pos = 0; }
+
+static void *dalloc(struct tdm_emtp *x, size_t bytes, size_t *count, const char *what)
+{
+    void *p;
+    if (x->nalloc == MAXALLOC) { tdm_errf("CUDA engine: MTP layer: more than %d allocations", MAXALLOC); return NULL; }
+    if (tdm_cuda_malloc(&p, bytes) != 0) {
+        tdm_err_prefix("CUDA engine: MTP layer %s (%.1f MB)", what, bytes / 1e6);
+        return NULL;
+    }
+    x->alloc[x->nalloc++] = p;
+    *count += bytes;
+    return p;
+}
+
+static float *up_f32(struct tdm_emtp *x, struct tdm_engine_mem *mem, const float *src, size_t n, const char *what)
+{
+    float *p = dalloc(x, n * sizeof(float), &mem->weights, what);
+    if (p && tdm_cuda_h2d(p, src, n * sizeof(float)) != 0) return NULL;
+    return p;
+}
+
+static int up_w(struct tdm_engine_mem *mem, const struct tdm_qweight *h, struct tdm_dweight *d, const char *what)
+{
+    if (tdm_dweight_upload(h, d) != 0) return tdm_err_prefix("CUDA engine: %s", what);
+    mem->weights += (size_t)tdm_qweight_bytes(h);
+    return 0;
+}
+
+static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
+{
+    const struct tdm_model *m = v->m;
+    const struct tdm_config *c = &m->cfg;
+    const struct tdm_mtp *t = &m->mtp;
+    const struct tdm_layer *l = &t->layer;
+    const size_t H = (size_t)c->hidden, D = (size_t)c->head_dim;
+    struct tdm_engine_mem *mem = v->mem;
+    if (!(x->pre_e = up_f32(x, mem, t->pre_fc_norm_embedding, H, "mtp.pre_fc_norm_embedding")) ||
+        !(x->pre_h = up_f32(x, mem, t->pre_fc_norm_hidden, H, "mtp.pre_fc_norm_hidden")) ||
+        !(x->norm = up_f32(x, mem, t->norm, H, "mtp.norm")) ||
+        !(x->in_norm = up_f32(x, mem, l->in_norm, H, "mtp.layers.0.input_layernorm")) ||
+        !(x->post_norm = up_f32(x, mem, l->post_norm, H, "mtp.layers.0.post_attention_layernorm")) ||
+        !(x->q_norm = up_f32(x, mem, l->attn.q_norm, D, "mtp.layers.0.self_attn.q_norm")) ||
+        !(x->k_norm = up_f32(x, mem, l->attn.k_norm, D, "mtp.layers.0.self_attn.k_norm")))
+        return -1;
+    if (up_w(mem, &t->fc, &x->fc, "mtp.fc") || up_w(mem, &l->attn.q, &x->q, "mtp.layers.0.self_attn.q_proj") ||
+        up_w(mem, &l->attn.k, &x->k, "mtp.layers.0.self_attn.k_proj") ||
+        up_w(mem, &l->attn.v, &x->v, "mtp.layers.0.self_attn.v_proj") ||
+        up_w(mem, &l->attn.o, &x->o, "mtp.layers.0.self_attn.o_proj"))
+        return -1;
+    x->is_moe = l->is_moe;
+    if (l->is_moe) {
+        if (tdm_emoe_upload_mtp(v->moe, &mem->weights) != 0) return -1;
+    } else {
+        if (!v->g || !v->u) return tdm_errf("CUDA engine: a dense MTP MLP on a model whose layers are all MoE: not supported");
+        if (up_w(mem, &l->mlp.gate, &x->gate, "mtp.layers.0.mlp.gate_proj") ||
+            up_w(mem, &l->mlp.up, &x->up, "mtp.layers.0.mlp.up_proj") ||
+            up_w(mem, &l->mlp.down, &x->down, "mtp.layers.0.mlp.down_proj"))
+            return -1;
+    }
+    const size_t kv = (size_t)v->ctx * c->n_kv_heads * D * 2;
+    if (!(x->kc = dalloc(x, kv, &mem->kv, "K cache")) || !(x->vc = dalloc(x, kv, &mem->kv, "V cache"))) return -1;
+    const size_t R = ROWS;
+    size_t *a = &mem->act;
+    if (!(x->ids = dalloc(x, R * sizeof(int32_t), a, "token ids")) || !(x->draft = dalloc(x, R * sizeof(int32_t), a, "draft ids")) ||
+        !(x->emb = dalloc(x, R * H * 2, a, "activations")) || !(x->en = dalloc(x, R * H * 2, a, "activations")) ||
+        !(x->hn = dalloc(x, R * H * 2, a, "activations")) || !(x->cat = dalloc(x, R * 2 * H * 2, a, "activations")) ||
+        !(x->x = dalloc(x, R * H * 2, a, "activations")) || !(x->xn = dalloc(x, R * H * 2, a, "activations")) ||
+        !(x->oh = dalloc(x, R * H * 2, a, "activations")) ||
+        !(x->amax = dalloc(x, tdm_argmax_scratch_bytes(1, c->vocab), a, "argmax scratch")))
+        return -1;
+    return 0;
+}
+
+int tdm_engine_mtp_init(struct tdm_engine *e)
+{
+    struct tdm_emtp **slot = tdm_engine_mtp_state(e);
+    if (*slot) return 0;
+    struct tdm_engine_view v;
+    tdm_engine_view(e, &v);
+    if (tdm_engine_mtp_supported(v.m) != 0) return -1;
+    struct tdm_emtp *x = calloc(1, sizeof *x);
+    if (!x) return tdm_errf("CUDA engine: out of host memory");
+    if (upload(x, &v) != 0) {
+        tdm_emtp_free(x);
+        return -1;
+    }
+    *slot = x;
+    fprintf(stderr, "# CUDA engine: MTP layer uploaded (%s MLP, KV caches of ctx %d)\n", x->is_moe ? "MoE" : "dense", v.ctx);
+    return 0;
+}
+
+int tdm_engine_mtp_pos(const struct tdm_engine *e)
+{
+    const struct tdm_emtp *x = *tdm_engine_mtp_state((struct tdm_engine *)e); /* read only */
+    return x ? x->pos : 0;
+}
+
+/* ---- the launches ---- */
+
+/* M rows at x->pos: token ids (device) ids[r], h rows h + r H (device, BF16); the output after
+ * mtp.norm into x->oh rows 0..M-1. The MTP's K/V rows at x->pos..x->pos+M-1 are written; x->pos
+ * advances. */
+static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const int32_t *ids, uint16_t *h, int M)
+{
+    const struct tdm_config *c = &v->m->cfg;
+    const int H = c->hidden, V = c->vocab, Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
+    const int64_t ldqg = 2 * (int64_t)Hq * D, ldkv = (int64_t)Hkv * D, I = c->intermediate;
+    const float eps = c->rms_eps;
+    void *st = v->stream;
+    const struct tdm_tiles *t = v->tiles;
+    const size_t row = (size_t)H * 2;
+    /* the fc's input: [pre_fc_norm_embedding(embed) | pre_fc_norm_hidden(h)] per row */
+    if (tdm_embed_rows(v->embed, v->embed_f32, V, H, ids, M, x->emb, st) ||
+        tdm_add_rmsnorm(x->emb, NULL, 0, x->pre_e, H, M, eps, x->en, st) ||
+        tdm_add_rmsnorm(h, NULL, 0, x->pre_h, H, M, eps, x->hn, st) ||
+        tdm_copy2d_async(x->cat, 2 * row, x->en, row, row, (size_t)M, st) ||
+        tdm_copy2d_async(x->cat + H, 2 * row, x->hn, row, row, (size_t)M, st) ||
+        tdm_matmul(&x->fc, x->cat, 2 * (int64_t)H, M, x->x, H, TDM_MM_BF16, t, st))
+        return -1;
+    /* the decoder layer: engine.c's attn_mixer and mlp on the MTP's weights, cache and residual */
+    if (tdm_add_rmsnorm(x->x, NULL, 0, x->in_norm, H, M, eps, x->xn, st) ||
+        tdm_matmul(&x->q, x->xn, H, M, v->qg, ldqg, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&x->k, x->xn, H, M, v->kk, ldkv, TDM_MM_BF16, t, st) ||
+        tdm_matmul(&x->v, x->xn, H, M, v->vv, ldkv, TDM_MM_BF16, t, st) ||
+        tdm_qk_norm_rope(v->qg, ldqg, v->kk, v->vv, ldkv, x->q_norm, x->k_norm, M, Hq, Hkv, D, c->rotary_dim, c->rope_theta,
+                         eps, x->pos, NULL, v->ctx, v->q, x->kc, x->vc, st) ||
+        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, x->pos, NULL, v->ctx, v->attn_scratch, v->att, st) ||
+        tdm_matmul(&x->o, v->att, (int64_t)Hq * D, M, v->y, H, TDM_MM_BF16, t, st) ||
+        tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, st))
+        return -1;
+    if (x->is_moe ? tdm_emoe_forward(v->moe, c->n_layers, x->xn, M, v->y, t, st)
+                  : tdm_matmul(&x->gate, x->xn, H, M, v->g, I, TDM_MM_BF16, t, st) ||
+                        tdm_matmul(&x->up, x->xn, H, M, v->u, I, TDM_MM_BF16, t, st) ||
+                        tdm_silu_mul(v->g, v->u, I, M, v->g, st) ||
+                        tdm_matmul(&x->down, v->g, I, M, v->y, H, TDM_MM_BF16, t, st))
+        return -1;
+    if (tdm_add_rmsnorm(x->x, v->y, H, x->norm, H, M, eps, x->oh, st) != 0) return -1;
+    x->pos += M;
+    return 0;
+}
+
+/* The head on oh row r: FP32 logits into v->logits row j, the argmax into x->draft[j]. */
+static int mtp_head(struct tdm_emtp *x, const struct tdm_engine_view *v, int r, int j)
+{
+    const int H = v->m->cfg.hidden, V = v->m->cfg.vocab;
+    float *lg = v->logits + (size_t)j * V;
+    if (tdm_matmul(v->head, x->oh + (size_t)r * H, H, 1, lg, V, TDM_MM_F32, v->tiles, v->stream) ||
+        tdm_argmax_rows(lg, V, 1, V, x->amax, x->draft + j, v->stream))
+        return -1;
+    return 0;
+}
+
+static int mtp_launches(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, const int32_t *next_ids, int T,
+                        int k, int32_t *drafts, float *logits)
+{
+    const int H = v->m->cfg.hidden, V = v->m->cfg.vocab;
+    void *st = v->stream;
+    if (tdm_copy_async(x->ids, next_ids, (size_t)T * sizeof(int32_t), st) != 0 ||
+        mtp_rows(x, v, x->ids, v->final_xn + (size_t)r0 * H, T) != 0)
+        return -1;
+    if (k == 0) return tdm_stream_sync(st);
+    if (mtp_head(x, v, T - 1, 0) != 0) return -1;
+    for (int j = 1; j < k; j++) {
+        /* (the previous draft, the previous output after mtp.norm): oh row T-1 for the first step, then row 0 */
+        uint16_t *prev = x->oh + (size_t)(j == 1 ? T - 1 : 0) * H;
+        if (mtp_rows(x, v, x->draft + j - 1, prev, 1) != 0 || mtp_head(x, v, 0, j) != 0) return -1;
+    }
+    if (tdm_copy_async(drafts, x->draft, (size_t)k * sizeof(int32_t), st) != 0 ||
+        (logits && tdm_copy_async(logits, v->logits, (size_t)k * V * sizeof(float), st) != 0))
+        return -1;
+    return tdm_stream_sync(st);
+}
+
+int tdm_engine_mtp(struct tdm_engine *e, int pos, const int32_t *next_ids, int T, int k, int32_t *drafts, float *logits)
+{
+    return tdm_engine_mtp_at(e, pos, 0, next_ids, T, k, drafts, logits);
+}
+
+int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next_ids, int T, int k, int32_t *drafts,
+                      float *logits)
+{
+    struct tdm_emtp *x = *tdm_engine_mtp_state(e);
+    if (!x) return tdm_errf("tdm_engine_mtp: the MTP layer is not on the device (tdm_engine_mtp_init)");
+    struct tdm_engine_view v;
+    tdm_engine_view(e, &v);
+    const struct tdm_config *c = &v.m->cfg;
+    if (pos < 0 || pos > x->pos) return tdm_errf("tdm_engine_mtp: position %d: the drafter has fed %d rows", pos, x->pos);
+    if (T < 1 || T > ROWS || r0 < 0 || r0 + T > v.final_rows)
+        return tdm_errf("tdm_engine_mtp: real rows %d..%d (at most %d a call): the last forward chunk, verify or prefill "
+                        "chunk left %d final-norm rows", r0, r0 + T - 1, ROWS, v.final_rows);
+    if (k < 0 || k > ROWS - 1) return tdm_errf("tdm_engine_mtp: %d drafts: 0 to %d", k, ROWS - 1);
+    if (k > 0 && !drafts) return tdm_errf("tdm_engine_mtp: %d drafts and nowhere to put them", k);
+    const int rows = T + (k > 0 ? k - 1 : 0);
+    if (pos + rows > v.ctx) return tdm_errf("context full: MTP %d + %d rows exceed --ctx %d", pos, rows, v.ctx);
+    for (int t = 0; t < T; t++)
+        if (next_ids[t] < 0 || next_ids[t] >= c->vocab)
+            return tdm_errf("token id %d is out of the vocabulary (%d ids)", next_ids[t], c->vocab);
+    x->pos = pos;
+    if (mtp_launches(x, &v, r0, next_ids, T, k, drafts, logits) != 0)
+        return tdm_err_prefix("CUDA engine: MTP drafter at position %d", pos);
+    return 0;
+}
