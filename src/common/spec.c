@@ -54,7 +54,6 @@ const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o)
 {
     if (o->kind == TDM_SPEC_MTP)
         return "--spec mtp is not supported by the CUDA engine yet (it has no MTP head; --spec ngram and draft are)";
-    if (o->tree_depth) return "--tree is not supported by the CUDA engine yet (chain verify rounds only: --draft N)";
     return NULL;
 }
 
@@ -230,15 +229,14 @@ static int target_forward(struct target *t, const int32_t *ids, int T, int from,
     return t->e ? tdm_engine_forward(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
 }
 static int target_pos(const struct target *t) { return t->e ? tdm_engine_pos(t->e) : tdm_ref_pos(t->r); }
-/* The engine verifies chains (tdm_spec_cuda_gap refused trees): parent[i] = i - 1. */
 static int target_verify(struct target *t, const struct drafter *d, int tree, float *logits, float *final_h)
 {
-    return t->e ? tdm_engine_verify(t->e, d->ids, d->n, 0, logits) : tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
+    if (!t->e) return tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
+    return tree ? tdm_engine_verify_tree(t->e, d->ids, d->parent, d->n, 0, logits) : tdm_engine_verify(t->e, d->ids, d->n, 0, logits);
 }
-/* A chain's path is 0..len-1. */
 static int target_commit(struct target *t, const int *path, int len)
 {
-    return t->e ? tdm_engine_commit(t->e, len) : tdm_ref_commit(t->r, path, len);
+    return t->e ? tdm_engine_commit_path(t->e, path, len) : tdm_ref_commit(t->r, path, len);
 }
 /* GDN state traffic so far. */
 static struct tdm_ref_stats target_bytes(const struct target *t)
