@@ -46,10 +46,15 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
 //     then butterflies;
 //   o[d] = sum_j bf16(exp(s_j - m)) v_j[d], serial over j.
 // Nothing depends on M or on which warp serves the row.
-template <int DPL>
+//
+// TREE (parent not NULL; layers.h, Trees): row r is a node at depth d, position p = p0 + d, and
+// the positions it sees are a virtual sequence: p' < p0 is cache row p', p0 + i is the cache row
+// p0 + path[i] of its ancestor at depth i (path[d] = r). Everything else is the chain's code over
+// that sequence, so the chunks, the scores' order and every sum are those of the path as a chain.
+template <int DPL, bool TREE>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, int M, int Hq, int Hkv, int pos0,
-                    const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
+attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
+                    int Hkv, int pos0, const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {
     constexpr int D = DPL * 32;
     const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -58,8 +63,17 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
     const int start = c * CH;
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
     __shared__ float sc[ATT_WARPS][CH];  // per warp: the row's scores, then exp(s - m)
+    __shared__ int32_t path[TREE ? ATT_WARPS : 1][TREE ? TDM_TREE_MAX : 1];  // per warp: the row's path
     for (int r = warp; r < M; r += ATT_WARPS) {
-        const int p = p0 + r;
+        int p = p0 + r;
+        if constexpr (TREE) {
+            const int d = tree_depth(parent, r);
+            p = p0 + d;
+            __syncwarp();  // the previous row's reads of path are done
+            if (lane == 0)
+                for (int x = r, i = d; i >= 0; i--, x = parent[x]) path[warp][i] = x;
+            __syncwarp();
+        }
         if (start > p) continue;  // warp-uniform
         const int end = min(start + CH, p + 1);
         float qr[DPL];
@@ -69,8 +83,10 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
         // unrolled so that the butterflies of several positions overlap; each position's sum is the same
 #pragma unroll 4
         for (int jl = 0; jl < n; jl++) {
+            int row = start + jl;
+            if constexpr (TREE) row = row < p0 ? row : p0 + path[warp][row - p0];
             float kr[DPL];
-            load_bf16<DPL>(kc + ((size_t)(start + jl) * Hkv + kvh) * D + lane * DPL, kr);
+            load_bf16<DPL>(kc + ((size_t)row * Hkv + kvh) * D + lane * DPL, kr);
             float d = 0.0f;
 #pragma unroll
             for (int i = 0; i < DPL; i++) d = __fmaf_rn(qr[i], kr[i], d);
@@ -95,8 +111,10 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
 #pragma unroll 4
         for (int jl = 0; jl < n; jl++) {
             const float pb = bfr(ps[jl]);
+            int row = start + jl;
+            if constexpr (TREE) row = row < p0 ? row : p0 + path[warp][row - p0];
             float vr[DPL];
-            load_bf16<DPL>(vc + ((size_t)(start + jl) * Hkv + kvh) * D + lane * DPL, vr);
+            load_bf16<DPL>(vc + ((size_t)row * Hkv + kvh) * D + lane * DPL, vr);
 #pragma unroll
             for (int i = 0; i < DPL; i++) o[i] = __fmaf_rn(pb, vr[i], o[i]);
         }
@@ -114,11 +132,12 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, i
 
 // Block (query head h, row r), thread d: the row's chunks 0..p / CH added in ascending order, each
 // scaled by exp(m_c - max_c m_c); then / l, ->bf16, * bf16(sigmoid(gate)) ->bf16 (tdm_ref_attn_head).
+// With parent (a tree), row r's position is p0 + its depth.
 __global__ void attn_combine_kernel(const float *part_o, const float *part_ml, const uint16_t *qg, int64_t ldqg, int Hq,
-                                    int D, int pos0, const int32_t *d_pos0, int NC, uint16_t *out)
+                                    int D, const int32_t *parent, int pos0, const int32_t *d_pos0, int NC, uint16_t *out)
 {
     const int h = blockIdx.x, r = blockIdx.y;
-    const int p = (d_pos0 ? *d_pos0 : pos0) + r, last = p / CH;
+    const int p = (d_pos0 ? *d_pos0 : pos0) + (parent ? tree_depth(parent, r) : r), last = p / CH;
     const size_t base = ((size_t)r * Hq + h) * NC;
     float m = -INFINITY;
     for (int c = 0; c <= last; c++) m = fmaxf(m, part_ml[(base + c) * 2]);
@@ -142,29 +161,64 @@ extern "C" size_t tdm_attn_scratch_bytes(int M, int Hq, int D, int ctx)
     return (size_t)M * Hq * NC * ((size_t)D + 2) * sizeof(float);
 }
 
-extern "C" int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
-                               const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0,
-                               int ctx, float *scratch, uint16_t *out, void *stream)
+template <bool TREE>
+static void attn_partial_go(dim3 grid, cudaStream_t st, int D, const uint16_t *q, const uint16_t *kcache,
+                            const uint16_t *vcache, const int32_t *parent, int M, int Hq, int Hkv, int pos0,
+                            const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {
-    if (M < 0 || Hkv <= 0 || Hq <= 0 || Hq % Hkv || (D != 64 && D != 128 && D != 256) || ldqg < (int64_t)Hq * 2 * D)
-        return tdm_errf("tdm_attn_decode: bad shape M %d, Hq %d, Hkv %d, D %d (64, 128 or 256), ldqg %lld", M, Hq, Hkv, D,
-                        (long long)ldqg);
+    if (D == 256)
+        attn_partial_kernel<8, TREE><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0,
+                                                                       NC, part_o, part_ml);
+    else if (D == 128)
+        attn_partial_kernel<4, TREE><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0,
+                                                                       NC, part_o, part_ml);
+    else
+        attn_partial_kernel<2, TREE><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0,
+                                                                       NC, part_o, part_ml);
+}
+
+// parent NULL: a chain (row r at pos0 + r); else a tree (layers.h, Trees).
+static int attn_launch(const char *who, const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
+                       const uint16_t *vcache, const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0,
+                       const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, void *stream)
+{
+    if (M < 0 || Hkv <= 0 || Hq <= 0 || Hq % Hkv || (D != 64 && D != 128 && D != 256) || ldqg < (int64_t)Hq * 2 * D ||
+        (parent && M > TDM_TREE_MAX))
+        return tdm_errf("%s: bad shape M %d, Hq %d, Hkv %d, D %d (64, 128 or 256), ldqg %lld%s", who, M, Hq, Hkv, D,
+                        (long long)ldqg, parent ? " (a tree: M at most 32)" : "");
     if (pos0 < 0 || (int64_t)pos0 + M > ctx)
-        return tdm_errf("tdm_attn_decode: positions %d..%d exceed the cache of %d", pos0, pos0 + M - 1, ctx);
+        return tdm_errf("%s: positions %d..%d exceed the cache of %d", who, pos0, pos0 + M - 1, ctx);
     if (M == 0) return 0;
     const int NC = (ctx + CH - 1) / CH;
-    // the chunks any row can see; with d_pos0 the device value is at most pos0 (layers.h)
+    // the chunks any row can see (a node's depth is at most its row); with d_pos0 the device value
+    // is at most pos0 (layers.h)
     const int chunks = (pos0 + M - 1) / CH + 1;
     float *part_o = scratch, *part_ml = scratch + (size_t)M * Hq * NC * D;
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid(chunks, Hq);
-    if (D == 256) attn_partial_kernel<8><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
-    else if (D == 128) attn_partial_kernel<4><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
-    else attn_partial_kernel<2><<<grid, ATT_WARPS * 32, 0, st>>>(q, kcache, vcache, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
+    if (parent) attn_partial_go<true>(grid, st, D, q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
+    else attn_partial_go<false>(grid, st, D, q, kcache, vcache, NULL, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     TDM_LAUNCH_CHECK();
-    attn_combine_kernel<<<dim3(Hq, M), D, 0, st>>>(part_o, part_ml, qg, ldqg, Hq, D, pos0, d_pos0, NC, out);
+    attn_combine_kernel<<<dim3(Hq, M), D, 0, st>>>(part_o, part_ml, qg, ldqg, Hq, D, parent, pos0, d_pos0, NC, out);
     TDM_LAUNCH_CHECK();
     return 0;
+}
+
+extern "C" int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
+                               const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0,
+                               int ctx, float *scratch, uint16_t *out, void *stream)
+{
+    return attn_launch("tdm_attn_decode", q, qg, ldqg, kcache, vcache, NULL, M, Hq, Hkv, D, pos0, d_pos0, ctx, scratch,
+                       out, stream);
+}
+
+extern "C" int tdm_attn_tree(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
+                             const uint16_t *vcache, const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0,
+                             const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, void *stream)
+{
+    if (!parent) return tdm_errf("tdm_attn_tree: parent is NULL");
+    return attn_launch("tdm_attn_tree", q, qg, ldqg, kcache, vcache, parent, M, Hq, Hkv, D, pos0, d_pos0, ctx, scratch,
+                       out, stream);
 }
 
 extern "C" int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0)

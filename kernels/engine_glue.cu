@@ -1,4 +1,5 @@
-// engine_glue.cu — the CUDA engine's glue (engine_glue.h): embedding gather, SiLU * up, stream copies.
+// engine_glue.cu — the CUDA engine's glue (engine_glue.h): embedding gather, SiLU * up, stream copies,
+// a tree commit's row gather.
 #include "engine_glue.h"
 #include "layers_dev.cuh"
 #include "cuda_check.h"
@@ -37,6 +38,19 @@ silu_mul_kernel(const uint16_t *g, const uint16_t *u, int64_t n, uint16_t *out)
     if (i >= n) return;
     const float s = bfr(silu_ref(bf2f(g[i])));
     out[i] = f2bf(__fmul_rn(s, bf2f(u[i])));
+}
+
+// Thread c: column c of rows t = 0..n-1 in order, each from row path[t] >= t (not yet written).
+__global__ void __launch_bounds__(GLUE_THREADS)
+rows_compact_kernel(uint16_t *rows, int64_t ld, int W, int base, const int32_t *d_base, const int32_t *path, int n)
+{
+    const int c = blockIdx.x * GLUE_THREADS + threadIdx.x;
+    if (c >= W) return;
+    uint16_t *r0 = rows + (size_t)(d_base ? *d_base : base) * ld + c;
+    for (int t = 0; t < n; t++) {
+        const int src = path[t];
+        if (src != t) r0[(size_t)t * ld] = r0[(size_t)src * ld];
+    }
 }
 
 }  // namespace
@@ -79,5 +93,17 @@ extern "C" int tdm_copy2d_async(void *dst, size_t dpitch, const void *src, size_
     if (dpitch < width || spitch < width)
         return tdm_errf("tdm_copy2d_async: pitches %zu, %zu below the width %zu", dpitch, spitch, width);
     TDM_CUDA_TRY(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, (cudaStream_t)stream));
+    return 0;
+}
+
+extern "C" int tdm_rows_compact(uint16_t *rows, int64_t ld, int W, int base, const int32_t *d_base, const int32_t *path,
+                                int n, void *stream)
+{
+    if (n < 0 || W <= 0 || ld < W || base < 0 || !rows || !path)
+        return tdm_errf("tdm_rows_compact: bad arguments (n %d, W %d, ld %lld, base %d)", n, W, (long long)ld, base);
+    if (n == 0) return 0;
+    rows_compact_kernel<<<(W + GLUE_THREADS - 1) / GLUE_THREADS, GLUE_THREADS, 0, (cudaStream_t)stream>>>(rows, ld, W, base,
+                                                                                                          d_base, path, n);
+    TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -4,7 +4,8 @@
  * line of the CPU reference (src/common/ref.c, named per launcher) and is checked against it in
  * t/unit/engine_gpu.c. Conventions as layers.h: activations BF16 (uint16_t) row-major, an
  * explicit stream (cudaStream_t, NULL = legacy default), every launch checked, 0 or -1 with
- * tdm_err(). Both kernels are elementwise per row: a row's bits never depend on the other rows. */
+ * tdm_err(). The kernels are copies or elementwise per row: a row's bits never depend on the other
+ * rows. */
 #ifndef TDM_ENGINE_GLUE_H
 #define TDM_ENGINE_GLUE_H
 #include <stddef.h>
@@ -24,6 +25,16 @@ int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H, const int
 /* out[r][i] = bf16(bf16(silu(g[r][i])) * u[r][i]) (ref: mlp_forward), for M rows of I values; g, u
  * and out [M][I] contiguous; out may be g or u. silu(x) = x / (1 + expf(-x)) as ref.c's siluf. */
 int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, void *stream);
+
+/* A tree commit's gather (ref: tdm_ref_commit's copy of the accepted path's K/V rows; the GDN rows
+ * of the path fed in order): rows [][W] BF16 with row stride ld (elements) from row base (the
+ * device int32 *d_base instead when not NULL); for t = 0..n-1 in that order, row t = row path[t].
+ * path [n] is in device memory and increasing from path[0] >= 0 (a root-to-node path of a tree
+ * whose nodes come after their parents), so path[t] >= t and every row is read before anything
+ * overwrites it. In place; one thread a column, the rows in sequence; copies only. The caller
+ * owns rows base..base + path[n-1]. */
+int tdm_rows_compact(uint16_t *rows, int64_t ld, int W, int base, const int32_t *d_base, const int32_t *path, int n,
+                     void *stream);
 
 /* cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream): host<->device in either direction.
  * From pageable host memory the source may be reused on return; to pageable host memory the

@@ -16,7 +16,16 @@
  *
  * Positions: pos0 is the position of row 0 (row r is at pos0 + r). d_pos0, when not NULL, is a
  * device int32 holding pos0 instead (so that one captured CUDA graph serves every round); the host
- * pos0 is then only used to size the grid and must be >= the device value. */
+ * pos0 is then only used to size the grid and must be >= the device value.
+ *
+ * Trees (the *_tree launchers, a tree verify round; speculative.md): the M <= TDM_TREE_MAX rows are
+ * the nodes of a tree, each after its parent: parent [M] int32 in device memory (so that one graph
+ * serves every tree of M nodes), parent[r] in -1..r-1, -1 for a root (a child of the committed
+ * state; a round has one, row 0). The caller checks the array (the kernels cannot report a bad
+ * one). Node r at depth d (its distance from a root) is at position pos0 + d and its row of any
+ * cache is pos0 + r. The contract of every tree kernel: node r's outputs are the bits the chain
+ * kernel gives for r's root-to-node path fed as a chain (its ancestors, root first, then r), so a
+ * chain (parent[r] = r - 1) gives the chain kernel's bits. */
 #ifndef TDM_LAYERS_H
 #define TDM_LAYERS_H
 #include <stddef.h>
@@ -24,6 +33,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The most nodes of a tree launch (the kernels keep a node set as a 32-bit mask). */
+#define TDM_TREE_MAX 32
 
 /* ---- norms (kernels/norm.cu) ---------------------------------------------------------------- */
 
@@ -54,6 +66,12 @@ int tdm_qk_norm_rope(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const 
                      float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out, uint16_t *kcache,
                      uint16_t *vcache, void *stream);
 int64_t tdm_qk_norm_rope_bytes(int M, int Hq, int Hkv, int D);
+/* The same for the nodes of a tree (see Trees above): node r rotated at position pos0 + depth(r)
+ * (ref: attn_verify's attn_project), its K and V written at cache row pos0 + r. */
+int tdm_qk_norm_rope_tree(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
+                          const float *q_norm, const float *k_norm, const int32_t *parent, int M, int Hq, int Hkv, int D,
+                          int R, double theta, float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out,
+                          uint16_t *kcache, uint16_t *vcache, void *stream);
 
 /* ---- Gated DeltaNet (kernels/gdn.cu) -------------------------------------------------------- */
 
@@ -98,6 +116,22 @@ int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, co
                          const float *A_log, const float *dt_bias, const float *S, int M, int Hk, int Hv, int Dk, int Dv,
                          uint16_t *o, void *stream);
 
+/* The verify forms over the nodes of a tree (see Trees above; ref: gdn_verify): node r's conv
+ * output reads its own ancestors' inputs and, past the root, the committed state, and its
+ * recurrence output is that of r's root-to-node path run from the entry state S — the bits
+ * tdm_gdn_conv_verify and tdm_gdn_recur_verify give for that path as a chain. Both states are only
+ * read. The recurrence keeps each node's factors (its normed k, u = beta (v - S_p^T k) and decay)
+ * in shared memory; when the next node's parent is not the node just done, the block reloads S and
+ * replays the parent's path from the factors with the step's own operations (S = S decay;
+ * S += k u^T), which rebuilds the parent's state bit for bit without a second S^T k. M <=
+ * TDM_TREE_MAX. The commit of an accepted path gathers its rows (tdm_rows_compact,
+ * engine_glue.h) and runs tdm_gdn_conv and tdm_gdn_recur over them, as for a chain. */
+int tdm_gdn_conv_tree(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, const int32_t *parent, int M,
+                      int C, int K, uint16_t *y, void *stream);
+int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                       const float *A_log, const float *dt_bias, const float *S, const int32_t *parent, int M, int Hk,
+                       int Hv, int Dk, int Dv, uint16_t *o, void *stream);
+
 /* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
 
 /* Positions per KV chunk: chunk boundaries are multiples of this, whatever the call's M. */
@@ -120,6 +154,14 @@ int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const u
                     const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
                     float *scratch, uint16_t *out, void *stream);
 int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0);
+/* The same for the nodes of a tree (see Trees above; ref: attn_verify): node r sees cache rows
+ * 0..pos0-1 and the rows pos0 + a of its ancestors a and itself (the ancestor mask), in path order:
+ * the kernel runs the chain kernel's arithmetic over a virtual sequence in which position pos0 + i
+ * is r's ancestor at depth i, so chunk boundaries and every sum fall where they fall for the path
+ * fed as a chain. The nodes' K/V rows must already be in the cache (tdm_qk_norm_rope_tree). */
+int tdm_attn_tree(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache, const uint16_t *vcache,
+                  const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
+                  float *scratch, uint16_t *out, void *stream);
 
 /* ---- MoE router (kernels/moe_route.cu) ------------------------------------------------------ */
 

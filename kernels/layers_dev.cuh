@@ -7,6 +7,7 @@
 #define TDM_LAYERS_DEV_CUH
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include "layers.h"
 
 namespace tdm_ly {
 
@@ -55,6 +56,16 @@ __device__ __forceinline__ float warp_max(float v)
 {
     for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, s));
     return v;
+}
+
+// The depth of node r of a verify tree (layers.h, the tree launchers): parent[] in device or shared
+// memory with parent[x] in -1..x-1 (-1: a root, depth 0). At most TDM_TREE_MAX steps, so that a bad
+// array cannot hang a kernel.
+__device__ __forceinline__ int tree_depth(const int32_t *parent, int r)
+{
+    int d = 0;
+    for (int x = parent[r]; x >= 0 && d < TDM_TREE_MAX; x = parent[x]) d++;
+    return d;
 }
 
 // Argmax pairs: (v2, i2) beats (v1, i1) when it is larger, or equal with a lower index; i < 0 is

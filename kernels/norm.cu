@@ -75,17 +75,21 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
 }
 
 // One warp per (row, head); heads 0..Hq-1 are the queries, Hq..Hq+Hkv-1 the keys (and values).
+// Row r goes to cache row pos0 + r, rotated at that position, or with parent (a tree) at pos0 +
+// its depth.
 __global__ void __launch_bounds__(32)
 qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
-                    const float *q_norm, const float *k_norm, int Hq, int Hkv, int D, int R, float theta, float eps,
-                    int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out, uint16_t *kcache, uint16_t *vcache)
+                    const float *q_norm, const float *k_norm, const int32_t *parent, int Hq, int Hkv, int D, int R,
+                    float theta, float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out,
+                    uint16_t *kcache, uint16_t *vcache)
 {
     __shared__ float xs[GN_MAX_D];
     const int hd = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
-    const int pos = (d_pos0 ? *d_pos0 : pos0) + r;
+    const int base = d_pos0 ? *d_pos0 : pos0, row = base + r;
+    const int pos = parent ? base + tree_depth(parent, r) : row;
     const bool isq = hd < Hq;
     const int g = hd - Hq;
-    if (!isq && (pos < 0 || pos >= ctx)) return;  // the host checks this when pos0 is given on the host
+    if (!isq && (row < 0 || row >= ctx)) return;  // the host checks this when pos0 is given on the host
     const uint16_t *src = isq ? qg + (size_t)r * ldqg + (size_t)hd * 2 * D : k + (size_t)r * ldkv + (size_t)g * D;
     const float *w = isq ? q_norm : k_norm;
     for (int i = lane; i < D; i += 32) xs[i] = bf2f(src[i]);
@@ -109,7 +113,7 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
         uint16_t *dst = q_out + ((size_t)r * Hq + hd) * D;
         for (int i = lane; i < D; i += 32) dst[i] = f2bf(xs[i]);
     } else {
-        const size_t at = ((size_t)pos * Hkv + g) * D;
+        const size_t at = ((size_t)row * Hkv + g) * D;
         const uint16_t *vs = v + (size_t)r * ldkv + (size_t)g * D;
         for (int i = lane; i < D; i += 32) {
             kcache[at + i] = f2bf(xs[i]);
@@ -157,24 +161,44 @@ extern "C" int64_t tdm_gdn_gated_norm_bytes(int M, int Hv, int Dv)
     return (int64_t)M * Hv * Dv * 2 * 3 + (int64_t)Dv * 4;  // o, z in; y out
 }
 
+static int qk_launch(const char *who, const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v,
+                     int64_t ldkv, const float *q_norm, const float *k_norm, const int32_t *parent, int M, int Hq, int Hkv,
+                     int D, int R, double theta, float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out,
+                     uint16_t *kcache, uint16_t *vcache, void *stream)
+{
+    if (M < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || D > GN_MAX_D || R < 0 || R > D || (R & 1) ||
+        ldqg < (int64_t)Hq * 2 * D || ldkv < (int64_t)Hkv * D || (parent && M > TDM_TREE_MAX))
+        return tdm_errf("%s: bad shape M %d, Hq %d, Hkv %d, D %d, R %d, ldqg %lld, ldkv %lld%s", who, M, Hq, Hkv, D, R,
+                        (long long)ldqg, (long long)ldkv, parent ? " (a tree: M at most 32)" : "");
+    if (pos0 < 0 || (int64_t)pos0 + M > ctx)
+        return tdm_errf("%s: positions %d..%d exceed the cache of %d", who, pos0, pos0 + M - 1, ctx);
+    if (M == 0) return 0;
+    dim3 grid(Hq + Hkv, M);
+    qk_norm_rope_kernel<<<grid, 32, 0, (cudaStream_t)stream>>>(qg, ldqg, k, v, ldkv, q_norm, k_norm, parent, Hq, Hkv, D,
+                                                               R, (float)theta, eps, pos0, d_pos0, ctx, q_out, kcache,
+                                                               vcache);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
 extern "C" int tdm_qk_norm_rope(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v, int64_t ldkv,
                                 const float *q_norm, const float *k_norm, int M, int Hq, int Hkv, int D, int R,
                                 double theta, float eps, int pos0, const int32_t *d_pos0, int ctx, uint16_t *q_out,
                                 uint16_t *kcache, uint16_t *vcache, void *stream)
 {
-    if (M < 0 || Hq <= 0 || Hkv <= 0 || D <= 0 || D > GN_MAX_D || R < 0 || R > D || (R & 1) ||
-        ldqg < (int64_t)Hq * 2 * D || ldkv < (int64_t)Hkv * D)
-        return tdm_errf("tdm_qk_norm_rope: bad shape M %d, Hq %d, Hkv %d, D %d, R %d, ldqg %lld, ldkv %lld", M, Hq, Hkv,
-                        D, R, (long long)ldqg, (long long)ldkv);
-    if (pos0 < 0 || (int64_t)pos0 + M > ctx)
-        return tdm_errf("tdm_qk_norm_rope: positions %d..%d exceed the cache of %d", pos0, pos0 + M - 1, ctx);
-    if (M == 0) return 0;
-    dim3 grid(Hq + Hkv, M);
-    qk_norm_rope_kernel<<<grid, 32, 0, (cudaStream_t)stream>>>(qg, ldqg, k, v, ldkv, q_norm, k_norm, Hq, Hkv, D, R,
-                                                               (float)theta, eps, pos0, d_pos0, ctx, q_out, kcache,
-                                                               vcache);
-    TDM_LAUNCH_CHECK();
-    return 0;
+    return qk_launch("tdm_qk_norm_rope", qg, ldqg, k, v, ldkv, q_norm, k_norm, NULL, M, Hq, Hkv, D, R, theta, eps, pos0,
+                     d_pos0, ctx, q_out, kcache, vcache, stream);
+}
+
+extern "C" int tdm_qk_norm_rope_tree(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const uint16_t *v,
+                                     int64_t ldkv, const float *q_norm, const float *k_norm, const int32_t *parent, int M,
+                                     int Hq, int Hkv, int D, int R, double theta, float eps, int pos0,
+                                     const int32_t *d_pos0, int ctx, uint16_t *q_out, uint16_t *kcache,
+                                     uint16_t *vcache, void *stream)
+{
+    if (!parent) return tdm_errf("tdm_qk_norm_rope_tree: parent is NULL");
+    return qk_launch("tdm_qk_norm_rope_tree", qg, ldqg, k, v, ldkv, q_norm, k_norm, parent, M, Hq, Hkv, D, R, theta, eps,
+                     pos0, d_pos0, ctx, q_out, kcache, vcache, stream);
 }
 
 extern "C" int64_t tdm_qk_norm_rope_bytes(int M, int Hq, int Hkv, int D)

@@ -1,7 +1,9 @@
 /* tandem-exactcheck — the exactness gate on the CPU reference or the CUDA engine: (a) verify twins:
  * the forward over M rows, a chain verify of M rows, and a verify whose first half is committed
  * followed by a step, against M one-token steps, logits bit for bit, M = 2..32, rows sharing
- * inputs; (b) speculative output (chain and tree, each applicable drafter) against
+ * inputs; on the CUDA engine also a tree verify of M nodes (each node against the one-token steps
+ * along its path) and a tree path's commit followed by a step; (b) speculative output (chain and
+ * tree, each applicable drafter) against
  * one-token-at-a-time output, with the near-tie exception measured and reported; (c) graphed
  * against eager: on the CUDA engine every case of (b) with TANDEM_CUDA_GRAPH on and off, bit for
  * bit; not applicable on the CPU, said so. */
@@ -33,18 +35,22 @@ static void usage(FILE *f)
             " (a) verify twins: the forward over M rows, and a chain verify of M rows, give each row the\n"
             "     logits bits of M one-token steps, M = 2..--rows, rows sharing inputs (each id twice); and\n"
             "     after a verify of M rows whose first j = (M+1)/2 are committed, a step on row j gives that\n"
-            "     row's one-token bits (the commit left the state of j one-token steps);\n"
+            "     row's one-token bits (the commit left the state of j one-token steps); on cuda also a tree\n"
+            "     verify of M nodes (a fixed depth-first tree: chains, siblings, back-ups by three levels)\n"
+            "     gives each node the logits bits of one-token steps along its root-to-node path, and after\n"
+            "     the commit of the last node's path a step gives the one-token bits;\n"
             " (b) speculative output against one-token-at-a-time output over N new tokens, for the chain and\n"
             "     the tree of each applicable drafter (mtp when the model has an MTP layer, ngram, draft with\n"
             "     --draft-model): the tokens must be identical, except a first divergence at a near tie: on\n"
             "     the one-token path's logits there, the best logit minus the speculative token's logit (the\n"
             "     gap the flip crossed) is below --tie-margin. Each such case is counted and reported with\n"
             "     that gap and the top-1 minus top-2 margin. A chain\n"
-            "     must also give every row's logits bit for bit (it replays one-token decode's arithmetic);\n"
-            "     a tree is the factored form (speculative.md) and reports its largest logit difference.\n"
-            "     The CUDA engine runs chains with mtp, ngram and draft (trees are reported as not\n"
-            "     supported there yet, not checked); its (b) runs with TANDEM_CUDA_GRAPH=on (the MTP\n"
-            "     drafter's own launches are eager either way);\n"
+            "     must also give every row's logits bit for bit (it replays one-token decode's arithmetic),\n"
+            "     and on cuda so must a tree (its kernels repeat that arithmetic along each path); on the\n"
+            "     cpu a tree is the factored form (speculative.md) and reports its largest logit difference.\n"
+            "     The CUDA engine runs chains with mtp, ngram and draft and trees with ngram and draft (an\n"
+            "     mtp tree is reported as not supported there yet, not checked); its (b) runs with\n"
+            "     TANDEM_CUDA_GRAPH=on (the MTP drafter's own launches are eager either way);\n"
             " (c) graphed against eager runs: on cuda, the one-token run and every case of (b) again with\n"
             "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; not applicable on the cpu backend.\n"
             "\n"
@@ -127,6 +133,63 @@ static void twin_commit(struct twin_model *t, int j)
     if ((t->e ? tdm_engine_commit(t->e, j) : tdm_ref_commit(t->r, path, j)) != 0) twin_failed(t);
 }
 
+/* The twins' tree of M nodes, depth-first: node t's parent is on node t - 1's path — its child
+ * (a chain), or one level up (a sibling) when t % 3 == 0, or three levels up when t % 5 == 0. */
+static void twin_tree(int M, int *parent, int *depth)
+{
+    int path[TDM_SPEC_MAX_NODES];
+    parent[0] = -1;
+    depth[0] = 0;
+    path[0] = 0;
+    for (int t = 1; t < M; t++) {
+        const int back = t % 5 == 0 ? 3 : t % 3 == 0 ? 1 : 0;
+        const int a = depth[t - 1] - back > 0 ? depth[t - 1] - back : 0;
+        parent[t] = path[a];
+        depth[t] = a + 1;
+        path[a + 1] = t;
+    }
+}
+/* Node t's path, root first; returns its length. */
+static int twin_path(const int *parent, int t, int *path)
+{
+    int n = 0;
+    for (int x = t; x >= 0; x = parent[x]) n++;
+    for (int x = t, i = n - 1; i >= 0; i--, x = parent[x]) path[i] = x;
+    return n;
+}
+
+/* On the engine: a tree verify of M nodes against one-token steps along every path (each leaf's
+ * path fed one token at a time from the state after the prompt); kind 1: then the commit of node
+ * M - 1's path and a step on ids[0], against the one-token steps over that path and ids[0]. Returns
+ * the rows that differ. */
+static int twin_tree_check(struct twin_model *t, const int32_t *ids, int M, int kind, float *many, float *one, int V)
+{
+    int parent[TDM_SPEC_MAX_NODES], depth[TDM_SPEC_MAX_NODES], path[TDM_SPEC_MAX_NODES];
+    twin_tree(M, parent, depth);
+    twin_restart(t);
+    if (tdm_engine_verify_tree(t->e, ids, parent, M, 0, many) != 0) twin_failed(t);
+    int bad = 0;
+    if (kind == 0) {
+        for (int leaf = 0; leaf < M; leaf++) {
+            if (leaf + 1 < M && parent[leaf + 1] == leaf) continue; /* not a leaf */
+            const int n = twin_path(parent, leaf, path);
+            twin_restart(t);
+            for (int i = 0; i < n; i++) {
+                twin_forward(t, ids + path[i], 1, one);
+                bad += !row_bits_equal(many + (size_t)path[i] * V, one, V);
+            }
+        }
+        return bad;
+    }
+    const int n = twin_path(parent, M - 1, path);
+    if (tdm_engine_commit_path(t->e, path, n) != 0) twin_failed(t);
+    twin_forward(t, ids, 1, many);
+    twin_restart(t);
+    for (int i = 0; i < n; i++) twin_forward(t, ids + path[i], 1, one);
+    twin_forward(t, ids, 1, one);
+    return !row_bits_equal(many, one, V);
+}
+
 /* (a): M rows in one call against M one-token steps, from the state after the prompt. */
 static json_t *check_twins(const struct tdm_model *m, enum tdm_backend backend, const int32_t *prompt, int n_prompt,
                            int rows_max)
@@ -148,12 +211,18 @@ static json_t *check_twins(const struct tdm_model *m, enum tdm_backend backend, 
     twin_restart(&t);
     for (int i = 0; i < rows_max; i++) twin_forward(&t, ids + i, 1, one + (size_t)i * V);
     json_t *cases = json_array();
-    static const char *const kinds[] = {"forward rows", "chain verify", "verify+commit"};
-    for (int kind = 0; kind < 3; kind++) {
+    static const char *const kinds[] = {"forward rows", "chain verify", "verify+commit", "tree verify", "tree+commit"};
+    const int nkinds = t.e ? 5 : 3; /* trees: the engine's are exact; the CPU's factored form is (b)'s */
+    for (int kind = 0; kind < nkinds; kind++) {
         int bad_m = 0, first_bad = 0;
         for (int M = 2; M <= rows_max; M++) {
-            twin_restart(&t);
             int bad = 0;
+            if (kind >= 3) {
+                bad = twin_tree_check(&t, ids, M, kind - 3, many, one + (size_t)(rows_max - 1) * V, V);
+                if (bad && !bad_m++) first_bad = M;
+                continue;
+            }
+            twin_restart(&t);
             if (kind == 0) twin_forward(&t, ids, M, many);
             else twin_verify(&t, ids, M, many);
             if (kind < 2) {
@@ -228,9 +297,10 @@ static json_t *check_spec(const struct tdm_model *m, struct tdm_spec_opts *so, c
             snprintf(why, sizeof why, "token %d: the speculative token is %.6g below the one-token best, not within the tie margin", div, gap);
         }
     }
-    if (!so->tree_depth && rows_differ && strcmp(verdict, "fail") != 0) {
+    if ((!so->tree_depth || so->backend == TDM_BACKEND_CUDA) && rows_differ && strcmp(verdict, "fail") != 0) {
         verdict = "fail";
-        snprintf(why, sizeof why, "a chain must give one-token decode's logits bit for bit: %d rows differ", rows_differ);
+        snprintf(why, sizeof why, "a %s must give one-token decode's logits bit for bit: %d rows differ",
+                 so->tree_depth ? "tree on cuda" : "chain", rows_differ);
     }
     failures += strcmp(verdict, "fail") == 0;
     printf("speculative %-5s %-12s %d tokens: %s", tdm_spec_name(so->kind), shape, n_new, verdict);

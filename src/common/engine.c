@@ -6,9 +6,10 @@
  *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
  * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
  * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. The passes of a
- * speculative round (a verify that leaves the GDN states as they were, a commit of the accepted
- * rows) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter (engine_mtp.c)
- * borrows the activations between passes and reads the final-norm rows left in xn. */
+ * speculative round (a chain or tree verify that leaves the GDN states as they were, a commit of
+ * the accepted rows or root-to-node path) are the hooks of engine_impl.h; engine_spec.c drives
+ * them. The MTP drafter (engine_mtp.c) borrows the activations between passes and reads the
+ * final-norm rows left in xn. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #define ROWS TDM_ENGINE_MAX_ROWS
+_Static_assert(ROWS <= TDM_TREE_MAX, "a tree verify of ROWS nodes must fit the tree kernels");
 
 struct dlayer {
     enum tdm_mixer mixer;
@@ -71,11 +73,16 @@ struct tdm_engine {
     int32_t *d_pos;
     tdm_graph step;
     int use_graph, eager_steps;
-    /* speculative rounds: the rows of the last verify that a commit may still take (0: none); a
-     * graph per verify shape [rows][first logits row] and per commit [rows], captured the same way */
-    int round_rows;
+    /* speculative rounds: the rows of the last verify that a commit may still take (0: none) and
+     * their parents (a chain's: r - 1); a graph per verify shape [rows][first logits row], chain
+     * and tree, and per commit [rows], of the first rows and of a tree's path, captured the same
+     * way. A tree's parents and a path are read from d_parent and d_path. */
+    int round_rows, round_parent[ROWS];
+    int32_t *d_parent, *d_path;
     tdm_graph verify_graph[ROWS + 1][ROWS + 1], commit_graph[ROWS + 1];
     int verify_eager[ROWS + 1][ROWS + 1], commit_eager[ROWS + 1];
+    tdm_graph tree_graph[ROWS + 1][ROWS + 1], path_graph[ROWS + 1];
+    int tree_eager[ROWS + 1][ROWS + 1], path_eager[ROWS + 1];
     struct tdm_engine_round_bytes round_bytes;
     int fin_rows;                           /* rows of the last forward chunk or verify in xn (the MTP's h) */
     struct tdm_emtp *mtp;                   /* the MTP drafter (engine_mtp.c), once uploaded */
@@ -178,8 +185,11 @@ void tdm_engine_free(struct tdm_engine *e)
     tdm_emoe_free(e->moe);
     for (int m = 0; m <= ROWS; m++) {
         if (e->commit_graph[m]) tdm_graph_destroy(e->commit_graph[m]);
-        for (int f = 0; f <= ROWS; f++)
+        if (e->path_graph[m]) tdm_graph_destroy(e->path_graph[m]);
+        for (int f = 0; f <= ROWS; f++) {
             if (e->verify_graph[m][f]) tdm_graph_destroy(e->verify_graph[m][f]);
+            if (e->tree_graph[m][f]) tdm_graph_destroy(e->tree_graph[m][f]);
+        }
     }
     for (int i = 0; i < e->nalloc; i++) tdm_cuda_free(e->allocs[i]);
     free(e->allocs);
@@ -283,6 +293,8 @@ static int alloc_act(struct tdm_engine *e)
     }
     A(logits, (size_t)ROWS * V * sizeof(float), "logits");   /* the head runs ROWS rows at a time */
     A(d_pos, sizeof(int32_t), "position");
+    A(d_parent, R * sizeof(int32_t), "verify tree");
+    A(d_path, R * sizeof(int32_t), "verify tree");
 #undef A
     return 0;
 }
@@ -378,10 +390,16 @@ const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e) { return
 
 /* ---- the forward ---- */
 
-/* verify: the conv and recurrence only read their states, and the rows' in_proj_qkv, b and a
- * outputs stay in the layer's round buffers for the commit (commit_launches). */
-static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int verify)
+/* The launch sequences: a forward; a verify of a chain or of a tree (the rows' parents in
+ * e->d_parent); a commit of a verify's first rows, or of a tree's root-to-node path (e->d_path). */
+enum pass { PASS_FORWARD, PASS_VERIFY, PASS_TREE, PASS_COMMIT, PASS_COMMIT_PATH };
+
+/* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
+ * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
+ * a tree's nodes run the tree kernels (layers.h, Trees). */
+static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
 {
+    const int verify = p == PASS_VERIFY || p == PASS_TREE;
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads;
     const int Dk = c->gdn_k_dim, Dv = c->gdn_v_dim, K = c->conv_kernel;
@@ -398,10 +416,13 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int verify)
                          tdm_matmul(&d->b, e->xn, H, M, bb, Hv, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->a, e->xn, H, M, aa, Hv, TDM_MM_BF16, t, st))
         return -1;
-    if ((verify ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
-                : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
-        (verify ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
-                : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
+    if ((p == PASS_TREE ? tdm_gdn_conv_tree(x, C, d->conv_w, d->conv_state, e->d_parent, M, C, K, e->cv, st)
+         : verify       ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
+                        : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
+        (p == PASS_TREE ? tdm_gdn_recur_tree(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk, Hv, Dk,
+                                             Dv, e->o, st)
+         : verify ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
+                  : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
@@ -429,7 +450,9 @@ static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
     return 0;
 }
 
-static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
+/* A tree's nodes: node r rotated at pos + depth, its K/V at row pos + r, attending to its
+ * ancestors (layers.h, Trees). */
+static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed, enum pass p)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
@@ -438,13 +461,21 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     const struct tdm_tiles *t = e->tiles;
     if (tdm_matmul(&d->q, e->xn, H, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
         tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st) ||
-        tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D, c->rotary_dim,
-                         c->rope_theta, c->rms_eps, pos_host(e, M, graphed), graphed ? e->d_pos : NULL, e->ctx, e->q, d->kc,
-                         d->vc, st) ||
-        attn_rows(e, d, M, graphed) || tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st))
+        tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st))
         return -1;
-    return 0;
+    const int pos = pos_host(e, M, graphed);
+    const int32_t *dpos = graphed ? e->d_pos : NULL;
+    if (p == PASS_TREE ? tdm_qk_norm_rope_tree(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, e->d_parent, M, Hq, Hkv,
+                                               D, c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc,
+                                               d->vc, st) ||
+                             tdm_attn_tree(e->q, e->qg, ldqg, d->kc, d->vc, e->d_parent, M, Hq, Hkv, D, pos, dpos, e->ctx,
+                                           e->attn_scratch, e->att, st)
+                       : tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D,
+                                          c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc, d->vc,
+                                          st) ||
+                             attn_rows(e, d, M, graphed))
+        return -1;
+    return tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st);
 }
 
 static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
@@ -463,9 +494,9 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 }
 
 /* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
- * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. verify: the GDN
- * layers as gdn_mixer says. */
-static int launches(struct tdm_engine *e, int M, int from, int graphed, int verify)
+ * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. p: a forward, or
+ * a chain or tree verify (the mixers say what changes). */
+static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pass p)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int H = c->hidden, V = c->vocab;
@@ -476,7 +507,7 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, int veri
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
-        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, verify) : attn_mixer(e, d, M, graphed)) != 0) return -1;
+        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
         if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 ||
             (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
             return -1;
@@ -506,11 +537,34 @@ static int commit_launches(struct tdm_engine *e, int j)
     return 0;
 }
 
-enum pass { PASS_FORWARD, PASS_VERIFY, PASS_COMMIT };
+/* A tree path's commit: the path's rows (e->d_path, n of them) gathered in place to the front of
+ * each GDN layer's kept inputs and of each attention layer's new K/V rows (tdm_rows_compact: rows
+ * pos..pos+n-1 become the path's, the rest are dropped by the length), then commit_launches over
+ * the n rows: the states and cache of n one-token steps over the path's tokens. */
+static int commit_path_launches(struct tdm_engine *e, int n, int graphed)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int C = tdm_gdn_conv_dim(c), Hv = c->gdn_v_heads, HkvD = c->n_kv_heads * c->head_dim;
+    const int pos = pos_host(e, n, graphed);
+    const int32_t *dpos = graphed ? e->d_pos : NULL;
+    void *st = e->st;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (d->mixer == TDM_MIXER_GDN ? tdm_rows_compact(d->round_x, C, C, 0, NULL, e->d_path, n, st) ||
+                                            tdm_rows_compact(d->round_b, Hv, Hv, 0, NULL, e->d_path, n, st) ||
+                                            tdm_rows_compact(d->round_a, Hv, Hv, 0, NULL, e->d_path, n, st)
+                                      : tdm_rows_compact(d->kc, HkvD, HkvD, pos, dpos, e->d_path, n, st) ||
+                                            tdm_rows_compact(d->vc, HkvD, HkvD, pos, dpos, e->d_path, n, st))
+            return -1;
+    }
+    return commit_launches(e, n);
+}
 
 static int pass_launches(struct tdm_engine *e, enum pass p, int M, int from, int graphed)
 {
-    return p == PASS_COMMIT ? commit_launches(e, M) : launches(e, M, from, graphed, p == PASS_VERIFY);
+    if (p == PASS_COMMIT) return commit_launches(e, M);
+    if (p == PASS_COMMIT_PATH) return commit_path_launches(e, M, graphed);
+    return launches(e, M, from, graphed, p);
 }
 
 /* One pass from the CUDA graph *g when graphs are on (TANDEM_CUDA_GRAPH): captured on the shape's
@@ -527,7 +581,7 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
         tdm_graph cap = NULL;
         if (tdm_graph_end(st, &cap) != 0 || rc != 0) {
             if (cap) tdm_graph_destroy(cap);
-            static const char *const names[] = {"forward", "verify", "commit"};
+            static const char *const names[] = {"forward", "verify", "tree verify", "commit", "path commit"};
             return tdm_err_prefix("capturing the CUDA graph of a %d-row %s", M, names[p]);
         }
         *g = cap;
@@ -538,10 +592,12 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
 }
 
 /* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). A
- * one-token step with logits, and every verify, runs from a graph (run_pass). verify: the position
- * stays, the GDN states stay (gdn_mixer), and the round may be committed (tdm_engine_commit_rows). */
-static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int verify)
+ * one-token step with logits, and every verify, runs from a graph (run_pass). p: a forward, or a
+ * verify (PASS_VERIFY, PASS_TREE with the parents already in e->d_parent): the position stays, the
+ * GDN states stay (gdn_mixer), and the round may be committed (engine_impl.h). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, enum pass p)
 {
+    const int verify = p != PASS_FORWARD;
     const int V = e->m->cfg.vocab;
     void *st = e->st;
     if (!out) from = M;
@@ -549,9 +605,10 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
     int rc;
-    if (verify) rc = run_pass(e, PASS_VERIFY, M, from, &e->verify_graph[M][from], &e->verify_eager[M][from]);
+    if (p == PASS_TREE) rc = run_pass(e, PASS_TREE, M, from, &e->tree_graph[M][from], &e->tree_eager[M][from]);
+    else if (verify) rc = run_pass(e, PASS_VERIFY, M, from, &e->verify_graph[M][from], &e->verify_eager[M][from]);
     else if (M == 1 && from == 0) rc = run_pass(e, PASS_FORWARD, 1, 0, &e->step, &e->eager_steps);
-    else rc = launches(e, M, from, 0, 0);
+    else rc = launches(e, M, from, 0, PASS_FORWARD);
     if (rc != 0) return -1;
     if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
@@ -574,7 +631,7 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
         int from = logits_from - at;
         if (from < 0) from = 0;
         float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (chunk(e, ids + at, M, from, out, 0) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
+        if (chunk(e, ids + at, M, from, out, PASS_FORWARD) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
     }
     return 0;
 }
@@ -588,7 +645,7 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     if (!out) from = M;
     e->round_rows = 0;
     e->fin_rows = 0;
-    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, 0) != 0) return -1;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, PASS_FORWARD) != 0) return -1;
     for (int r0 = from; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
         /* same stream: the copy of one slice ends before the next head launch overwrites it */
@@ -627,11 +684,47 @@ int tdm_engine_prefill_rows(const struct tdm_engine *e) { return e->prow; }
 const struct tdm_model *tdm_engine_model(const struct tdm_engine *e) { return e->m; }
 int tdm_engine_ctx(const struct tdm_engine *e) { return e->ctx; }
 int tdm_engine_round_rows(const struct tdm_engine *e) { return e->round_rows; }
+const int *tdm_engine_round_parents(const struct tdm_engine *e) { return e->round_parent; }
 
 int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits)
 {
-    if (chunk(e, ids, R, from, logits, 1) != 0) return -1;
+    if (chunk(e, ids, R, from, logits, PASS_VERIFY) != 0) return -1;
+    for (int r = 0; r < R; r++) e->round_parent[r] = r - 1;
     e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    return 0;
+}
+
+int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from, float *logits)
+{
+    int32_t par[ROWS];
+    for (int r = 0; r < R; r++) par[r] = parent[r];
+    e->round_rows = 0;
+    if (tdm_copy_async(e->d_parent, par, (size_t)R * sizeof(int32_t), e->st) != 0 ||
+        chunk(e, ids, R, from, logits, PASS_TREE) != 0)
+        return -1;
+    /* the recurrence reads every state once, and again for each node whose parent is not the
+     * node before it (gdn.cu: the reload that rebuilds the parent's state) */
+    int reads = 1;
+    for (int r = 1; r < R; r++) reads += parent[r] != r - 1;
+    memcpy(e->round_parent, parent, (size_t)R * sizeof(int));
+    e->round_bytes.state_read += reads * (int64_t)e->mem.gdn_state;
+    return 0;
+}
+
+int tdm_engine_commit_path_rows(struct tdm_engine *e, const int *path, int len)
+{
+    int identity = 1;
+    for (int j = 0; j < len; j++) identity &= path[j] == j;
+    if (identity) return tdm_engine_commit_rows(e, len);
+    int32_t p32[ROWS];
+    for (int j = 0; j < len; j++) p32[j] = path[j];
+    e->round_rows = 0;
+    if (tdm_copy_async(e->d_path, p32, (size_t)len * sizeof(int32_t), e->st) != 0 ||
+        run_pass(e, PASS_COMMIT_PATH, len, 0, &e->path_graph[len], &e->path_eager[len]) != 0 || tdm_stream_sync(e->st) != 0)
+        return -1;
+    e->pos += len;
+    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
     return 0;
 }
 

@@ -62,7 +62,7 @@ int tdm_engine_prefill_rows(const struct tdm_engine *e);
 /* Clears the sequence: position 0, KV caches, conv and GDN states zeroed. */
 int tdm_engine_reset(struct tdm_engine *e);
 
-/* ---- speculative rounds, chain verify (engine_spec.c; speculative.md) ----
+/* ---- speculative rounds, chain and tree verify (engine_spec.c; speculative.md) ----
  * tdm_engine_verify feeds R = 1..TDM_ENGINE_MAX_ROWS rows at the current position (row r at
  * position pos + r: the last emitted token, then the draft tokens) and returns their logits
  * without consuming them: the K/V rows are written at pos..pos+R-1 and the GDN conv and recurrent
@@ -79,8 +79,29 @@ int tdm_engine_reset(struct tdm_engine *e);
  * vocabulary, no round to commit (nothing changes), a CUDA failure (the state is then undefined). */
 int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits);
 int tdm_engine_commit(struct tdm_engine *e, int j);
-/* GDN state bytes the rounds moved since the engine was made: a verify reads every recurrent state
- * once and writes none; a commit reads and writes each once. */
+/* Tree rounds: tdm_engine_verify_tree feeds n = 1..TDM_ENGINE_MAX_ROWS nodes, node 0 the root (the
+ * last emitted token, parent[0] = -1) and every other node after its parent (0 <= parent[t] < t;
+ * spec.c's depth-first layout is one such order). Node t is at position pos + depth(t), sees the
+ * committed tokens, its ancestors and itself, and its logits are the bits the one-token steps over
+ * its root-to-node path give (kernels/layers.h, Trees: the tree kernels repeat the chain kernels'
+ * arithmetic along each path, so there is no near-tie exception on the GPU); its K/V rows go to
+ * pos + t, the GDN states are only read, the nodes' GDN inputs are kept. logits as for a chain.
+ * Tree verifies run from a CUDA graph per (n, logits_from) after the first use, the parents read
+ * from device memory. tdm_engine_commit_path then consumes a root-to-node path of the last verify
+ * (chain or tree): path[0] = 0, path[j] a child of path[j-1], len >= 1: the path's K/V rows are
+ * gathered in order to pos..pos+len-1 (the others dropped), the path's kept GDN inputs gathered in
+ * order and run through the forward's conv and recurrence from the round's entry state — the
+ * states of len one-token steps over the path's tokens, bit for bit; the position advances by len.
+ * tdm_engine_commit(e, j) is the path 0..j-1 (refused on a tree when that is not a path). A path
+ * commit runs from a graph per len. Returns as above (a bad parent or path is refused, nothing
+ * changes). */
+int tdm_engine_verify_tree(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from,
+                           float *logits);
+int tdm_engine_commit_path(struct tdm_engine *e, const int *path, int len);
+/* GDN state bytes the rounds moved since the engine was made: a chain verify reads every recurrent
+ * state once and writes none; a tree verify reads it once more for each node whose parent is not
+ * the node before it (the recurrence rebuilds that parent's state from the entry state); a commit
+ * reads and writes each once. */
 struct tdm_engine_round_bytes { int64_t state_read, state_written; };
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e);
 

@@ -48,4 +48,13 @@ struct tdm_emtp;
 struct tdm_emtp **tdm_engine_mtp_state(struct tdm_engine *e);
 void tdm_emtp_free(struct tdm_emtp *x);
 void tdm_emtp_reset(struct tdm_emtp *x);
+/* A tree verify (parent checked by the caller: parent[0] = -1, 0 <= parent[r] < r) and the commit
+ * of a root-to-node path of the last verify (checked against its parents: path[0] = 0, path[j]'s
+ * parent path[j-1]); a path 0..len-1 commits as tdm_engine_commit_rows(e, len). */
+int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from,
+                                float *logits);
+int tdm_engine_commit_path_rows(struct tdm_engine *e, const int *path, int len);
+/* The parents of the last verify's rows (a chain's are r - 1); valid while tdm_engine_round_rows
+ * is not 0. */
+const int *tdm_engine_round_parents(const struct tdm_engine *e);
 #endif

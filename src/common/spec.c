@@ -52,7 +52,8 @@ int tdm_spec_opts_init(struct tdm_spec_opts *o)
 
 const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o)
 {
-    if (o->tree_depth) return "--tree is not supported by the CUDA engine yet (chain verify rounds only: --draft N)";
+    if (o->kind == TDM_SPEC_MTP && o->tree_depth)
+        return "--spec mtp with --tree is not supported by the CUDA engine yet (MTP chains are, and ngram and draft trees)";
     return NULL;
 }
 
@@ -267,15 +268,14 @@ static int target_prefill(struct target *t, const int32_t *ids, int T, int from,
     return t->e ? tdm_engine_prefill(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
 }
 static int target_pos(const struct target *t) { return t->e ? tdm_engine_pos(t->e) : tdm_ref_pos(t->r); }
-/* The engine verifies chains (tdm_spec_cuda_gap refused trees): parent[i] = i - 1. */
 static int target_verify(struct target *t, const struct drafter *d, int tree, float *logits, float *final_h)
 {
-    return t->e ? tdm_engine_verify(t->e, d->ids, d->n, 0, logits) : tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
+    if (!t->e) return tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
+    return tree ? tdm_engine_verify_tree(t->e, d->ids, d->parent, d->n, 0, logits) : tdm_engine_verify(t->e, d->ids, d->n, 0, logits);
 }
-/* A chain's path is 0..len-1. */
 static int target_commit(struct target *t, const int *path, int len)
 {
-    return t->e ? tdm_engine_commit(t->e, len) : tdm_ref_commit(t->r, path, len);
+    return t->e ? tdm_engine_commit_path(t->e, path, len) : tdm_ref_commit(t->r, path, len);
 }
 /* GDN state traffic so far. */
 static struct tdm_ref_stats target_bytes(const struct target *t)

@@ -1,8 +1,9 @@
 /* spec.h — speculative decoding on the CPU reference or the CUDA engine: drafters, rounds (draft,
  * verify, greedy acceptance, commit), statistics. The algebra is speculative.md's; the round
  * functions are tdm_ref_verify / tdm_ref_commit (ref.h) on the CPU and tdm_engine_verify /
- * tdm_engine_commit (engine.h: chains only; the commit replays the accepted rows' GDN conv and
- * recurrence from the round's entry state) on the GPU.
+ * tdm_engine_verify_tree / tdm_engine_commit_path (engine.h: the commit replays the accepted path's
+ * GDN conv and recurrence from the round's entry state; a tree's nodes get the bits of one-token
+ * decoding along their paths, not the CPU's factored form) on the GPU.
  *
  * A round: the root is the last emitted token (not yet fed). The drafter proposes a chain of k
  * tokens, or a tree whose node at depth d has up to branch[d] children (the drafter's top-b
@@ -70,13 +71,14 @@ struct tdm_spec_opts {
     long fault_at;                      /* TANDEM_SPEC_FAULT: testing only (settings.c) */
     int prefill_chunk;                  /* TANDEM_PREFILL_CHUNK */
     enum tdm_backend backend;           /* the verified model (and a draft model) on the CPU reference
-                                         * or the CUDA engine (chain rounds: mtp, ngram, draft) */
+                                         * or the CUDA engine (chain rounds: mtp, ngram, draft; tree rounds: ngram,
+                                         * draft) */
 };
 /* Defaults: chain of TDM_SPEC_DEFAULT_DRAFT, n-gram up to TDM_SPEC_DEFAULT_NGRAM, switches from
  * the settings table. Returns 0 or -1 with tdm_err() (a bad switch value). */
 int tdm_spec_opts_init(struct tdm_spec_opts *o);
 /* NULL when the CUDA engine runs o's drafter and round shape, else what it does not support yet
- * (--tree), for tdm_backend_pick's no_cuda. */
+ * (an MTP tree), for tdm_backend_pick's no_cuda. */
 const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o);
 /* "3,2,1": branching per depth (each 1..16, at most 31 depths; the tree is cut at 32 nodes). */
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o);

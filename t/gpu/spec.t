@@ -1,16 +1,18 @@
 #!/bin/sh
-# Speculative rounds on the CUDA engine (engine.h: tdm_engine_verify / tdm_engine_commit, and the
-# MTP drafter tdm_engine_mtp). First build/t/spec_gpu: verify + commit against one-token decode bit
-# for bit on the tiny qwen3_5 fixture in BF16, FP8 and NVFP4 (every row count 1..32 and committed
-# count, graphed and eager), the round protocol's refusals, the MTP drafter's logits against the
-# CPU reference and the fixture (qwen35-tiny in every format, qwen3next-tiny's MoE MTP in BF16),
-# tdm_spec_generate's mtp, ngram and draft chains against plain CUDA decode. Then the tools on the
-# fixtures: tandem-run --backend cuda --spec mtp, ngram and draft give plain --backend cuda
-# decode's tokens and logits dump byte for byte, with the round statistics on stderr and in --json
-# (mtp: the CPU reference's acceptance per depth); --tree refused (exit 2, one line);
-# tandem-exactcheck --backend cuda passes (exit 0: twins, speculative output with mtp, ngram and
-# draft chains, graphed vs eager) and fails on an injected difference (exit 1). Skips without a
-# CUDA device.
+# Speculative rounds on the CUDA engine (engine.h: tdm_engine_verify / tdm_engine_verify_tree /
+# tdm_engine_commit / tdm_engine_commit_path, and the MTP drafter tdm_engine_mtp). First
+# build/t/spec_gpu: chain verify + commit against one-token decode bit for bit on the tiny qwen3_5
+# fixture in BF16, FP8 and NVFP4 (every row count 1..32 and committed count, graphed and eager),
+# tree rounds (every node against the one-token steps along its path, root-to-node paths
+# committed), the round protocol's refusals, the MTP drafter's logits against the CPU reference
+# and the fixture (qwen35-tiny in every format, qwen3next-tiny's MoE MTP in BF16),
+# tdm_spec_generate's mtp, ngram and draft chains and ngram and draft trees against plain CUDA
+# decode. Then the tools on the fixtures: tandem-run --backend cuda --spec mtp, ngram and draft,
+# chains and --tree, give plain --backend cuda decode's tokens and logits dump byte for byte, with
+# the round statistics on stderr and in --json (mtp: the CPU reference's acceptance per depth); an
+# mtp tree refused (exit 2, one line); tandem-exactcheck --backend cuda passes (exit 0: twins with
+# tree verify and tree commit, speculative chains and trees bit for bit, graphed vs eager) and
+# fails on an injected difference (exit 1). Skips without a CUDA device.
 out=$(build/t/spec_gpu)
 rc=$?
 case "$out" in "1..0 # SKIP"*) echo "$out"; exit 0 ;; esac
@@ -32,7 +34,9 @@ for fmt in bf16 fp8 nvfp4; do
     $RUN -m "$F/$fmt" --dump-logits "$tmp/plain.st" >"$tmp/plain.tok" 2>"$tmp/err" || { sed 's/^/# /' "$tmp/err"; }
     other=bf16; [ $fmt = bf16 ] && other=nvfp4
     for a in "--spec mtp" "--spec mtp --draft 12" "--spec ngram" "--spec ngram --draft 12" "--spec draft --draft-model $F/$fmt" \
-             "--spec draft --draft-model $F/$fmt --draft 31" "--spec draft --draft-model $F/$other --draft 3"; do
+             "--spec draft --draft-model $F/$fmt --draft 31" "--spec draft --draft-model $F/$other --draft 3" \
+             "--spec ngram --tree 3,2,1" "--spec draft --draft-model $F/$fmt --tree 3,2,1" \
+             "--spec draft --draft-model $F/$other --tree 2,2,2,1"; do
         t "$fmt: tandem-run --backend cuda $a gives plain cuda decode's tokens and logits dump, byte for byte" \
           "$RUN -m $F/$fmt $a --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err && [ -s $tmp/plain.tok ] &&
            cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
@@ -51,20 +55,24 @@ t "tandem-run --backend cuda --spec mtp: statistics on stderr and in --json; acc
    bin/tandem-run --backend cpu -m $F/bf16 -p $F/prompt.tok -n 32 --spec mtp >/dev/null 2>$tmp/err.cpu &&
    grep '^# acceptance by draft depth' $tmp/err.cpu >$tmp/acc.cpu && cmp -s $tmp/acc.cuda $tmp/acc.cpu"
 printf '#   cuda %s\n#   cpu  %s\n' "$(cat "$tmp/acc.cuda" 2>/dev/null)" "$(cat "$tmp/acc.cpu" 2>/dev/null)"
-for a in "--spec mtp --tree 2,1" "--spec ngram --tree 2,1"; do
-    t "tandem-run --backend cuda $a: exit 2, one line: not supported by the CUDA engine yet" \
-      "$RUN -m $F/bf16 $a >/dev/null 2>$tmp/err; rc=\$?; [ \$rc -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
-       grep -q 'not supported by the CUDA engine yet' $tmp/err"
-done
+t "tandem-run --backend cuda --spec draft --tree 3,2,1: tree round shapes and full acceptance on stderr" \
+  "$RUN -m $F/bf16 --spec draft --draft-model $F/bf16 --tree 3,2,1 >/dev/null 2>$tmp/err &&
+   grep -q '^# acceptance by draft depth: 1:1.000 2:1.000 3:1.000' $tmp/err && grep -q '^# round shape tree of 16 nodes' $tmp/err"
+t "tandem-run --backend cuda --spec mtp --tree 2,1: exit 2, one line: not supported by the CUDA engine yet" \
+  "$RUN -m $F/bf16 --spec mtp --tree 2,1 >/dev/null 2>$tmp/err; rc=\$?; [ \$rc -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
+   grep -q 'not supported by the CUDA engine yet' $tmp/err"
 
 EC="bin/tandem-exactcheck --backend cuda -p $F/prompt.tok -n 24"
 for fmt in bf16 nvfp4; do
-    t "tandem-exactcheck --backend cuda, $fmt, mtp, ngram and a draft model: exit 0, twins identical, graphed = eager" \
+    t "tandem-exactcheck --backend cuda, $fmt, mtp, ngram and a draft model, chains and trees: exit 0, twins identical, graphed = eager" \
       "$EC -m $F/$fmt --draft-model $F/bf16 --json $tmp/ec.json >$tmp/out 2>$tmp/err &&
-       [ \$(grep -c '^twins .*: identical' $tmp/out) -eq 3 ] && grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out &&
+       [ \$(grep -c '^twins .*: identical' $tmp/out) -eq 5 ] && grep -q '^twins tree+commit ' $tmp/out &&
+       grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out &&
        grep -q '^speculative ngram chain 4 .*: identical' $tmp/out && grep -q '^speculative draft chain 4 .*: identical' $tmp/out &&
-       grep -q '^speculative mtp   tree .*not run on the cuda backend' $tmp/out && grep -q '^speculative ngram tree .*not run' $tmp/out &&
-       [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 4 ] &&
+       grep -q '^speculative ngram tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
+       grep -q '^speculative draft tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
+       grep -q '^speculative mtp   tree .*not run on the cuda backend' $tmp/out &&
+       [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 6 ] &&
        [ \$(build/t/json_get $tmp/ec.json verdict) = '\"pass\"' ] && [ \$(build/t/json_get $tmp/ec.json graphs.verdict) = '\"identical\"' ]"
     sed 's/^/#   /' "$tmp/out"
 done

@@ -2,7 +2,9 @@
  *   glue kernels (kernels/engine_glue.h) against the lines of ref.c they replace, 32 rows:
  *     embedding gather: BF16 rows bit for bit, F32 rows rounded to BF16 bit for bit;
  *     SiLU(gate) * up: within one BF16 ulp (the GPU's expf may differ from the C library's by an
- *       FP32 ulp before the rounding), every element written.
+ *       FP32 ulp before the rounding), every element written;
+ *     a tree commit's row gather (tdm_rows_compact): equal to the host loop bit for bit, the base
+ *       on the host and in device memory, the other rows and columns untouched.
  *   the forward on the tiny fixtures (TANDEM_FIXTURES/qwen35-tiny: dense qwen3_5;
  *   TANDEM_FIXTURES/qwen3next-tiny: qwen3_next, grouped GDN projections and MoE in every layer),
  *   per stored format (bf16, fp8, nvfp4), the prompt in one call of T rows (chunks of 32), then
@@ -126,6 +128,34 @@ static void test_silu_mul(void)
     }
     tdm_cuda_free(dg); tdm_cuda_free(du); tdm_cuda_free(dout);
     free(g); free(u); free(got);
+}
+
+/* A tree commit's gather: rows base + t = rows base + path[t] for t = 0..n-1 in order, in place,
+ * against the host loop (ref.c's copy of the path's rows), with the base on the host and in device
+ * memory; the rows outside base..base+n-1 untouched. */
+static void test_rows_compact(void)
+{
+    const int W = 1000, ld = 1030, rows = 40, base = 5, n = 6;
+    const int32_t path[6] = {0, 2, 3, 7, 8, 30}; /* a root-to-node path: increasing from 0 */
+    const size_t bytes = (size_t)rows * ld * 2;
+    uint16_t *h = hal(bytes), *want = hal(bytes), *got = hal(bytes);
+    for (size_t i = 0; i < (size_t)rows * ld; i++) h[i] = (uint16_t)next();
+    memcpy(want, h, bytes);
+    for (int t = 0; t < n; t++)
+        memcpy(want + (size_t)(base + t) * ld, want + (size_t)(base + path[t]) * ld, (size_t)W * 2);
+    uint16_t *d = dal(bytes);
+    int32_t *dpath = dal(sizeof path), *dbase = dal(4);
+    up(dpath, path, sizeof path);
+    up(dbase, &base, 4);
+    for (int dev = 0; dev < 2; dev++) {
+        up(d, h, bytes);
+        if (tdm_rows_compact(d, ld, W, dev ? 1000 : base, dev ? dbase : NULL, dpath, n, NULL) != 0) bail("tdm_rows_compact");
+        down(got, d, bytes);
+        ok(memcmp(got, want, bytes) == 0, "rows_compact: %d rows gathered along a path in place, base %s, bit for bit, the "
+           "other rows and the columns past W untouched", n, dev ? "in device memory" : "on the host");
+    }
+    tdm_cuda_free(d); tdm_cuda_free(dpath); tdm_cuda_free(dbase);
+    free(h); free(want); free(got);
 }
 
 /* ---- the forward on the fixture ---- */
@@ -325,6 +355,7 @@ int main(void)
     printf("# %s, sm_%d%d\n", info.name, info.sm_major, info.sm_minor);
     test_embed();
     test_silu_mul();
+    test_rows_compact();
     const char *fix = tdm_setting("TANDEM_FIXTURES");
     char probe[4096];
     struct stat sb;

@@ -30,7 +30,17 @@
  *     once and replayed;
  *   verify forms (tdm_gdn_conv_verify, tdm_gdn_recur_verify): 32 rows give the forward's outputs bit
  *     for bit and leave the state as it was; the forward over the first j rows after them (a commit)
- *     gives the state of j one-row calls, bit for bit. */
+ *     gives the state of j one-row calls, bit for bit;
+ *   trees (the *_tree launchers, layers.h) on five trees of 32 nodes (a chain, branching 4,3,2,1, a
+ *     star, a random depth-first tree, a chain of 20 with siblings under node 9), rows sharing
+ *     inputs: every node's outputs equal the chain kernels run on its root-to-node path, bit for
+ *     bit (GDN conv and recurrence: the verify forms; q/k norm + rotary: q and the K/V rows, the
+ *     node's K/V at cache row P + node; attention: tdm_attn_decode over the path's rows); the
+ *     chain as a tree equals the chain kernels' 32 rows; each node against the reference along its
+ *     path with the bounds above (conv from the state, tdm_ref_gdn_token from S0, rotary at P +
+ *     depth, tdm_ref_attn_head over the cache and the path's rows); the states and the cache rows
+ *     outside the round's are left alone; a graph captured on one tree and replayed on another
+ *     (parents in device memory) equals the eager call. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
@@ -673,6 +683,439 @@ static void test_attn(const struct shape *s, int P)
 }
 
 /* ================================================================================================
+ * trees (layers.h, Trees): the *_tree kernels on trees of 32 nodes, each node against the chain
+ * kernel run on its root-to-node path (bit for bit) and against the reference along that path
+ */
+#define NTREES 5
+static const char *const tree_names[NTREES] = {"chain", "tree 4,3,2,1", "star", "random", "deep then wide"};
+
+static void tree_branch(int32_t *par, int *n, int t, int dep, const int *br, int nbr)
+{
+    if (dep >= nbr) return;
+    for (int i = 0; i < br[dep] && *n < R; i++) {
+        const int c = (*n)++;
+        par[c] = t;
+        tree_branch(par, n, c, dep + 1, br, nbr);
+    }
+}
+
+/* Tree k of NTREES, R nodes laid out depth-first, node 0 the root. */
+static void make_tree(int k, int32_t *par)
+{
+    par[0] = -1;
+    if (k == 0 || k == 2) {
+        for (int t = 1; t < R; t++) par[t] = k == 0 ? t - 1 : 0;
+    } else if (k == 1) {
+        static const int br[] = {4, 3, 2, 1, 1, 1};
+        int n = 1;
+        tree_branch(par, &n, 0, 0, br, 6);
+        for (; n < R; n++) par[n] = n - 1; /* the rest as a tail under the last node */
+    } else {
+        /* each node's parent somewhere on the previous node's path (depth-first by construction):
+         * random, or a chain of 20 and then siblings under node 9 */
+        int path[R], d = 0;
+        path[0] = 0;
+        for (int t = 1; t < R; t++) {
+            int a = k == 3 ? (int)(next() % (uint64_t)(d + 1)) : t < 20 ? d : 9;
+            if (a > d) a = d;
+            par[t] = path[a];
+            d = a + 1;
+            path[d] = t;
+        }
+    }
+}
+
+static int node_depth(const int32_t *par, int t)
+{
+    int d = 0;
+    for (int x = par[t]; x >= 0; x = par[x]) d++;
+    return d;
+}
+/* path[0..d]: node t's ancestors root first, then t; returns d */
+static int node_path(const int32_t *par, int t, int *path)
+{
+    const int d = node_depth(par, t);
+    for (int x = t, i = d; i >= 0; i--, x = par[x]) path[i] = x;
+    return d;
+}
+/* rows path[0..n-1] of src [][row] into dst, contiguous */
+static void gather_rows(void *dst, const void *src, size_t row, const int *path, int n)
+{
+    for (int i = 0; i < n; i++) memcpy((char *)dst + i * row, (const char *)src + path[i] * row, row);
+}
+
+/* A graph captured with tree a in *dpar, replayed after tree b was copied there, equals the eager
+ * call on tree b (one graph serves every tree of R nodes). launch writes its output to out. */
+static void tree_graph_test(const char *label, int (*launch)(void *ctx), void *ctx, int32_t *dpar, void *out, size_t bytes)
+{
+    int32_t a[R], b[R];
+    make_tree(1, a);
+    make_tree(3, b);
+    unsigned char *eager = hal(bytes), *replay = hal(bytes);
+    tdm_graph g = NULL;
+    up(dpar, b, sizeof b);
+    poison(out, bytes);
+    int rc = launch(ctx);
+    if (!rc) down(eager, out, bytes);
+    up(dpar, a, sizeof a);
+    rc = rc || tdm_graph_begin(st) || launch(ctx) || tdm_graph_end(st, &g);
+    up(dpar, b, sizeof b);
+    poison(out, bytes);
+    rc = rc || tdm_graph_launch(g, st);
+    if (!rc) down(replay, out, bytes);
+    ok(!rc && memcmp(eager, replay, bytes) == 0, "%s: a graph captured on one tree and replayed on another (the parents in "
+       "device memory) equals the eager call%s%s", label, rc ? ": " : "", rc ? tdm_err() : "");
+    if (g) tdm_graph_destroy(g);
+    free(eager);
+    free(replay);
+}
+
+/* ---- GDN conv and recurrence ---- */
+
+struct gtree_ctx {
+    uint16_t *dx, *dy, *dst, *dqkv, *db, *da, *dO;
+    float *dw, *dA, *ddt, *dS;
+    int32_t *dpar;
+    int C, K, Hk, Hv, Dk, Dv;
+};
+static int conv_tree_launch(void *p)
+{
+    struct gtree_ctx *c = p;
+    return tdm_gdn_conv_tree(c->dx, c->C, c->dw, c->dst, c->dpar, R, c->C, c->K, c->dy, st);
+}
+static int recur_tree_launch(void *p)
+{
+    struct gtree_ctx *c = p;
+    return tdm_gdn_recur_tree(c->dqkv, c->db, c->Hv, c->da, c->Hv, c->dA, c->ddt, c->dS, c->dpar, R, c->Hk, c->Hv, c->Dk,
+                              c->Dv, c->dO, st);
+}
+
+static void test_gdn_tree(const struct shape *s)
+{
+    const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
+    const int C = tdm_gdn_conv_dim(&s->c), K = s->c.conv_kernel;
+    const size_t nS = (size_t)Hv * Dk * Dv, no = (size_t)Hv * Dv, nx = (size_t)R * C, ns = (size_t)(K - 1) * C;
+    char label[160];
+    snprintf(label, sizeof label, "%s gdn tree C %d K %d Hk %d Hv %d Dk %d Dv %d", s->name, C, K, Hk, Hv, Dk, Dv);
+    /* conv inputs and state; recurrence inputs (the conv's output shape), gates, state */
+    uint16_t *x = hal(nx * 2), *s0 = hal(ns * 2), *qkv = hal(nx * 2), *b = hal((size_t)R * Hv * 2), *a = hal((size_t)R * Hv * 2);
+    float *xf = hal(nx * 4), *sf = hal(ns * 4), *w = hal((size_t)C * K * 4), *qkvf = hal(nx * 4);
+    float *bf_ = hal((size_t)R * Hv * 4), *af = hal((size_t)R * Hv * 4), *A = hal(Hv * 4), *dt = hal(Hv * 4);
+    float *S0 = hal(nS * 4), *S = hal(nS * 4);
+    rand_bf16(x, xf, nx, 3.0f);
+    share_rows(x, xf, C);
+    rand_bf16(s0, sf, ns, 3.0f);
+    for (size_t i = 0; i < (size_t)C * K; i++) w[i] = bfv(frand() * 0.6f);
+    rand_bf16(qkv, qkvf, nx, 1.0f);
+    share_rows(qkv, qkvf, C);
+    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
+    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
+    share_rows(b, bf_, Hv);
+    share_rows(a, af, Hv);
+    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
+    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    struct gtree_ctx c = {dal(nx * 2), dal(nx * 2), dal(ns * 2), dal(nx * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2),
+                          dal(R * no * 2), dal((size_t)C * K * 4), dal(Hv * 4), dal(Hv * 4), dal(nS * 4), dal(R * 4),
+                          C, K, Hk, Hv, Dk, Dv};
+    up(c.dw, w, (size_t)C * K * 4);
+    up(c.dst, s0, ns * 2);
+    up(c.dA, A, Hv * 4);
+    up(c.ddt, dt, Hv * 4);
+    up(c.dS, S0, nS * 4);
+    /* path buffers: the chain kernels' inputs gathered along a node's path */
+    uint16_t *px = hal(nx * 2), *pq = hal(nx * 2), *pb = hal((size_t)R * Hv * 2), *pa = hal((size_t)R * Hv * 2);
+    uint16_t *dpx = dal(nx * 2), *dpy = dal(nx * 2), *dpq = dal(nx * 2), *dpb = dal((size_t)R * Hv * 2);
+    uint16_t *dpa = dal((size_t)R * Hv * 2), *dpo = dal(R * no * 2);
+    uint16_t *ty = hal(nx * 2), *to = hal(R * no * 2), *cy = hal(nx * 2), *co_ = hal(R * no * 2), *sv = hal(ns * 2);
+    float *Sv = hal(nS * 4), *pxf = hal(nx * 4), *ref = hal(nx * 4), *stmp = hal(ns * 4), *oref = hal(no * 4);
+    float *scratch = hal((size_t)(2 * Hk * Dk + Dv) * 4);
+    uint16_t *chain_y = hal(nx * 2), *chain_o = hal(R * no * 2);
+    /* the chain kernels' verify forms over the 32 rows, for chain-as-tree */
+    up(c.dx, x, nx * 2);
+    up(c.dqkv, qkv, nx * 2);
+    up(c.db, b, (size_t)R * Hv * 2);
+    up(c.da, a, (size_t)R * Hv * 2);
+    if (tdm_gdn_conv_verify(c.dx, C, c.dw, c.dst, R, C, K, c.dy, st) != 0 ||
+        tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, st) != 0)
+        bail("verify forms");
+    down(chain_y, c.dy, nx * 2);
+    down(chain_o, c.dO, R * no * 2);
+    for (int k = 0; k < NTREES; k++) {
+        int32_t par[R];
+        make_tree(k, par);
+        up(c.dpar, par, sizeof par);
+        poison(c.dy, nx * 2);
+        poison(c.dO, R * no * 2);
+        if (conv_tree_launch(&c) != 0) bail("tdm_gdn_conv_tree");
+        if (recur_tree_launch(&c) != 0) bail("tdm_gdn_recur_tree");
+        down(ty, c.dy, nx * 2);
+        down(to, c.dO, R * no * 2);
+        down(sv, c.dst, ns * 2);
+        down(Sv, c.dS, nS * 4);
+        ok(memcmp(sv, s0, ns * 2) == 0 && memcmp(Sv, S0, nS * 4) == 0, "%s, %s: the conv and recurrent states are left as "
+           "they were", label, tree_names[k]);
+        if (k == 0)
+            ok(memcmp(ty, chain_y, nx * 2) == 0 && memcmp(to, chain_o, R * no * 2) == 0,
+               "%s: a chain as a tree gives tdm_gdn_conv_verify's and tdm_gdn_recur_verify's 32 rows bit for bit", label);
+        int bad_y = 0, bad_o = 0, unw = 0;
+        struct cmp cy_ref = {0}, co_ref = {0};
+        for (int t = 0; t < R; t++) {
+            int path[R];
+            const int d = node_path(par, t, path), n = d + 1;
+            /* the chain kernels on the path */
+            gather_rows(px, x, (size_t)C * 2, path, n);
+            gather_rows(pq, qkv, (size_t)C * 2, path, n);
+            gather_rows(pb, b, (size_t)Hv * 2, path, n);
+            gather_rows(pa, a, (size_t)Hv * 2, path, n);
+            up(dpx, px, (size_t)n * C * 2);
+            up(dpq, pq, (size_t)n * C * 2);
+            up(dpb, pb, (size_t)n * Hv * 2);
+            up(dpa, pa, (size_t)n * Hv * 2);
+            if (tdm_gdn_conv_verify(dpx, C, c.dw, c.dst, n, C, K, dpy, st) != 0 ||
+                tdm_gdn_recur_verify(dpq, dpb, Hv, dpa, Hv, c.dA, c.ddt, c.dS, n, Hk, Hv, Dk, Dv, dpo, st) != 0)
+                bail("verify forms on a path");
+            down(cy, dpy + (size_t)d * C, (size_t)C * 2);
+            down(co_, dpo + (size_t)d * no, no * 2);
+            bad_y += memcmp(cy, ty + (size_t)t * C, (size_t)C * 2) != 0;
+            bad_o += memcmp(co_, to + (size_t)t * no, no * 2) != 0;
+            for (size_t i = 0; i < (size_t)C; i++) unw += ty[(size_t)t * C + i] == 0xffff;
+            for (size_t i = 0; i < no; i++) unw += to[(size_t)t * no + i] == 0xffff;
+            /* the reference along the path: the conv from the state, the recurrence from S0 */
+            for (int i = 0; i < n; i++) memcpy(pxf + (size_t)i * C, xf + (size_t)path[i] * C, (size_t)C * 4);
+            memcpy(stmp, sf, ns * 4);
+            tdm_ref_gdn_conv(w, C, K, stmp, pxf, n, ref);
+            for (size_t i = 0; i < (size_t)C; i++) {
+                const float r = ref[(size_t)d * C + i];
+                cmp_add(&cy_ref, tdm_bf16_to_f32(ty[(size_t)t * C + i]), r, ulp(r));
+            }
+            memcpy(S, S0, nS * 4);
+            for (int i = 0; i < n; i++) {
+                const int q = path[i];
+                tdm_ref_gdn_token(Hk, Hv, Dk, Dv, A, dt, qkvf + (size_t)q * C, bf_ + (size_t)q * Hv, af + (size_t)q * Hv, S,
+                                  oref, scratch);
+            }
+            for (int h = 0; h < Hv; h++) {
+                float mx = 0;
+                for (int j = 0; j < Dv; j++) mx = fmaxf(mx, fabsf(bfv(oref[h * Dv + j])));
+                for (int j = 0; j < Dv; j++) {
+                    const float r = bfv(oref[h * Dv + j]);
+                    cmp_add(&co_ref, tdm_bf16_to_f32(to[(size_t)t * no + h * Dv + j]), r, ulp(r) + 1e-4 * mx);
+                }
+            }
+        }
+        ok(bad_y == 0 && bad_o == 0 && unw == 0, "%s, %s: every node's conv and recurrence output equals the chain verify "
+           "forms on its root-to-node path, bit for bit (%d conv rows, %d recurrence rows differ, %d unwritten)", label,
+           tree_names[k], bad_y, bad_o, unw);
+        char what[96];
+        snprintf(what, sizeof what, "%s: conv along each path against tdm_ref_gdn_conv (1 ulp)", tree_names[k]);
+        cmp_ok(&cy_ref, label, what);
+        snprintf(what, sizeof what, "%s: o along each path against tdm_ref_gdn_token (1 ulp + 1e-4 max|o|)", tree_names[k]);
+        cmp_ok(&co_ref, label, what);
+    }
+    tree_graph_test(label, conv_tree_launch, &c, c.dpar, c.dy, nx * 2);
+    tree_graph_test(label, recur_tree_launch, &c, c.dpar, c.dO, R * no * 2);
+    tdm_cuda_free(c.dx); tdm_cuda_free(c.dy); tdm_cuda_free(c.dst); tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db);
+    tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dw); tdm_cuda_free(c.dA); tdm_cuda_free(c.ddt);
+    tdm_cuda_free(c.dS); tdm_cuda_free(c.dpar);
+    tdm_cuda_free(dpx); tdm_cuda_free(dpy); tdm_cuda_free(dpq); tdm_cuda_free(dpb); tdm_cuda_free(dpa); tdm_cuda_free(dpo);
+    free(x); free(s0); free(qkv); free(b); free(a); free(xf); free(sf); free(w); free(qkvf); free(bf_); free(af); free(A);
+    free(dt); free(S0); free(S); free(px); free(pq); free(pb); free(pa); free(ty); free(to); free(cy); free(co_); free(sv);
+    free(Sv); free(pxf); free(ref); free(stmp); free(oref); free(scratch); free(chain_y); free(chain_o);
+}
+
+/* ---- q/k norm + rotary + KV append, and attention ---- */
+
+struct atree_ctx {
+    uint16_t *dqg, *dk, *dv, *dq, *dkc, *dvc, *dout;
+    float *dqn, *dkn, *scratch;
+    int32_t *dpar, *dpos;
+    int Hq, Hkv, D, Rd, P, ctx;
+    double theta;
+    float eps;
+};
+static int qk_tree_launch(void *p)
+{
+    struct atree_ctx *c = p;
+    const size_t ldqg = (size_t)c->Hq * 2 * c->D, ldkv = (size_t)c->Hkv * c->D;
+    return tdm_qk_norm_rope_tree(c->dqg, ldqg, c->dk, c->dv, ldkv, c->dqn, c->dkn, c->dpar, R, c->Hq, c->Hkv, c->D, c->Rd,
+                                 c->theta, c->eps, c->ctx - R, c->dpos, c->ctx, c->dq, c->dkc, c->dvc, st);
+}
+static int attn_tree_launch(void *p)
+{
+    struct atree_ctx *c = p;
+    const size_t ldqg = (size_t)c->Hq * 2 * c->D;
+    return tdm_attn_tree(c->dq, c->dqg, ldqg, c->dkc, c->dvc, c->dpar, R, c->Hq, c->Hkv, c->D, c->ctx - R, c->dpos, c->ctx,
+                         c->scratch, c->dout, st);
+}
+
+/* The nodes' q/k norm + rotary (node r at P + depth, its K/V at cache row P + r), then attention
+ * over the cache: per node against the chain kernels on its path and against the reference. */
+static void test_attn_tree(const struct shape *s, int P)
+{
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, Rd = s->c.rotary_dim, grp = Hq / Hkv;
+    const size_t ldqg = (size_t)Hq * 2 * D, ldkv = (size_t)Hkv * D, row = (size_t)Hq * D;
+    const int ctx = P + R + 300;
+    char label[160];
+    snprintf(label, sizeof label, "%s attention tree Hq %d Hkv %d D %d at %d", s->name, Hq, Hkv, D, P);
+    uint16_t *qg = hal(R * ldqg * 2), *k = hal(R * ldkv * 2), *v = hal(R * ldkv * 2), *kc = hal((size_t)ctx * ldkv * 2);
+    uint16_t *vc = hal((size_t)ctx * ldkv * 2), *q = hal(R * row * 2), *out = hal(R * row * 2), *kct = hal(R * ldkv * 2);
+    uint16_t *vct = hal(R * ldkv * 2), *cq = hal(row * 2), *ck = hal(ldkv * 2), *cv = hal(ldkv * 2), *co_ = hal(row * 2);
+    uint16_t *pqg = hal(R * ldqg * 2), *pk = hal(R * ldkv * 2), *pv = hal(R * ldkv * 2);
+    float *qgf = hal(R * ldqg * 4), *kf = hal(R * ldkv * 4), *vf = hal(R * ldkv * 4), *qn = hal(D * 4), *kn = hal(D * 4);
+    float *reff = hal(D * 4), *kcf = hal((size_t)ctx * ldkv * 4), *vcf = hal((size_t)ctx * ldkv * 4);
+    float *pr = hal((size_t)ctx * 4), *ref = hal(D * 4), *qf = hal(row * 4), *gate = hal(D * 4);
+    double *amag = hal(D * sizeof(double));
+    rand_bf16(qg, qgf, R * ldqg, 3.0f);
+    rand_bf16(k, kf, R * ldkv, 3.0f);
+    rand_bf16(v, vf, R * ldkv, 3.0f);
+    share_rows(qg, qgf, ldqg);
+    share_rows(k, kf, ldkv);
+    share_rows(v, vf, ldkv);
+    rand_bf16(kc, kcf, (size_t)ctx * ldkv, 2.0f);
+    rand_bf16(vc, vcf, (size_t)ctx * ldkv, 3.0f);
+    for (int i = 0; i < D; i++) { qn[i] = bfv(frand() * 0.5f); kn[i] = bfv(frand() * 0.5f); }
+    const size_t sb = tdm_attn_scratch_bytes(R, Hq, D, ctx);
+    struct atree_ctx c = {dal(R * ldqg * 2), dal(R * ldkv * 2), dal(R * ldkv * 2), dal(R * row * 2),
+                          dal((size_t)ctx * ldkv * 2), dal((size_t)ctx * ldkv * 2), dal(R * row * 2), dal(D * 4), dal(D * 4),
+                          dal(sb), dal(R * 4), dal(4), Hq, Hkv, D, Rd, P, ctx, s->c.rope_theta, s->c.rms_eps};
+    up(c.dqg, qg, R * ldqg * 2);
+    up(c.dk, k, R * ldkv * 2);
+    up(c.dv, v, R * ldkv * 2);
+    up(c.dqn, qn, D * 4);
+    up(c.dkn, kn, D * 4);
+    up(c.dpos, &P, 4);
+    /* a second cache for the chain kernels on a path: the same rows below P */
+    uint16_t *dkc2 = dal((size_t)ctx * ldkv * 2), *dvc2 = dal((size_t)ctx * ldkv * 2), *dpqg = dal(R * ldqg * 2);
+    uint16_t *dpk = dal(R * ldkv * 2), *dpv = dal(R * ldkv * 2), *dpq = dal(R * row * 2), *dpo = dal(R * row * 2);
+    uint16_t *chain_q = hal(R * row * 2), *chain_k = hal(R * ldkv * 2), *chain_o = hal(R * row * 2);
+    for (int k0 = 0; k0 < NTREES; k0++) {
+        int32_t par[R];
+        make_tree(k0, par);
+        up(c.dpar, par, sizeof par);
+        up(c.dkc, kc, (size_t)ctx * ldkv * 2);
+        up(c.dvc, vc, (size_t)ctx * ldkv * 2);
+        poison(c.dq, R * row * 2);
+        poison(c.dout, R * row * 2);
+        poison(c.scratch, sb);
+        if (qk_tree_launch(&c) != 0) bail("tdm_qk_norm_rope_tree");
+        if (attn_tree_launch(&c) != 0) bail("tdm_attn_tree");
+        down(q, c.dq, R * row * 2);
+        down(kct, c.dkc + (size_t)P * ldkv, R * ldkv * 2);
+        down(vct, c.dvc + (size_t)P * ldkv, R * ldkv * 2);
+        down(out, c.dout, R * row * 2);
+        {   /* the cache rows outside P..P+31 are untouched */
+            uint16_t *all = hal((size_t)ctx * ldkv * 2);
+            down(all, c.dkc, (size_t)ctx * ldkv * 2);
+            const int same = memcmp(all, kc, (size_t)P * ldkv * 2) == 0 &&
+                             memcmp(all + (size_t)(P + R) * ldkv, kc + (size_t)(P + R) * ldkv, (size_t)(ctx - P - R) * ldkv * 2) == 0;
+            ok(same, "%s, %s: the K cache rows outside P..P+31 are left as they were", label, tree_names[k0]);
+            free(all);
+        }
+        if (k0 == 0) { /* chain as a tree against the chain kernels on the 32 rows */
+            up(dkc2, kc, (size_t)ctx * ldkv * 2);
+            up(dvc2, vc, (size_t)ctx * ldkv * 2);
+            if (tdm_qk_norm_rope(c.dqg, ldqg, c.dk, c.dv, ldkv, c.dqn, c.dkn, R, Hq, Hkv, D, Rd, c.theta, c.eps, P, NULL, ctx,
+                                 dpq, dkc2, dvc2, st) != 0 ||
+                tdm_attn_decode(dpq, c.dqg, ldqg, dkc2, dvc2, R, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, st) != 0)
+                bail("chain kernels");
+            down(chain_q, dpq, R * row * 2);
+            down(chain_k, dkc2 + (size_t)P * ldkv, R * ldkv * 2);
+            down(chain_o, dpo, R * row * 2);
+            ok(memcmp(chain_q, q, R * row * 2) == 0 && memcmp(chain_k, kct, R * ldkv * 2) == 0 &&
+               memcmp(chain_o, out, R * row * 2) == 0,
+               "%s: a chain as a tree gives tdm_qk_norm_rope's and tdm_attn_decode's 32 rows bit for bit", label);
+        }
+        /* per node: the chain kernels on its path, in the second cache from row P (the rows below P
+         * are the first cache's, and the chain writes only rows P..P+depth) */
+        up(dkc2, kc, (size_t)ctx * ldkv * 2);
+        up(dvc2, vc, (size_t)ctx * ldkv * 2);
+        int bad_qkv = 0, bad_o = 0, unw = 0;
+        struct cmp cq_ref = {0}, ck_ref = {0}, co_ref = {0};
+        for (int t = 0; t < R; t++) {
+            int path[R];
+            const int d = node_path(par, t, path), n = d + 1;
+            gather_rows(pqg, qg, ldqg * 2, path, n);
+            gather_rows(pk, k, ldkv * 2, path, n);
+            gather_rows(pv, v, ldkv * 2, path, n);
+            up(dpqg, pqg, n * ldqg * 2);
+            up(dpk, pk, n * ldkv * 2);
+            up(dpv, pv, n * ldkv * 2);
+            if (tdm_qk_norm_rope(dpqg, ldqg, dpk, dpv, ldkv, c.dqn, c.dkn, n, Hq, Hkv, D, Rd, c.theta, c.eps, P, NULL, ctx, dpq,
+                                 dkc2, dvc2, st) != 0 ||
+                tdm_attn_decode(dpq, dpqg, ldqg, dkc2, dvc2, n, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, st) != 0)
+                bail("chain kernels on a path");
+            down(cq, dpq + (size_t)d * row, row * 2);
+            down(ck, dkc2 + (size_t)(P + d) * ldkv, ldkv * 2);
+            down(cv, dvc2 + (size_t)(P + d) * ldkv, ldkv * 2);
+            down(co_, dpo + (size_t)d * row, row * 2);
+            bad_qkv += memcmp(cq, q + (size_t)t * row, row * 2) != 0 || memcmp(ck, kct + (size_t)t * ldkv, ldkv * 2) != 0 ||
+                       memcmp(cv, vct + (size_t)t * ldkv, ldkv * 2) != 0;
+            bad_o += memcmp(co_, out + (size_t)t * row, row * 2) != 0;
+            for (size_t i = 0; i < row; i++) unw += out[(size_t)t * row + i] == 0xffff || q[(size_t)t * row + i] == 0xffff;
+            /* the reference: q and k normed and rotated at P + d */
+            for (int hd = 0; hd < Hq + Hkv; hd++) {
+                const float *src = hd < Hq ? qgf + t * ldqg + (size_t)hd * 2 * D : kf + t * ldkv + (size_t)(hd - Hq) * D;
+                tdm_ref_rmsnorm(src, hd < Hq ? qn : kn, D, s->c.rms_eps, reff);
+                float mx = 0;
+                for (int i = 0; i < D; i++) mx = fmaxf(mx, fabsf(reff[i]));
+                tdm_ref_rope_bf16(reff, Rd, P + d, s->c.rope_theta);
+                const uint16_t *got = hd < Hq ? q + ((size_t)t * Hq + hd) * D : kct + t * ldkv + (size_t)(hd - Hq) * D;
+                for (int i = 0; i < D; i++)
+                    cmp_add(hd < Hq ? &cq_ref : &ck_ref, tdm_bf16_to_f32(got[i]), reff[i], ulp(reff[i]) + ldexpf(mx, -7));
+            }
+            /* attention against tdm_ref_attn_head on the kernels' own q and K/V rows: the cache below
+             * P, then the path's rows */
+            for (int i = 0; i < n; i++)
+                for (size_t e = 0; e < ldkv; e++) {
+                    kcf[(size_t)(P + i) * ldkv + e] = tdm_bf16_to_f32(kct[(size_t)path[i] * ldkv + e]);
+                    vcf[(size_t)(P + i) * ldkv + e] = tdm_bf16_to_f32(vct[(size_t)path[i] * ldkv + e]);
+                }
+            for (size_t i = 0; i < row; i++) qf[i] = tdm_bf16_to_f32(q[(size_t)t * row + i]);
+            const float scale = 1.0f / sqrtf((float)D);
+            for (int h = 0; h < Hq; h++) {
+                const float *qr = qf + (size_t)h * D, *kh = kcf + (size_t)(h / grp) * D, *vh = vcf + (size_t)(h / grp) * D;
+                for (int i = 0; i < D; i++) gate[i] = qgf[t * ldqg + (size_t)h * 2 * D + D + i];
+                const int nk = P + n;
+                double mxs = -INFINITY, sum = 0;
+                for (int j = 0; j < nk; j++) mxs = fmax(mxs, (double)tdm_dot(qr, kh + (size_t)j * ldkv, D) * scale);
+                for (int i = 0; i < D; i++) amag[i] = 0;
+                for (int j = 0; j < nk; j++) {
+                    const double pj = exp((double)tdm_dot(qr, kh + (size_t)j * ldkv, D) * scale - mxs);
+                    sum += pj;
+                    for (int i = 0; i < D; i++) amag[i] += pj * fabs(vh[(size_t)j * ldkv + i]);
+                }
+                tdm_ref_attn_head(qr, gate, kh, vh, ldkv, nk, D, pr, ref);
+                for (int i = 0; i < D; i++)
+                    cmp_add(&co_ref, tdm_bf16_to_f32(out[(size_t)t * row + (size_t)h * D + i]), ref[i],
+                            ldexp(amag[i] / sum + fabs(ref[i]), -7));
+            }
+        }
+        ok(bad_qkv == 0 && bad_o == 0 && unw == 0, "%s, %s: every node's q, K/V rows and attention output equal the chain "
+           "kernels on its root-to-node path, bit for bit (%d q/K/V rows, %d outputs differ, %d unwritten)", label,
+           tree_names[k0], bad_qkv, bad_o, unw);
+        char what[112];
+        snprintf(what, sizeof what, "%s: q at P + depth against tdm_ref_rmsnorm + tdm_ref_rope_bf16 (1 ulp + 2^-7 max)",
+                 tree_names[k0]);
+        cmp_ok(&cq_ref, label, what);
+        snprintf(what, sizeof what, "%s: K rows (at P + node) rotated at P + depth against the reference", tree_names[k0]);
+        cmp_ok(&ck_ref, label, what);
+        snprintf(what, sizeof what, "%s: attention against tdm_ref_attn_head over the cache and the path (2^-7 (A + |ref|))",
+                 tree_names[k0]);
+        cmp_ok(&co_ref, label, what);
+    }
+    tree_graph_test(label, qk_tree_launch, &c, c.dpar, c.dq, R * row * 2);
+    tree_graph_test(label, attn_tree_launch, &c, c.dpar, c.dout, R * row * 2);
+    tdm_cuda_free(c.dqg); tdm_cuda_free(c.dk); tdm_cuda_free(c.dv); tdm_cuda_free(c.dq); tdm_cuda_free(c.dkc);
+    tdm_cuda_free(c.dvc); tdm_cuda_free(c.dout); tdm_cuda_free(c.dqn); tdm_cuda_free(c.dkn); tdm_cuda_free(c.scratch);
+    tdm_cuda_free(c.dpar); tdm_cuda_free(c.dpos);
+    tdm_cuda_free(dkc2); tdm_cuda_free(dvc2); tdm_cuda_free(dpqg); tdm_cuda_free(dpk); tdm_cuda_free(dpv);
+    tdm_cuda_free(dpq); tdm_cuda_free(dpo);
+    free(qg); free(k); free(v); free(kc); free(vc); free(q); free(out); free(kct); free(vct); free(cq); free(ck); free(cv);
+    free(co_); free(pqg); free(pk); free(pv); free(qgf); free(kf); free(vf); free(qn); free(kn); free(reff);
+    free(kcf); free(vcf); free(pr); free(ref); free(qf); free(gate); free(amag); free(chain_q); free(chain_k); free(chain_o);
+}
+
+/* ================================================================================================
  * MoE router
  */
 struct route_ctx { uint16_t *dl, *dw; int32_t *dsel; int E, k, norm; };
@@ -1025,6 +1468,8 @@ int main(void)
         test_conv(s);
         test_recur(s);
         test_attn(s, 500);
+        test_gdn_tree(s);
+        test_attn_tree(s, 500);
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
@@ -1041,6 +1486,7 @@ int main(void)
     test_moe(&shapes[3], 24, TDM_W_NVFP4, TDM_DT_F32, 0);
     test_qk(&shapes[0], 250000);  /* large rotary angles */
     test_attn(&shapes[0], 0);     /* the first tokens */
+    test_attn_tree(&shapes[0], 0);
     test_attn(&shapes[2], 3000);  /* 12 chunks */
     test_route(&shapes[3], 0);
     for (int i = 0; i < nshapes; i++) tdm_config_free(&shapes[i].c);
