@@ -25,6 +25,12 @@ fi
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/err" 2>/dev/null; fi; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+# prefill vs decode: every row's next token equal, the logits within 1e-2 (the prefill path runs
+# the wide GEMM, so the bits differ: tdm_engine_prefill)
+decode_close() {
+    v=$(sed -n 's/^prefill vs decode: next-token agreement 40\/40 (100\.00%), rel err \([0-9.e+-]*\),.*/\1/p' "$1")
+    [ -n "$v" ] && awk -v v="$v" 'BEGIN { exit !(v < 1e-2) }'
+}
 
 for fmt in bf16 fp8 nvfp4; do
     if [ ! -d "$F/$fmt" ]; then skip "$fmt: fixture $F/$fmt absent"; continue; fi
@@ -34,9 +40,8 @@ for fmt in bf16 fp8 nvfp4; do
        grep -q '^# backend cuda (asked for)' $tmp/err && [ \$($JG $tmp/$fmt.json gate.pass) = true ] &&
        [ \$($JG $tmp/$fmt.json backend) = '\"cuda\"' ]"
     sed 's/^/#   /' "$tmp/out"
-    t "cuda $fmt: prefill and decode give the same bits (rel err 0, 40/40, greedy equal)" \
-      "grep -q '^prefill vs decode: next-token agreement 40/40 (100.00%), rel err 0.000e+00' $tmp/out &&
-       grep -q '^greedy continuation, 16 tokens: prefill and decode equal' $tmp/out"
+    t "cuda $fmt: prefill (one 40-row chunk through the wide GEMM) and decode agree on all 40 rows within a relative error of 1e-2, greedy continuations equal" \
+      "decode_close $tmp/out && grep -q '^greedy continuation, 16 tokens: prefill and decode equal' $tmp/out"
     if [ -f "$F/ref-$fmt.safetensors" ]; then
         t "cuda $fmt: the gate holds against the fixture's logits (--ref)" \
           "$PC $M --ref $F/ref-$fmt.safetensors >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out"

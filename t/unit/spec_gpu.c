@@ -497,8 +497,8 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
                           int np)
 {
     const int V = m->cfg.vocab, N = 40;
-    int32_t *ref = hal((size_t)N * 4), *out = hal((size_t)N * 4);
-    float *rl = hal((size_t)N * V * 4), *ol = hal((size_t)N * V * 4);
+    int32_t *ref = hal((size_t)N * 4), *out = hal((size_t)N * 4), *cref = hal((size_t)N * 4);
+    float *rl = hal((size_t)N * V * 4), *ol = hal((size_t)N * V * 4), *crl = hal((size_t)N * V * 4);
     struct tdm_spec_opts o;
     struct tdm_spec_stats st;
     if (tdm_spec_opts_init(&o) != 0) bail("options");
@@ -527,13 +527,24 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
         so.draft = cases[i].draft ? cases[i].draft : so.draft;
         if (cases[i].chunk) so.prefill_chunk = cases[i].chunk;
         if (cases[i].tree && tdm_spec_parse_tree(cases[i].tree, &so) != 0) bail("tree");
+        /* the plain decode to match: with other prefill chunks, plain decode with the same chunks
+         * (the prompt's bits depend on its chunks: tdm_engine_prefill) */
+        const int32_t *want = ref;
+        const float *want_l = rl;
+        if (cases[i].chunk) {
+            struct tdm_spec_opts po = o;
+            po.prefill_chunk = cases[i].chunk;
+            if (tdm_spec_generate(m, &po, prompt, np, N, cref, crl, &st) != 0) bail("plain CUDA decode, other chunks");
+            want = cref;
+            want_l = crl;
+        }
         memset(out, 0xff, (size_t)N * 4);
         int rc = tdm_spec_generate(m, &so, prompt, np, N, out, ol, &st);
         if (rc != 0) { ok(0, "%s %s: %s", fmt, cases[i].name, tdm_err()); continue; }
         int div = -1;
         for (int t = 0; t < N && div < 0; t++)
-            if (out[t] != ref[t]) div = t;
-        ok(div < 0 && same_bits(ol, rl, (size_t)N * V),
+            if (out[t] != want[t]) div = t;
+        ok(div < 0 && same_bits(ol, want_l, (size_t)N * V),
            "%s %s: plain CUDA decode's %d tokens and logits bit for bit (%d rounds, %ld accepted; first differing token %d)",
            fmt, cases[i].name, N, st.rounds, st.accepted, div);
         /* a tree verify reads the states once more per node whose parent is not the node before it */
@@ -567,7 +578,7 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
     if (tdm_spec_parse_tree("2,1", &so) != 0) bail("tree");
     ok(tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &st) == -1 && strstr(tdm_err(), "not supported by the CUDA engine yet"),
        "%s: an mtp tree refused on the CUDA backend: %s", fmt, tdm_err());
-    free(ref); free(out); free(rl); free(ol);
+    free(ref); free(out); free(rl); free(ol); free(cref); free(crl);
 }
 
 int main(void)
