@@ -618,24 +618,6 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     return 0;
 }
 
-int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
-{
-    const struct tdm_config *c = &e->m->cfg;
-    if (T <= 0) return 0;
-    if (logits_from < 0) return tdm_errf("tdm_engine_forward: logits_from %d is negative", logits_from);
-    if (e->pos + T > e->ctx) return tdm_errf("context full: %d + %d tokens exceed --ctx %d", e->pos, T, e->ctx);
-    for (int t = 0; t < T; t++)
-        if (ids[t] < 0 || ids[t] >= c->vocab) return tdm_errf("token id %d is out of the vocabulary (%d ids)", ids[t], c->vocab);
-    for (int at = 0; at < T; at += ROWS) {
-        const int M = T - at < ROWS ? T - at : ROWS;
-        int from = logits_from - at;
-        if (from < 0) from = 0;
-        float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (chunk(e, ids + at, M, from, out, PASS_FORWARD) != 0) return tdm_err_prefix("CUDA engine at position %d", e->pos);
-    }
-    return 0;
-}
-
 /* A prefill chunk of M <= e->prow tokens: the layers over all M rows at once (projections past 32
  * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1 into out. */
 static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
@@ -659,22 +641,40 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     return 0;
 }
 
-int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
+static int forward_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+{
+    return chunk(e, ids, M, from, out, PASS_FORWARD);
+}
+
+/* tdm_engine_forward's contract for T tokens: checked whole (nothing is consumed on bad input),
+ * then fed `rows` at a time through one_chunk. */
+static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T, int logits_from, float *logits, int rows,
+                int (*one_chunk)(struct tdm_engine *, const int32_t *, int, int, float *), const char *what)
 {
     const struct tdm_config *c = &e->m->cfg;
     if (T <= 0) return 0;
-    if (logits_from < 0) return tdm_errf("tdm_engine_prefill: logits_from %d is negative", logits_from);
+    if (logits_from < 0) return tdm_errf("%s: logits_from %d is negative", who, logits_from);
     if (e->pos + T > e->ctx) return tdm_errf("context full: %d + %d tokens exceed --ctx %d", e->pos, T, e->ctx);
     for (int t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab) return tdm_errf("token id %d is out of the vocabulary (%d ids)", ids[t], c->vocab);
-    for (int at = 0; at < T; at += e->prow) {
-        const int M = T - at < e->prow ? T - at : e->prow;
+    for (int at = 0; at < T; at += rows) {
+        const int M = T - at < rows ? T - at : rows;
         int from = logits_from - at;
         if (from < 0) from = 0;
         float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (prefill_chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("CUDA engine prefill at position %d", e->pos);
+        if (one_chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("%s at position %d", what, e->pos);
     }
     return 0;
+}
+
+int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
+{
+    return feed(e, "tdm_engine_forward", ids, T, logits_from, logits, ROWS, forward_chunk, "CUDA engine");
+}
+
+int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
+{
+    return feed(e, "tdm_engine_prefill", ids, T, logits_from, logits, e->prow, prefill_chunk, "CUDA engine prefill");
 }
 
 int tdm_engine_prefill_rows(const struct tdm_engine *e) { return e->prow; }
