@@ -12,7 +12,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "the engine serves the model and the job (else the CPU reference, saying why on the '# backend' line)"},
     {"TANDEM_FIXTURES", "../shared/fixtures", "path", "where the tests find the reference fixtures"},
     {"TANDEM_TILES", "tiles", "path", "directory of the tile tables (tiles/sm_XX/*.json)"},
-    {"TANDEM_PREFILL_CHUNK", "4096", "int", "prompt tokens per prefill chunk"},
+    {"TANDEM_PREFILL_CHUNK", "4096", "int",
+     "prompt tokens per prefill chunk (the CUDA engine holds activations for that many rows, at most --ctx; "
+     "its projections then run the wide GEMM once per chunk)"},
     {"TANDEM_CUDA_GRAPH", "on", "on|off",
      "CUDA engine: on replays a captured CUDA graph for every one-token decode step, every verify round "
      "of a shape (rows, first logits row) and every commit of a row count, each captured on its second "
