@@ -46,7 +46,6 @@
 #define FIX_BOUND 2e-2
 #define CPU_BOUND 1e-2
 #define CLEAR_MARGIN 0.25f
-#define ROUTER_NEAR_TIE 0.0625f
 
 static void down(void *h, const void *d, size_t n)
 {
@@ -187,32 +186,6 @@ static int run_engine(struct tdm_engine *e, const int32_t *prompt, int T, const 
     return 0;
 }
 
-/* ||got - ref|| / ||ref|| over the rows not excused. A row is excused when its own error exceeds
- * bound and gaps (the CPU reference's router margins at the rows' positions) shows a routing near
- * tie there; skip[] marks those rows, printed with their margin. */
-static double rel_err_routing(const char *what, const float *got, const float *ref, int rows, int V, const float *gaps,
-                              double bound, int *skip, int *nskip)
-{
-    double num = 0, den = 0;
-    *nskip = 0;
-    for (int i = 0; i < rows; i++) {
-        const double e = tdm_rel_err(got + (size_t)i * V, ref + (size_t)i * V, V);
-        skip[i] = e > bound && gaps[i] < ROUTER_NEAR_TIE;
-        if (skip[i]) {
-            (*nskip)++;
-            printf("# %s row %d: relative error %.2e at a routing near tie (router margin %.4f): reported, left out\n", what, i,
-                   e, gaps[i]);
-            continue;
-        }
-        for (int j = 0; j < V; j++) {
-            const double d = (double)got[(size_t)i * V + j] - ref[(size_t)i * V + j];
-            num += d * d;
-            den += (double)ref[(size_t)i * V + j] * ref[(size_t)i * V + j];
-        }
-    }
-    return isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 /* Rows (not excused) whose reference margin >= CLEAR_MARGIN and whose top-1 differs. */
 static int top1_differ(const float *got, const float *ref, int rows, int V, const int *skip, int *clear, int *first)
 {
@@ -274,16 +247,16 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
     const float *steps = lg + (size_t)(T - 1) * V;
     char what[200];
     snprintf(what, sizeof what, "%s prompt vs the fixture", lab);
-    double ep = rel_err_routing(what, lg, rl, T, V, gaps, FIX_BOUND, skip, &nskip);
+    double ep = rel_err_excused(what, lg, rl, T, V, gaps, FIX_BOUND, skip, &nskip);
     ok(ep <= FIX_BOUND && nskip * 8 <= T, "%s: prompt logits (%d rows) vs the fixture: relative error %.2e <= %.0e (%d rows "
        "excused at routing near ties)", lab, T, ep, FIX_BOUND, nskip);
     snprintf(what, sizeof what, "%s steps vs the fixture", lab);
-    double es = rel_err_routing(what, steps, rs, S, V, gaps + T - 1, FIX_BOUND, skip, &nskip);
+    double es = rel_err_excused(what, steps, rs, S, V, gaps + T - 1, FIX_BOUND, skip, &nskip);
     ok(es <= FIX_BOUND && nskip * 8 <= S, "%s: step logits (%d rows, teacher forcing) vs the fixture: relative error %.2e <= "
        "%.0e (%d rows excused at routing near ties)", lab, S, es, FIX_BOUND, nskip);
 
     snprintf(what, sizeof what, "%s vs the CPU reference", lab);
-    double ec = rel_err_routing(what, lg, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
+    double ec = rel_err_excused(what, lg, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
     double ecf = tdm_rel_err(cpu, rl, (int64_t)T * V);
     ok(ec <= CPU_BOUND && nskip * 8 <= rows, "%s: all %d rows vs the CPU reference: relative error %.2e <= %.0e (%d rows "
        "excused at routing near ties; CPU reference vs the fixture's prompt: %.2e)", lab, rows, ec, CPU_BOUND, nskip, ecf);
@@ -330,7 +303,7 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
     for (int i = 0; i + 1 < S; i++)
         if (tdm_engine_forward(e, &gref[i], 1, 0, tw + (size_t)(T + i) * V) != 0) bail("engine forward");
     snprintf(what, sizeof what, "%s prefill path vs the CPU reference", lab);
-    double epf = rel_err_routing(what, tw, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
+    double epf = rel_err_excused(what, tw, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
     ok(epf <= CPU_BOUND && nskip * 8 <= rows && tdm_engine_pos(e) == rows,
        "%s: prefill path (%d rows in chunks of %d) + %d steps vs the CPU reference: relative error %.2e <= %.0e (%d rows "
        "excused at routing near ties)", lab, T, tdm_engine_prefill_rows(e), S - 1, epf, CPU_BOUND, nskip);

@@ -19,12 +19,7 @@
 
 #define REL_BOUND 2e-2
 #define CLEAR_MARGIN 0.25f
-/* A routing near tie: the k-th chosen expert's router logit within 4 BF16 steps (at magnitude 2)
- * of the best one left out. Another implementation may route that row differently, and the row
- * then differs by far more than rounding: a row whose own relative error exceeds the bound is
- * excused only where our forward saw such a near tie; it is reported with its margin and left out
- * of the matrix's relative error (at most one row in eight). */
-#define ROUTER_NEAR_TIE 0.0625f
+#define ROUTER_NEAR_TIE TDM_ROUTER_NEAR_TIE /* compare.h */
 
 /* A reference tensor as FP32 (fixtures store F32; the variants' references under t/data store
  * the same BF16-exact values as BF16). numel 0 accepts any size. The copy lives until exit. */

@@ -62,7 +62,6 @@
 #define CPU_BOUND 1e-2          /* engine_gpu.c's bounds: against the CPU reference, */
 #define FIX_BOUND 2e-2          /* against the fixture (transformers) */
 #define CLEAR_MARGIN 0.25f
-#define ROUTER_NEAR_TIE 0.0625f
 #define KCHAIN 6                /* chained MTP drafts checked against the CPU's */
 
 /* (rows, committed) of each round: every R and j range, shapes repeated (graphs on the second use) */
@@ -163,32 +162,6 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
 }
 
 /* ---- the MTP drafter ---- */
-
-/* ||got - ref|| / ||ref|| over n rows of V, leaving out a row whose own error exceeds bound where
- * the CPU reference saw a routing near tie that the row depends on (gaps[i] < ROUTER_NEAR_TIE; +inf
- * without MoE): reported, counted in *nskip, marked in skip[]. */
-static double rel_err_excused(const char *what, const float *got, const float *ref, int n, int V, const float *gaps,
-                              double bound, int *skip, int *nskip)
-{
-    double num = 0, den = 0;
-    *nskip = 0;
-    for (int i = 0; i < n; i++) {
-        const double e = tdm_rel_err(got + (size_t)i * V, ref + (size_t)i * V, V);
-        skip[i] = e > bound && gaps[i] < ROUTER_NEAR_TIE;
-        if (skip[i]) {
-            (*nskip)++;
-            printf("# %s row %d: relative error %.2e at a routing near tie (router margin %.4f): reported, left out\n", what,
-                   i, e, gaps[i]);
-            continue;
-        }
-        for (int j = 0; j < V; j++) {
-            const double d = (double)got[(size_t)i * V + j] - ref[(size_t)i * V + j];
-            num += d * d;
-            den += (double)ref[(size_t)i * V + j] * ref[(size_t)i * V + j];
-        }
-    }
-    return isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 static void test_mtp(const char *fix, const char *model, const char *fmt)
 {
