@@ -88,26 +88,9 @@ static int timed_rows(enum tdm_mmk kk, int *rows)
     return n;
 }
 
-/* Every valid setting of kk for (n, k); the default first. */
-static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *out, int max)
-{
-    struct tdm_tile def = tdm_tile_default(kk, n, k);
-    int cnt = 0;
-    out[cnt++] = def;
-    for (int nt = 1; nt <= 4; nt *= 2)
-        for (int wn = 1; wn <= 8; wn++)
-            for (int wk = 1; wk <= 8; wk *= 2)
-                for (int pf = 1; pf <= 4; pf++) {
-                    struct tdm_tile t = {nt, wn, wk, def.kchains / wk, pf, def.kchains};
-                    if (def.kchains % wk || tdm_tile_check(kk, n, k, &t) != 0) continue;
-                    if (memcmp(&t, &def, sizeof t) == 0 || cnt == max) continue;
-                    out[cnt++] = t;
-                }
-    return cnt;
-}
-
-/* Every valid setting of kk for (n, k) with c chains (tdm_tile_check_plan). */
-static int plan_candidates(enum tdm_mmk kk, int64_t n, int64_t k, int c, struct tdm_tile *out, int max)
+/* Every valid setting of kk for (n, k) with c chains (tdm_tile_check_plan: c need not be the
+ * shape's chain count). */
+static int chain_candidates(enum tdm_mmk kk, int64_t n, int64_t k, int c, struct tdm_tile *out, int max)
 {
     int cnt = 0;
     for (int nt = 1; nt <= 4; nt *= 2)
@@ -118,6 +101,19 @@ static int plan_candidates(enum tdm_mmk kk, int64_t n, int64_t k, int c, struct 
                     if (c % wk || cnt == max || tdm_tile_check_plan(kk, n, k, &t) != 0) continue;
                     out[cnt++] = t;
                 }
+    return cnt;
+}
+
+/* Every valid setting of kk for (n, k): the default first, then the others with the shape's
+ * chains (for those tdm_tile_check_plan is tdm_tile_check). */
+static int candidates(enum tdm_mmk kk, int64_t n, int64_t k, struct tdm_tile *out, int max)
+{
+    const struct tdm_tile def = tdm_tile_default(kk, n, k);
+    out[0] = def;
+    const int found = chain_candidates(kk, n, k, def.kchains, out + 1, max - 1);
+    int cnt = 1;
+    for (int i = 0; i < found; i++)
+        if (memcmp(&out[1 + i], &def, sizeof def) != 0) out[cnt++] = out[1 + i];
     return cnt;
 }
 
@@ -197,7 +193,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
             for (int c = 1; c <= TDM_MM_MAX_CHAINS; c++) {
                 if (!tdm_mm_chains_ok(k, c)) continue;
                 static struct tdm_tile cand[1024];
-                const int ncand = plan_candidates((enum tdm_mmk)kk, n, k, c, cand, 1024);
+                const int ncand = chain_candidates((enum tdm_mmk)kk, n, k, c, cand, 1024);
                 double best = 1e300;
                 int besti = -1;
                 for (int ci = 0; ci < ncand; ci++) {
