@@ -73,7 +73,37 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 }
 
 // Weights are read once per product: stream them past L1 and let L2 evict them first.
-__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) { return __ldcs(reinterpret_cast<const uint4 *>(p)); }
+// TDM_MM_L2PF (bytes: 0 = none, 64, 128 or 256; default 128): the L2 prefetch size of those loads. A
+// weight row is contiguous and its four lanes read 64 bytes of it per slab, so an L2::128B load
+// also brings the next slab of the row into L2. Measured on the H200 (bench/NOTES.md, v5): 128
+// takes a 27B token from 10.34 to 9.98 ms at one row and 25.9 to 24.2 ms at 32; 256 less; an
+// explicit prefetch.global.L2 some slabs past the register ring made it slower.
+#ifndef TDM_MM_L2PF
+#define TDM_MM_L2PF 128
+#endif
+#define TDM_MM_STR2(x) #x
+#define TDM_MM_STR(x) TDM_MM_STR2(x)
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p)
+{
+#if TDM_MM_L2PF
+    uint4 v;
+    asm("ld.global.cs.L2::" TDM_MM_STR(TDM_MM_L2PF) "B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return __ldcs(reinterpret_cast<const uint4 *>(p));
+#endif
+}
+__device__ __forceinline__ uint32_t ldg_stream_u16(const uint8_t *p)
+{
+#if TDM_MM_L2PF
+    unsigned short v;
+    asm("ld.global.cs.L2::" TDM_MM_STR(TDM_MM_L2PF) "B.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+#else
+    return __ldcs(reinterpret_cast<const unsigned short *>(p));
+#endif
+}
 
 // 16 bytes global -> shared without a trip through registers (completes at cp_async_wait).
 __device__ __forceinline__ void cp_async16(void *dst, const void *src)
@@ -142,7 +172,7 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, i
         const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
         const uint8_t *s = a.scale + (a.row0 + vrow) * srow + soff;
         if (VEC && soff + 2 <= srow) {
-            c.sc = __ldcs(reinterpret_cast<const unsigned short *>(s));
+            c.sc = ldg_stream_u16(s);
         } else {
             uint32_t v = 0;
             if (soff < srow) v |= s[0];
@@ -313,7 +343,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
                 dst[nt].w[4 * q] = v.x; dst[nt].w[4 * q + 1] = v.y; dst[nt].w[4 * q + 2] = v.z; dst[nt].w[4 * q + 3] = v.w;
             }
             if constexpr (FMT == TDM_MMF_NVFP4) {
-                dst[nt].sc = __ldcs(reinterpret_cast<const unsigned short *>(sp[nt] + 8 * i));
+                dst[nt].sc = ldg_stream_u16(sp[nt] + 8 * i);
             } else if constexpr (FMT == TDM_MMF_FP8) {
                 if (a.scale_bf16) {
                     const uint16_t *s = reinterpret_cast<const uint16_t *>(a.scale);
