@@ -1,6 +1,7 @@
 #!/bin/sh
 # Every tool: a true --help (exit 0), bad usage exits 2; the parts not built yet say so and exit 2;
-# tandem-run --settings lists every switch with its value and origin.
+# tandem-run --settings lists every switch with its value and origin; tandem-benchround refuses bad
+# options, a missing model, a missing device and a context too small with exit 2 and one line.
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 for tool in build/san/bin/tandem-*; do
@@ -31,6 +32,28 @@ for a in "--spec mtp" "--spec ngram --tree 2,1"; do
        [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] &&
        printf '%s\n' \"\$out\" | grep -Eq '^tandem-run: (--backend cuda: no CUDA device visible|x)'"
 done
+# tandem-benchround: the CUDA engine only; bad options, a missing model and no device are one line, exit 2.
+BR=build/san/bin/tandem-benchround
+br2() { # the exit status is 2 and stderr has one line besides "# " lines, matching $1
+    rc=$?; [ $rc -eq 2 ] && [ "$(grep -vc '^# ' "$brerr")" -eq 1 ] && grep -v '^# ' "$brerr" | grep -Eq "$1"; }
+brerr=$(mktemp)
+for a in "--rows 0" "--rows 4,33" "--rows 2," "--tree 3,x" "--reps 0" "--tree none --tree 2,1"; do
+    t "tandem-benchround $a: exit 2, one line naming the option" \
+      "$BR -m x $a >/dev/null 2>$brerr; br2 '^tandem-benchround: --(rows|tree|reps)'"
+done
+t "tandem-benchround without -m: exit 2, one line" "$BR >/dev/null 2>$brerr; br2 '^tandem-benchround: -m DIR is required'"
+t "tandem-benchround on a missing model directory: exit 2, one line naming it" \
+  "$BR -m $brerr.nope >/dev/null 2>$brerr; br2 \"^tandem-benchround: $brerr.nope\""
+brm=$(mktemp -d)
+if build/san/bin/tandem-mkmodel -o "$brm/m" --no-mtp >/dev/null 2>&1; then
+    t "tandem-benchround without a CUDA device (CUDA_VISIBLE_DEVICES empty): exit 2, one line saying so" \
+      "CUDA_VISIBLE_DEVICES= $BR -m $brm/m --reps 1 >/dev/null 2>$brerr; br2 '^tandem-benchround: CUDA engine: no CUDA device visible$'"
+    t "tandem-benchround: a context too small for the series: exit 2, one line naming --ctx" \
+      "$BR -m $brm/m --ctx 600 >/dev/null 2>$brerr; br2 '^tandem-benchround: --ctx 600: .* need 1216 positions'"
+else
+    n=$((n + 1)); echo "not ok $n - tandem-mkmodel failed"
+fi
+rm -rf "$brm" "$brerr"
 t "--settings lists TANDEM_BACKEND with its default" \
   "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
 t "--settings shows a value from the environment" \

@@ -1,6 +1,7 @@
 #include "model.h"
 #include "err.h"
 #include "formats.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,16 +383,45 @@ int64_t tdm_model_projection_bytes(const struct tdm_model *m)
     return n;
 }
 
+/* Every attention layer's K and V rows 0..n-1, BF16. */
+static int64_t kv_read_bytes(const struct tdm_config *c, int64_t n)
+{
+    int64_t b = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->mixer[i] == TDM_MIXER_ATTN) b += 2 * n * (int64_t)c->n_kv_heads * c->head_dim * 2;
+    return b;
+}
+
 struct tdm_step_bytes tdm_model_step_bytes(const struct tdm_model *m, int64_t pos)
 {
     const struct tdm_config *c = &m->cfg;
-    struct tdm_step_bytes b = {tdm_model_projection_bytes(m), 0, 0, 0};
-    for (int i = 0; i < c->n_layers; i++) {
+    struct tdm_step_bytes b = {tdm_model_projection_bytes(m), 0, kv_read_bytes(c, pos + 1), 0};
+    for (int i = 0; i < c->n_layers; i++)
         if (c->mixer[i] == TDM_MIXER_GDN)
             b.gdn_state += 2 * (int64_t)c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim * 4;   /* FP32, read + write */
-        else
-            b.kv += 2 * (pos + 1) * (int64_t)c->n_kv_heads * c->head_dim * 2;               /* K and V, BF16 */
-    }
     b.total = b.weights + b.gdn_state + b.kv;
+    return b;
+}
+
+struct tdm_pass_bytes tdm_model_pass_bytes(const struct tdm_model *m, int64_t pos, int rows)
+{
+    const struct tdm_config *c = &m->cfg;
+    const double all = (double)tdm_model_projection_bytes(m);
+    struct tdm_pass_bytes b = {all, all, 0, 0, kv_read_bytes(c, pos + rows)};
+    const int E = c->n_experts, k = c->top_k;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (!m->layers[i].is_moe) continue;
+        int64_t experts = 0; /* the layer's routed experts, all of them (counted in `all`) */
+        for (int e = 0; e < E; e++) {
+            const struct tdm_mlp *x = &m->layers[i].moe.experts[e];
+            experts += tdm_qweight_bytes(&x->gate) + tdm_qweight_bytes(&x->up) + tdm_qweight_bytes(&x->down);
+        }
+        const double touched_max = (double)rows * k < E ? (double)rows * k : E;
+        const double touched_even = E * (1.0 - pow(1.0 - (double)k / E, rows));
+        b.weights_max -= experts * (1.0 - touched_max / E);
+        b.weights_even -= experts * (1.0 - touched_even / E);
+        b.experts_max = touched_max;
+        b.experts_even = touched_even;
+    }
     return b;
 }

@@ -78,6 +78,16 @@ int64_t tdm_model_projection_bytes(const struct tdm_model *m);
  * bound: a token reads top_k of them). */
 struct tdm_step_bytes { int64_t weights, gdn_state, kv, total; };
 struct tdm_step_bytes tdm_model_step_bytes(const struct tdm_model *m, int64_t pos);
+/* What R rows through the main model (a verify of R rows at positions pos..pos+R-1; R = 1 is a
+ * decode step) must read: the projection weights, head included, with each MoE layer's routed
+ * experts counted as R rows can touch them: at most min(E, R top_k) experts a layer (experts_max,
+ * weights_max), and E (1 - (1 - top_k/E)^R) expected when every row picks its top_k uniformly
+ * (experts_even, weights_even: about what a synthetic model's random router gives; a trained one
+ * concentrates and touches fewer); and each attention layer's BF16 K and V rows 0..pos+R-1. For a
+ * dense model both weights are tdm_model_projection_bytes and the expert counts 0. The GDN state
+ * traffic depends on the pass (tdm_engine_round_bytes counts the engine's). */
+struct tdm_pass_bytes { double weights_max, weights_even, experts_max, experts_even; int64_t kv; };
+struct tdm_pass_bytes tdm_model_pass_bytes(const struct tdm_model *m, int64_t pos, int rows);
 /* Calls fn for every projection weight of the main model (not the MTP layer), in forward order. */
 void tdm_model_each_projection(const struct tdm_model *m, void (*fn)(void *ctx, const char *what,
                                const struct tdm_qweight *w), void *ctx);

@@ -243,6 +243,28 @@ static int build(struct drafter *d, int t, int maxdepth)
     return 0;
 }
 
+/* build()'s recursion without a drafter: every node at depth d gets branch[d] children while
+ * there is room. */
+static void layout(const struct tdm_spec_opts *o, int t, int dep, int *n, int *parent, int *depth)
+{
+    if (dep >= o->tree_depth) return;
+    for (int i = 0; i < o->branch[dep] && *n < MAXN; i++) {
+        const int c = (*n)++;
+        parent[c] = t;
+        if (depth) depth[c] = dep + 1;
+        layout(o, c, dep + 1, n, parent, depth);
+    }
+}
+
+int tdm_spec_tree_layout(const struct tdm_spec_opts *o, int *parent, int *depth)
+{
+    int n = 1;
+    parent[0] = -1;
+    if (depth) depth[0] = 0;
+    layout(o, 0, 0, &n, parent, depth);
+    return n;
+}
+
 /* The draft engine follows a commit of the path fed[0..len-1]: a commit of its last verify when
  * that began with the path, else a verify of the path (no head) and its commit. */
 static int draft_engine_follow(struct drafter *d, const int32_t *fed, int len)

@@ -82,6 +82,11 @@ int tdm_spec_opts_init(struct tdm_spec_opts *o);
 const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o);
 /* "3,2,1": branching per depth (each 1..16, at most 31 depths; the tree is cut at 32 nodes). */
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o);
+/* The tree of o's branching when the drafter proposes every child it is asked for: depth-first
+ * (the layout of the rounds, a node's subtree before its next sibling), cut at TDM_SPEC_MAX_NODES
+ * nodes with the root, so the first nodes of the depth-first order are kept. parent [n] (-1 for the
+ * root), depth [n] (or NULL), n returned. */
+int tdm_spec_tree_layout(const struct tdm_spec_opts *o, int *parent, int *depth);
 /* "chain 5" or "tree 3,2,1", for reports. */
 void tdm_spec_shape_name(const struct tdm_spec_opts *o, char *buf, size_t n);
 

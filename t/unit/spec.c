@@ -46,6 +46,28 @@ static void ngram_tests(void)
 }
 
 /* A state after the prompt, and one-token logits for ids[0..n-1] fed from there. */
+/* The full tree of a branching spec (what tandem-benchround times): depth-first, cut at 32 nodes. */
+static void tree_layout_tests(void)
+{
+    struct tdm_spec_opts o;
+    int parent[TDM_SPEC_MAX_NODES], depth[TDM_SPEC_MAX_NODES];
+    static const int want[] = {-1, 0, 1, 2, 1, 4, 0, 6, 7, 6, 9};
+    memset(&o, 0, sizeof o);
+    tdm_spec_parse_tree("2,2,1", &o);
+    int n = tdm_spec_tree_layout(&o, parent, depth);
+    ok(n == 11 && memcmp(parent, want, sizeof want) == 0 && depth[3] == 3 && depth[6] == 1 && depth[10] == 3,
+       "tree 2,2,1: 11 nodes depth-first, each subtree before the next sibling (%d nodes)", n);
+    memset(&o, 0, sizeof o);
+    tdm_spec_parse_tree("8,3", &o);
+    n = tdm_spec_tree_layout(&o, parent, NULL);
+    ok(n == TDM_SPEC_MAX_NODES && parent[30] == 29 && parent[31] == 29,
+       "tree 8,3 (33 nodes) is cut at %d: the last depth-1 node keeps 2 of its 3 children (%d nodes)", TDM_SPEC_MAX_NODES, n);
+    memset(&o, 0, sizeof o);
+    tdm_spec_parse_tree("1,1,1", &o);
+    n = tdm_spec_tree_layout(&o, parent, depth);
+    ok(n == 4 && parent[1] == 0 && parent[2] == 1 && parent[3] == 2 && depth[3] == 3, "tree 1,1,1 is a chain of 4");
+}
+
 static void one_token(const struct tdm_model *m, const int32_t *ids, int n, float *lg, uint64_t *hash_after)
 {
     struct tdm_ref *r = tdm_ref_new(m, 128);
@@ -227,6 +249,13 @@ static void engine_tests(const struct tdm_model *m)
             if (kinds[ki] == TDM_SPEC_DRAFT)
                 ok(st.accepted > 0 && st.accepted_at[1] == st.drafted_at[1], "%s %s: a model drafting for itself is always accepted at depth 1",
                    name, tree ? "tree" : "chain");
+            if (kinds[ki] == TDM_SPEC_DRAFT && tree) {
+                int par[TDM_SPEC_MAX_NODES];
+                const int n = tdm_spec_tree_layout(&so, par, NULL);
+                ok(st.nshapes > 0 && st.shapes[0].nodes == n,
+                   "%s tree: the first round's tree has tdm_spec_tree_layout's %d nodes (%d)", name, n,
+                   st.nshapes ? st.shapes[0].nodes : 0);
+            }
         }
     /* traffic: deferral reads each state once per round, immediate commit twice */
     struct tdm_spec_opts so = o;
@@ -270,6 +299,7 @@ int main(int argc, char **argv)
     struct tdm_model *m = tdm_model_load(argv[1]);
     if (!m) { printf("Bail out! %s\n", tdm_err()); return 1; }
     ngram_tests();
+    tree_layout_tests();
     verify_tests(m);
     mtp_rewind_tests(m);
     engine_tests(m);
