@@ -458,7 +458,8 @@ int main(int argc, char **argv)
                  tdm_err());
     else {
         mtp = 1;
-        snprintf(mtp_note, sizeof mtp_note, "the MTP layer drafts on the engine (tdm_engine_mtp, eager launches)");
+        snprintf(mtp_note, sizeof mtp_note, "the MTP layer drafts on the engine (tdm_engine_mtp, %s)",
+                 strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0 ? "a CUDA graph per call shape" : "eager launches");
     }
     for (struct series *s = spec; s < step_end; s++) {
         s->drafter = mtp;

@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "     cpu a tree is the factored form (speculative.md) and reports its largest logit difference.\n"
             "     The CUDA engine runs chains with mtp, ngram and draft and trees with ngram and draft (an\n"
             "     mtp tree is reported as not supported there yet, not checked); its (b) runs with\n"
-            "     TANDEM_CUDA_GRAPH=on (the MTP drafter's own launches are eager either way);\n"
+            "     TANDEM_CUDA_GRAPH=on (the verify rounds and the MTP drafter's calls from CUDA graphs);\n"
             " (c) graphed against eager runs: on cuda, the one-token run and every case of (b) again with\n"
             "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; not applicable on the cpu backend.\n"
             "\n"

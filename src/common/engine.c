@@ -749,7 +749,7 @@ void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v)
         .m = e->m, .ctx = e->ctx, .stream = e->st, .tiles = e->tiles, .embed = e->embed, .embed_f32 = e->embed_f32,
         .head = &e->head, .qg = e->qg, .kk = e->kk, .vv = e->vv, .q = e->q, .att = e->att, .y = e->y, .g = e->g,
         .u = e->u, .attn_scratch = e->attn_scratch, .logits = e->logits, .moe = e->moe, .final_xn = e->xn,
-        .final_rows = e->fin_rows, .mem = &e->mem};
+        .final_rows = e->fin_rows, .mem = &e->mem, .use_graph = e->use_graph};
 }
 
 struct tdm_emtp **tdm_engine_mtp_state(struct tdm_engine *e) { return &e->mtp; }

@@ -126,8 +126,9 @@ const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_eng
  *     chained on the device without a round trip. logits NULL or [k][V] FP32: the rows the drafts
  *     were chosen from. k = 0 runs no head (drafts and logits untouched).
  * ref.c's tdm_ref_mtp_h with its rounding points; row-invariant (any split of the real rows into
- * calls gives the same bits). Eager launches on the engine's stream, synchronised on return. The
- * position becomes pos + T + max(k - 1, 0).
+ * calls gives the same bits). Launches on the engine's stream, synchronised on return: with
+ * TANDEM_CUDA_GRAPH on, from a CUDA graph per call shape (T, k, r0) captured on the shape's second
+ * use (the same bits as eager launches). The position becomes pos + T + max(k - 1, 0).
  * Returns 0, or -1 with tdm_err(): no MTP uploaded, bad pos / T / k, context full, a token id
  * outside the vocabulary (nothing changes then), a CUDA failure (the state is then undefined). */
 int tdm_engine_mtp_supported(const struct tdm_model *m);

@@ -40,6 +40,7 @@ struct tdm_engine_view {
     uint16_t *final_xn;
     int final_rows;
     struct tdm_engine_mem *mem;                 /* the drafter adds its device bytes */
+    int use_graph;                              /* TANDEM_CUDA_GRAPH: passes replay CUDA graphs */
 };
 void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v);
 /* The drafter's state, owned by the engine (NULL until tdm_engine_mtp_init): freed and reset with

@@ -8,9 +8,14 @@
  * where h is the main model's final-norm row (engine_impl.h's final_xn) for real rows, the previous
  * step's oh for a chained draft step, and ids of a chained step are the previous step's argmax on
  * the device. The launches of the decoder layer are engine.c's attn_mixer and mlp with the MTP's
- * weights, cache and residual buffers (the same kernels, arguments and order; eager: the host
- * position sizes and positions the attention). Activations other than the MTP's own are borrowed
- * from the engine between its passes. */
+ * weights, cache and residual buffers (the same kernels, arguments and order). Activations other
+ * than the MTP's own are borrowed from the engine between its passes.
+ * Graphs (TANDEM_CUDA_GRAPH): a call's launches run from a CUDA graph per shape (real rows T, drafts
+ * k, first real row r0), captured on the shape's second use and replayed after, as engine.c's
+ * passes are. Eager, the host position sizes and positions the attention; graphed, each
+ * mtp_rows call reads its position from d_posv (written before every launch: pos, then pos + T +
+ * j - 1 for draft step j) and ctx - M sizes the grids, so one graph serves every position. The
+ * token ids go in and the drafts and logits come out outside the graph. */
 #include "device.h"
 #include "engine.h"
 #include "engine_glue.h"
@@ -22,6 +27,13 @@
 
 #define ROWS TDM_ENGINE_MAX_ROWS
 #define MAXALLOC 24
+#define MTP_GRAPHS 64   /* call shapes with a graph; a call of another shape past these runs eager */
+
+struct mtp_graph {
+    int T, k, r0;       /* the shape */
+    int eager_runs;     /* captured on the second use */
+    tdm_graph g;
+};
 
 struct tdm_emtp {
     int pos;                                  /* MTP rows fed so far (the drafter's position) */
@@ -38,6 +50,10 @@ struct tdm_emtp {
     uint16_t *emb, *en, *hn, *cat;            /* [R][H] x3, [R][2H] */
     uint16_t *x, *xn, *oh;                    /* [R][H]: residual, layer norms' output, mtp.norm output */
     void *amax;                               /* tdm_argmax_rows scratch for one row */
+    int32_t *d_posv;                          /* [ROWS]: each mtp_rows call's position, graphed */
+    int32_t posv[ROWS];                       /* its host copy */
+    struct mtp_graph graphs[MTP_GRAPHS];
+    int ngraphs;
     void *alloc[MAXALLOC];
     int nalloc;
 };
@@ -86,6 +102,8 @@ void tdm_emtp_free(struct tdm_emtp *x)
     if (!x) return;
     struct tdm_dweight *w[] = {&x->fc, &x->q, &x->k, &x->v, &x->o, &x->gate, &x->up, &x->down};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) tdm_dweight_free(w[i]);
+    for (int i = 0; i < x->ngraphs; i++)
+        if (x->graphs[i].g) tdm_graph_destroy(x->graphs[i].g);
     for (int i = 0; i < x->nalloc; i++) tdm_cuda_free(x->alloc[i]);
     free(x);
 }
@@ -159,6 +177,7 @@ static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
         !(x->hn = dalloc(x, R * H * 2, a, "activations")) || !(x->cat = dalloc(x, R * 2 * H * 2, a, "activations")) ||
         !(x->x = dalloc(x, R * H * 2, a, "activations")) || !(x->xn = dalloc(x, R * H * 2, a, "activations")) ||
         !(x->oh = dalloc(x, R * H * 2, a, "activations")) ||
+        !(x->d_posv = dalloc(x, R * sizeof(int32_t), a, "positions")) ||
         !(x->amax = dalloc(x, tdm_argmax_scratch_bytes(1, c->vocab), a, "argmax scratch")))
         return -1;
     return 0;
@@ -192,8 +211,10 @@ int tdm_engine_mtp_pos(const struct tdm_engine *e)
 
 /* M rows at x->pos: token ids (device) ids[r], h rows h + r H (device, BF16); the output after
  * mtp.norm into x->oh rows 0..M-1. The MTP's K/V rows at x->pos..x->pos+M-1 are written; x->pos
- * advances. */
-static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const int32_t *ids, uint16_t *h, int M)
+ * advances. dpos: NULL eager; graphed, the device copy of x->pos (the kernels read it, and ctx - M
+ * sizes their grids). */
+static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const int32_t *ids, uint16_t *h, int M,
+                    const int32_t *dpos)
 {
     const struct tdm_config *c = &v->m->cfg;
     const int H = c->hidden, V = c->vocab, Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
@@ -202,6 +223,7 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
     void *st = v->stream;
     const struct tdm_tiles *t = v->tiles;
     const size_t row = (size_t)H * 2;
+    const int pos = dpos ? v->ctx - M : x->pos;
     /* the fc's input: [pre_fc_norm_embedding(embed) | pre_fc_norm_hidden(h)] per row */
     if (tdm_embed_rows(v->embed, v->embed_f32, V, H, ids, M, x->emb, st) ||
         tdm_add_rmsnorm(x->emb, NULL, 0, x->pre_e, H, M, eps, x->en, st) ||
@@ -216,8 +238,8 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
         tdm_matmul(&x->k, x->xn, H, M, v->kk, ldkv, TDM_MM_BF16, t, st) ||
         tdm_matmul(&x->v, x->xn, H, M, v->vv, ldkv, TDM_MM_BF16, t, st) ||
         tdm_qk_norm_rope(v->qg, ldqg, v->kk, v->vv, ldkv, x->q_norm, x->k_norm, M, Hq, Hkv, D, c->rotary_dim, c->rope_theta,
-                         eps, x->pos, NULL, v->ctx, v->q, x->kc, x->vc, st) ||
-        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, x->pos, NULL, v->ctx, v->attn_scratch, v->att, st) ||
+                         eps, pos, dpos, v->ctx, v->q, x->kc, x->vc, st) ||
+        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, pos, dpos, v->ctx, v->attn_scratch, v->att, st) ||
         tdm_matmul(&x->o, v->att, (int64_t)Hq * D, M, v->y, H, TDM_MM_BF16, t, st) ||
         tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, st))
         return -1;
@@ -243,23 +265,70 @@ static int mtp_head(struct tdm_emtp *x, const struct tdm_engine_view *v, int r, 
     return 0;
 }
 
-static int mtp_launches(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, const int32_t *next_ids, int T,
-                        int k, int32_t *drafts, float *logits)
+/* The device work of a call (engine.h: tdm_engine_mtp) from ids already in x->ids: the T real rows,
+ * then k chained drafts into x->draft and v->logits rows 0..k-1. graphed: positions from d_posv. */
+static int mtp_body(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, int T, int k, int graphed)
 {
-    const int H = v->m->cfg.hidden, V = v->m->cfg.vocab;
-    void *st = v->stream;
-    if (tdm_copy_async(x->ids, next_ids, (size_t)T * sizeof(int32_t), st) != 0 ||
-        mtp_rows(x, v, x->ids, v->final_xn + (size_t)r0 * H, T) != 0)
-        return -1;
-    if (k == 0) return tdm_stream_sync(st);
+    const int H = v->m->cfg.hidden;
+    if (mtp_rows(x, v, x->ids, v->final_xn + (size_t)r0 * H, T, graphed ? x->d_posv : NULL) != 0) return -1;
+    if (k == 0) return 0;
     if (mtp_head(x, v, T - 1, 0) != 0) return -1;
     for (int j = 1; j < k; j++) {
         /* (the previous draft, the previous output after mtp.norm): oh row T-1 for the first step, then row 0 */
         uint16_t *prev = x->oh + (size_t)(j == 1 ? T - 1 : 0) * H;
-        if (mtp_rows(x, v, x->draft + j - 1, prev, 1) != 0 || mtp_head(x, v, 0, j) != 0) return -1;
+        if (mtp_rows(x, v, x->draft + j - 1, prev, 1, graphed ? x->d_posv + j : NULL) != 0 || mtp_head(x, v, 0, j) != 0)
+            return -1;
     }
-    if (tdm_copy_async(drafts, x->draft, (size_t)k * sizeof(int32_t), st) != 0 ||
-        (logits && tdm_copy_async(logits, v->logits, (size_t)k * V * sizeof(float), st) != 0))
+    return 0;
+}
+
+/* The graph of a call shape: found, or a new entry (NULL when MTP_GRAPHS shapes have one). */
+static struct mtp_graph *shape_graph(struct tdm_emtp *x, int T, int k, int r0)
+{
+    for (int i = 0; i < x->ngraphs; i++)
+        if (x->graphs[i].T == T && x->graphs[i].k == k && x->graphs[i].r0 == r0) return &x->graphs[i];
+    if (x->ngraphs == MTP_GRAPHS) return NULL;
+    x->graphs[x->ngraphs] = (struct mtp_graph){.T = T, .k = k, .r0 = r0};
+    return &x->graphs[x->ngraphs++];
+}
+
+/* A call's device work, from its shape's graph when graphs are on: captured on the shape's second
+ * use, after an eager run has done every kernel's one-time set-up (engine.c's run_pass). x->pos is
+ * the call's position on entry and advances by its rows, as mtp_rows advances it eagerly. */
+static int mtp_run(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, int T, int k)
+{
+    struct mtp_graph *sg = v->use_graph ? shape_graph(x, T, k, r0) : NULL;
+    if (!sg) return mtp_body(x, v, r0, T, k, 0);
+    void *st = v->stream;
+    const int pos = x->pos, rows = T + (k > 0 ? k - 1 : 0);
+    x->posv[0] = pos;
+    for (int j = 1; j < k; j++) x->posv[j] = pos + T + j - 1;
+    if (!sg->g && sg->eager_runs >= 1) {
+        if (tdm_graph_begin(st) != 0) return -1;
+        int rc = mtp_body(x, v, r0, T, k, 1);
+        tdm_graph cap = NULL;
+        if (tdm_graph_end(st, &cap) != 0 || rc != 0) {
+            if (cap) tdm_graph_destroy(cap);
+            return tdm_err_prefix("capturing the CUDA graph of an MTP call of %d rows and %d drafts", T, k);
+        }
+        sg->g = cap;
+    }
+    if (sg->g) {
+        x->pos = pos + rows;
+        return tdm_copy_async(x->d_posv, x->posv, sizeof x->posv, st) != 0 || tdm_graph_launch(sg->g, st) != 0 ? -1 : 0;
+    }
+    sg->eager_runs++;
+    return mtp_body(x, v, r0, T, k, 0);
+}
+
+static int mtp_launches(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, const int32_t *next_ids, int T,
+                        int k, int32_t *drafts, float *logits)
+{
+    const int V = v->m->cfg.vocab;
+    void *st = v->stream;
+    if (tdm_copy_async(x->ids, next_ids, (size_t)T * sizeof(int32_t), st) != 0 || mtp_run(x, v, r0, T, k) != 0) return -1;
+    if (k > 0 && (tdm_copy_async(drafts, x->draft, (size_t)k * sizeof(int32_t), st) != 0 ||
+                  (logits && tdm_copy_async(logits, v->logits, (size_t)k * V * sizeof(float), st) != 0)))
         return -1;
     return tdm_stream_sync(st);
 }

@@ -281,10 +281,16 @@ static void test_mtp(const char *fix, const char *model, const char *fmt)
        "%s: drafts equal the CPU's (%d of %d%s%.4f)", lab, div < 0 ? KCHAIN : div, KCHAIN,
        div < 0 ? "; smallest CPU margin " : "; the first difference at a CPU margin of ",
        div < 0 ? (double)tdm_margin(cc, V) : (double)tdm_margin(cc + (size_t)div * V, V));
-    if (tdm_engine_mtp(e, last_at, next + last_at, TL, KCHAIN, gd2, gc2) != 0) bail("chained MTP again");
-    ok(memcmp(gd, gd2, sizeof gd) == 0 && memcmp(gc, gc2, (size_t)KCHAIN * V * 4) == 0,
-       "%s: the same feed and chain after a rewind over the drafts' rows: the same bits", lab);
-
+    /* graphs (TANDEM_CUDA_GRAPH on): a call shape runs eager on its first use, is captured on its
+     * second and replayed after, with the positions from device memory */
+    const int graphs = strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0;
+    int same = 1;
+    for (int run = 0; run < 2; run++) {
+        if (tdm_engine_mtp(e, last_at, next + last_at, TL, KCHAIN, gd2, gc2) != 0) bail("chained MTP again");
+        same &= memcmp(gd, gd2, sizeof gd) == 0 && memcmp(gc, gc2, (size_t)KCHAIN * V * 4) == 0;
+    }
+    ok(same, "%s: the same feed and chain after a rewind over the drafts' rows, twice more: the same bits (%s)", lab,
+       graphs ? "the first call eager, the second captured and replayed, the third replayed" : "eager, graphs off");
     /* refusals */
     const int mpos = tdm_engine_mtp_pos(e);
     int refused = 0, cases = 0;
@@ -301,6 +307,14 @@ static void test_mtp(const char *fix, const char *model, const char *fmt)
 #undef REFUSED
     ok(refused == cases, "%s: %d of %d bad calls refused with the position unchanged (last: \"%s\")", lab, refused, cases,
        tdm_err());
+
+    /* a one-row call at position 0: the loop above ran it eager (its shape's first use) and
+     * graphed at every later position; now graphed at position 0 */
+    if (tdm_engine_reset(e) != 0 || tdm_engine_forward(e, &prompt[0], 1, 1, NULL) != 0 ||
+        tdm_engine_mtp(e, 0, &next[0], 1, 1, &d1, gc2) != 0)
+        bail("one-row MTP call at position 0 again");
+    ok(memcmp(gc2, g1, (size_t)V * 4) == 0, "%s: a one-row call at position 0 %s: the first call's bits", lab,
+       graphs ? "replayed from its graph" : "again");
 
     tdm_engine_free(e);
     free(ph); free(lg); free(cm); free(mh); free(oh); free(cc); free(next); free(gaps); free(g1); free(skip);
