@@ -149,7 +149,7 @@ __global__ void attn_combine_kernel(const float *part_o, const float *part_ml, c
             acc = __fadd_rn(acc, __fmul_rn(f, part_o[(base + c) * D + d]));
         }
         const float g = bf2f(qg[(size_t)r * ldqg + (size_t)h * 2 * D + D + d]);
-        out[((size_t)r * Hq + h) * D + d] = f2bf(__fmul_rn(bfr(__fdiv_rn(acc, l)), bfr(sigmoid_ref(g))));
+        out[((size_t)r * Hq + h) * D + d] = attn_gated(__fdiv_rn(acc, l), g);
     }
 }
 

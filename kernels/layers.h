@@ -163,6 +163,23 @@ int tdm_attn_tree(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uin
                   const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
                   float *scratch, uint16_t *out, void *stream);
 
+/* ---- prefill attention (kernels/attn_prefill.cu) -------------------------------------------- */
+
+/* tdm_attn_decode's function for a prompt chunk of M rows in one launch (the same arguments less
+ * the scratch and d_pos0; eager only): query r at position pos0 + r sees cache rows 0..pos0 + r (a
+ * lower-right causal mask, the chunk may start past position 0), out [M][Hq*D] = bf16(bf16(attn) *
+ * bf16(sigmoid(gate))). FlashAttention-2 on the tensor cores: a block per (64 queries, q head), K/V
+ * tiles of 64 positions in ascending order, S = Q K^T in FP32 (mma, BF16 inputs), an online softmax
+ * in FP32 (exp2 of the scores scaled by log2(e)/sqrt(D)), the probabilities summed in FP32 and
+ * rounded to BF16 for P V relative to the running max (the reference: the row's max), O in FP32,
+ * divided by the sum and rounded to BF16 before the gate. No row invariance: close to the reference
+ * and to tdm_attn_decode (t/unit/layers_gpu.c states the bounds), not their bits. D in {64, 128,
+ * 256}, Hq a multiple of Hkv; q, qg, the caches and out 16-byte aligned, ldqg a multiple of 8. No
+ * scratch. */
+int tdm_attn_prefill(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache, const uint16_t *vcache,
+                     int M, int Hq, int Hkv, int D, int pos0, int ctx, uint16_t *out, void *stream);
+int64_t tdm_attn_prefill_bytes(int M, int Hq, int Hkv, int D, int pos0);
+
 /* ---- MoE router (kernels/moe_route.cu) ------------------------------------------------------ */
 
 /* The router's limits: experts (one row's probabilities in shared memory) and chosen experts. */

@@ -1,8 +1,8 @@
 // layers_dev.cuh — device helpers shared by the layer kernels (norm.cu, gdn.cu, attn.cu,
-// moe_route.cu, head.cu): BF16 conversion, the reference's scalar functions, and the reference's
-// dot-product order. The arithmetic that must match the CPU reference is written with explicit
-// round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never contracts into FMAs,
-// so that one operation of the C reference is one operation here.
+// attn_prefill.cu, moe_route.cu, head.cu): BF16 conversion, the reference's scalar functions, and
+// the reference's dot-product order. The arithmetic that must match the CPU reference is written
+// with explicit round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...), which nvcc never contracts
+// into FMAs, so that one operation of the C reference is one operation here.
 #ifndef TDM_LAYERS_DEV_CUH
 #define TDM_LAYERS_DEV_CUH
 #include <cuda_bf16.h>
@@ -21,6 +21,12 @@ __device__ __forceinline__ float bfr(float f) { return bf2f(f2bf(f)); }  // the 
 __device__ __forceinline__ float sigmoid_ref(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float silu_ref(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 __device__ __forceinline__ float softplus_ref(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+// The gated attention output of one element (ref: the last line of attn_core; models.md, step 5):
+// bf16(bf16(attn) * bf16(sigmoid(gate))), attn the FP32 attention output already divided by the sum.
+__device__ __forceinline__ uint16_t attn_gated(float attn, float gate)
+{
+    return f2bf(__fmul_rn(bfr(attn), bfr(sigmoid_ref(gate))));
+}
 // 1 / sqrtf(x), both correctly rounded as in C
 __device__ __forceinline__ float rsqrt_ref(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }
 

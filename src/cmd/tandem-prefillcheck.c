@@ -93,7 +93,8 @@ static void forward(struct fwd *f, const int32_t *ids, int T, int from, float *l
     tdm_die_input(prog);           /* the CPU reference fails on bad input only */
 }
 
-/* The chunked path: on the engine, tdm_engine_prefill (the wide GEMM past 32 rows). */
+/* The chunked path: on the engine, tdm_engine_prefill (the wide GEMM and the flash prefill
+ * attention past 32 rows). */
 static void prefill(struct fwd *f, const int32_t *ids, int T, int from, float *logits)
 {
     int rc = f->e ? tdm_engine_prefill(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);

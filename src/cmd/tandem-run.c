@@ -34,11 +34,11 @@ static void usage(FILE *f)
             "                           reference; the '# backend' line says which and why). cuda: the CUDA\n"
             "                           engine on device 0 for qwen3_5, qwen3_next and qwen3_5_moe\n"
             "                           checkpoints (BF16, FP8, NVFP4): the prompt in chunks of\n"
-            "                           TANDEM_PREFILL_CHUNK tokens through the wide GEMM (32 for MoE), greedy\n"
-            "                           decode from a CUDA graph, --force, --dump-logits, and --spec mtp,\n"
-            "                           ngram or draft with chain rounds, ngram or draft with tree rounds (not\n"
-            "                           an MTP tree yet); exit 2 without a device or for shapes its kernels\n"
-            "                           do not take\n"
+            "                           TANDEM_PREFILL_CHUNK tokens through the wide GEMM and the flash\n"
+            "                           prefill attention (32 for MoE), greedy decode from a CUDA graph,\n"
+            "                           --force, --dump-logits, and --spec mtp, ngram or draft with chain\n"
+            "                           rounds, ngram or draft with tree rounds (not an MTP tree yet); exit 2\n"
+            "                           without a device or for shapes its kernels do not take\n"
             "      --dump-logits FILE   write F32 'logits' [rows, vocab] as safetensors: one row per position\n"
             "                           whose logits were computed (with -n 0: every prompt position)\n"
             "      --force FILE         feed these ids through the decode path instead of the argmax\n"
@@ -103,7 +103,8 @@ static int forward(struct fwd *f, const int32_t *ids, int T, int from, float *lo
 {
     return f->e ? tdm_engine_forward(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);
 }
-/* The prompt: on the engine in prefill chunks (tdm_engine_prefill: the wide GEMM past 32 rows). */
+/* The prompt: on the engine in prefill chunks (tdm_engine_prefill: the wide GEMM and the flash
+ * prefill attention past 32 rows). */
 static int prefill(struct fwd *f, const int32_t *ids, int T, int from, float *logits)
 {
     return f->e ? tdm_engine_prefill(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);

@@ -54,6 +54,7 @@ struct tdm_engine {
     struct tdm_tiles *tiles;
     struct dlayer *ly;                      /* [L] */
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
+    int attn_prefill;                       /* chunks past ROWS rows: tdm_attn_prefill (TANDEM_ATTN_PREFILL) */
     struct tdm_dweight head;                /* [V, H] */
     const void *embed;                      /* [V][H] BF16 or F32 on the device */
     int embed_f32;
@@ -371,14 +372,17 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (e->prow < ROWS) e->prow = ROWS;
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
     e->use_graph = strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0;
+    e->attn_prefill = strcmp(tdm_setting("TANDEM_ATTN_PREFILL"), "off") != 0;
 
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
-            "activations %.1f MB (prefill chunks of %d tokens); device free %.0f -> %.0f MB of %.0f MB; decode steps %s\n",
+            "activations %.1f MB (prefill chunks of %d tokens, their attention %s); device free %.0f -> %.0f MB of %.0f MB; "
+            "decode steps %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
-            free0 / 1e6, free1 / 1e6, total / 1e6, e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
+            e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)", free0 / 1e6,
+            free1 / 1e6, total / 1e6, e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -434,13 +438,16 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
  * rest). */
 static int pos_host(const struct tdm_engine *e, int M, int graphed) { return graphed ? e->ctx - M : e->pos; }
 
-/* Attention of M rows whose K and V are in the cache already, ROWS queries a launch (a prefill
- * chunk is longer than the decode kernel takes; each query still sees the cache up to itself). */
+/* Attention of M rows whose K and V are in the cache already. A prefill chunk past ROWS rows (eager)
+ * runs the flash prefill kernel in one launch; otherwise (TANDEM_ATTN_PREFILL=off too) the decode
+ * kernel, ROWS queries a launch (each query still sees the cache up to itself). */
 static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
 {
     const struct tdm_config *c = &e->m->cfg;
     const int Hq = c->n_q_heads, Hkv = c->n_kv_heads, D = c->head_dim;
     const int64_t ldqg = 2 * (int64_t)Hq * D, HqD = (int64_t)Hq * D;
+    if (M > ROWS && !graphed && e->attn_prefill)
+        return tdm_attn_prefill(e->q, e->qg, ldqg, d->kc, d->vc, M, Hq, Hkv, D, e->pos, e->ctx, e->att, e->st);
     for (int r0 = 0; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
         if (tdm_attn_decode(e->q + r0 * HqD, e->qg + r0 * ldqg, ldqg, d->kc, d->vc, m, Hq, Hkv, D, pos_host(e, M, graphed) + r0,

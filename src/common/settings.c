@@ -19,6 +19,10 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on replays a captured CUDA graph for every one-token decode step, every verify round "
      "of a shape (rows, first logits row) and every commit of a row count, each captured on its second "
      "use (the position lives in a device buffer); off launches each kernel eagerly"},
+    {"TANDEM_ATTN_PREFILL", "on", "on|off",
+     "CUDA engine: on runs the attention of a prefill chunk longer than 32 rows as one flash-attention "
+     "launch (tdm_attn_prefill, tensor cores); off runs the decode kernel 32 queries a launch (the "
+     "older path, for comparison)"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "

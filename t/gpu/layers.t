@@ -1,9 +1,10 @@
 #!/bin/sh
 # The layer kernels on the GPU (kernels/layers.h, kernels/moe.h): norms, GDN conv and recurrence,
-# qwen3_next's grouped-projection de-interleave, decode attention, MoE router and experts, argmax —
-# each against the CPU reference function it replaces, and verify twins (M = 2..32 rows against M
-# one-row calls in sequence, bit for bit); the tree kernels (GDN conv and recurrence, q/k rotary,
-# attention) on five trees of 32 nodes against the chain kernels on each node's path bit for bit,
-# a chain as a tree against the chain kernels, and the reference along each path. Skips without a
+# qwen3_next's grouped-projection de-interleave, decode and prefill attention, MoE router and
+# experts, argmax — each against the CPU reference function it replaces, and verify twins (M =
+# 2..32 rows against M one-row calls in sequence, bit for bit); the tree kernels (GDN conv and
+# recurrence, q/k rotary, attention) on five trees of 32 nodes against the chain kernels on each
+# node's path bit for bit, a chain as a tree against the chain kernels, and the reference along
+# each path; prefill attention also against decode attention on the same inputs. Skips without a
 # CUDA device.
 exec build/t/layers_gpu

@@ -294,8 +294,8 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
            modes[k] == 1 ? "one-row" : "5-row", S - 1, diff, (long)rows * V, T);
     }
 
-    /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM past 32
-     * rows, attention 32 queries a launch), then the forced steps: close to the CPU reference, not
+    /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM and the
+     * flash prefill attention past 32 rows), then the forced steps: close to the CPU reference, not
      * the bits of the M-row kernels */
     if (tdm_engine_reset(e) != 0) bail("engine reset");
     memset(tw, 0xff, (size_t)rows * V * 4);

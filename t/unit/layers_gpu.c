@@ -13,6 +13,12 @@
  *         state within 1e-4 max|S| of the head (the sums over Dk are parallel);
  *       attention: within 2^-7 (A + |ref|), A = sum_j p_j |v_j| / sum_j p_j (the probabilities are
  *         rounded to BF16 relative to their chunk's max, the reference's relative to the row's);
+ *       prefill attention (tdm_attn_prefill; heads of the 27B, the 80B, D 128 and the tiny
+ *         fixtures' D 64; 1, 33, 100 and 300 rows at positions 0, 37 and 500; cache rows past the
+ *         chunk NaN, the row after the output poisoned and left so): within 2^-7 (A + |ref|) of
+ *         the reference (its probabilities are rounded relative to the running max) and a relative
+ *         error (L2 over the output) <= 1e-2; against tdm_attn_decode on the same inputs within
+ *         2^-6 (A + |ref|) and a relative error <= 1e-2; the launcher's argument checks;
  *       router: the chosen experts equal, the weights within 1 ulp; argmax: equal;
  *       grouped GDN de-interleave (qwen3_next): bit for bit against tdm_ref_gdn_ungroup;
  *       MoE experts (kernels/moe.h), experts in BF16 (also as fused [gate; up] views), FP8 (F32
@@ -680,6 +686,102 @@ static void test_attn(const struct shape *s, int P)
     tdm_cuda_free(c.scratch); tdm_cuda_free(c.dpos);
     free(q); free(qg); free(kc); free(vc); free(out); free(qf); free(qgf); free(kf); free(vf); free(pr); free(ref);
     free(amag);
+}
+
+/* ================================================================================================
+ * prefill attention (tdm_attn_prefill): M queries at positions P.. in one launch, against the
+ * reference and against tdm_attn_decode on the same inputs
+ */
+#define PREFILL_REL 1e-2 /* relative error (L2 over the output) against the reference and the decode kernel */
+
+static void test_attn_prefill(const char *name, int Hq, int Hkv, int D, int M, int P)
+{
+    const int grp = Hq / Hkv;
+    const size_t ldqg = (size_t)Hq * 2 * D, row = (size_t)Hq * D, kvrow = (size_t)Hkv * D;
+    const int ctx = P + M + 40; /* rows past P + M - 1 hold NaN: never read into a result */
+    char label[160];
+    snprintf(label, sizeof label, "%s attn_prefill Hq %d Hkv %d D %d, %d rows at %d", name, Hq, Hkv, D, M, P);
+    uint16_t *q = hal(M * row * 2), *qg = hal(M * ldqg * 2), *kc = hal((size_t)ctx * kvrow * 2);
+    uint16_t *vc = hal((size_t)ctx * kvrow * 2), *out = hal((M + 1) * row * 2), *dec = hal(M * row * 2);
+    float *qf = hal(M * row * 4), *qgf = hal(M * ldqg * 4), *kf = hal((size_t)ctx * kvrow * 4);
+    float *vf = hal((size_t)ctx * kvrow * 4), *pr = hal((size_t)ctx * 4), *sc = hal((size_t)ctx * 4);
+    float *ref = hal(M * row * 4), *got = hal(M * row * 4), *decf = hal(M * row * 4);
+    double *amag = hal(D * sizeof(double));
+    rand_bf16(q, qf, M * row, 2.0f);
+    rand_bf16(qg, qgf, M * ldqg, 4.0f);
+    rand_bf16(kc, kf, (size_t)ctx * kvrow, 2.0f);
+    rand_bf16(vc, vf, (size_t)ctx * kvrow, 3.0f);
+    for (size_t i = (size_t)(P + M) * kvrow; i < (size_t)ctx * kvrow; i++) kc[i] = vc[i] = 0x7fc0;
+    const size_t sb = tdm_attn_scratch_bytes(M, Hq, D, ctx);
+    uint16_t *dq = dal(M * row * 2), *dqg = dal(M * ldqg * 2), *dkc = dal((size_t)ctx * kvrow * 2);
+    uint16_t *dvc = dal((size_t)ctx * kvrow * 2), *dout = dal((M + 1) * row * 2), *ddec = dal(M * row * 2);
+    float *scratch = dal(sb);
+    up(dq, q, M * row * 2);
+    up(dqg, qg, M * ldqg * 2);
+    up(dkc, kc, (size_t)ctx * kvrow * 2);
+    up(dvc, vc, (size_t)ctx * kvrow * 2);
+    poison(dout, (M + 1) * row * 2);
+    poison(ddec, M * row * 2);
+    if (tdm_attn_prefill(dq, dqg, ldqg, dkc, dvc, M, Hq, Hkv, D, P, ctx, dout, st) != 0) bail("tdm_attn_prefill");
+    if (tdm_attn_decode(dq, dqg, ldqg, dkc, dvc, M, Hq, Hkv, D, P, NULL, ctx, scratch, ddec, st) != 0) bail("tdm_attn_decode");
+    down(out, dout, (M + 1) * row * 2);
+    down(dec, ddec, M * row * 2);
+    int past = 0;
+    for (size_t i = 0; i < row; i++) past += out[M * row + i] != 0xffff;
+    struct cmp cr = {0}, cd = {0};
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int r = 0; r < M; r++)
+        for (int h = 0; h < Hq; h++) {
+            const size_t o = r * row + (size_t)h * D;
+            const float *qr = qf + o, *gate = qgf + r * ldqg + (size_t)h * 2 * D + D;
+            const float *kh = kf + (size_t)(h / grp) * D, *vh = vf + (size_t)(h / grp) * D;
+            const int n = P + r + 1;
+            /* the rounding of the probabilities may move the output by 2^-8 of A = sum p |v| / sum p */
+            double mxs = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                sc[j] = tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale;
+                mxs = fmax(mxs, sc[j]);
+            }
+            for (int d = 0; d < D; d++) amag[d] = 0;
+            for (int j = 0; j < n; j++) {
+                const double p = exp((double)sc[j] - mxs);
+                sum += p;
+                for (int d = 0; d < D; d++) amag[d] += p * fabs(vh[(size_t)j * kvrow + d]);
+            }
+            tdm_ref_attn_head(qr, gate, kh, vh, kvrow, n, D, pr, ref + o);
+            for (int d = 0; d < D; d++) {
+                got[o + d] = tdm_bf16_to_f32(out[o + d]);
+                decf[o + d] = tdm_bf16_to_f32(dec[o + d]);
+                cmp_add(&cr, got[o + d], ref[o + d], ldexp(amag[d] / sum + fabs(ref[o + d]), -7));
+                cmp_add(&cd, got[o + d], decf[o + d], ldexp(amag[d] / sum + fabs(ref[o + d]), -6));
+            }
+        }
+    const double er = tdm_rel_err(got, ref, (int64_t)M * row), ed = tdm_rel_err(got, decf, (int64_t)M * row);
+    const double edr = tdm_rel_err(decf, ref, (int64_t)M * row);
+    ok(cr.n > 0 && cr.bad == 0 && er <= PREFILL_REL && past == 0,
+       "%s: against tdm_ref_attn_head: %ld of %ld outside 2^-7 (A + |ref|) (worst %.3g of it, %.2f%% bit-identical), "
+       "relative error %.2e <= %.0e; row %d untouched (%d written)", label, cr.bad, cr.n, cr.worst,
+       cr.n ? 100.0 * cr.exact / cr.n : 0.0, er, PREFILL_REL, M, past);
+    ok(cd.n > 0 && cd.bad == 0 && ed <= PREFILL_REL,
+       "%s: against tdm_attn_decode on the same inputs: %ld of %ld outside 2^-6 (A + |ref|) (worst %.3g of it, %.2f%% "
+       "equal), relative error %.2e <= %.0e (decode against the reference: %.2e)", label, cd.bad, cd.n, cd.worst,
+       cd.n ? 100.0 * cd.exact / cd.n : 0.0, ed, PREFILL_REL, edr);
+    tdm_cuda_free(dq); tdm_cuda_free(dqg); tdm_cuda_free(dkc); tdm_cuda_free(dvc); tdm_cuda_free(dout);
+    tdm_cuda_free(ddec); tdm_cuda_free(scratch);
+    free(q); free(qg); free(kc); free(vc); free(out); free(dec); free(qf); free(qgf); free(kf); free(vf); free(pr); free(sc);
+    free(ref); free(got); free(decf); free(amag);
+}
+
+/* The launcher's checks: a misaligned output, a chunk past the cache, a bad head count. */
+static void test_attn_prefill_args(void)
+{
+    uint16_t *d = dal(64 * 1024);
+    const int misaligned = tdm_attn_prefill(d, d, 2 * 64, d, d, 1, 1, 1, 64, 0, 4, d + 1, st);
+    const int past = tdm_attn_prefill(d, d, 2 * 64, d, d, 4, 1, 1, 64, 2, 5, d, st);
+    const int heads = tdm_attn_prefill(d, d, 3 * 2 * 64, d, d, 1, 3, 2, 64, 0, 4, d, st);
+    ok(misaligned != 0 && past != 0 && heads != 0,
+       "tdm_attn_prefill refuses a misaligned output, positions past the cache and Hq not a multiple of Hkv");
+    tdm_cuda_free(d);
 }
 
 /* ================================================================================================
@@ -1489,6 +1591,15 @@ int main(void)
     test_attn_tree(&shapes[0], 0);
     test_attn(&shapes[2], 3000);  /* 12 chunks */
     test_route(&shapes[3], 0);
+    /* prefill attention: the 27B's and the 80B's heads, D 128, the tiny fixtures' D 64; chunks at
+     * position 0 and past it, shorter than a query block, across block and tile edges */
+    const struct { const char *name; int Hq, Hkv, D; } pf[4] = {
+        {"qwen3.8-27b", 24, 4, 256}, {"qwen3-next-80b", 16, 2, 256}, {"D 128", 8, 2, 128}, {"qwen35-tiny", 6, 2, 64}};
+    const int pf_m[4] = {1, 33, 100, 300}, pf_p[3] = {0, 37, 500};
+    for (int i = 0; i < 4; i++)
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 3; b++) test_attn_prefill(pf[i].name, pf[i].Hq, pf[i].Hkv, pf[i].D, pf_m[a], pf_p[b]);
+    test_attn_prefill_args();
     for (int i = 0; i < nshapes; i++) tdm_config_free(&shapes[i].c);
     tdm_stream_destroy(st);
     return done_testing();
