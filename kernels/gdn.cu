@@ -41,6 +41,53 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
     for (int j = 0; j < K - 1; j++) state_out[(size_t)j * C + c] = f2bf(win[j]);
 }
 
+// The prefill form: thread (channel c, block of CONV_TB tokens), the block's first window read from
+// x (or, before token 0, from the state) — the window conv_kernel has at that token, since its
+// shifts only move values — then conv_kernel's sum and roundings per token. The state is left to
+// conv_state_kernel, launched after this one: other blocks of the channel still read it here.
+constexpr int CONV_TB = 16;
+
+template <int K>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C, uint16_t *y)
+{
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= C) return;
+    const int t0 = blockIdx.y * CONV_TB, t1 = min(M, t0 + CONV_TB);
+    float win[K], wk[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) {
+        const int s = t0 - (K - 1) + j;  // the input of tap j at token t0
+        win[j] = bf2f(s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c]);
+    }
+    for (int t = t0; t < t1; t++) {
+        win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
+        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+#pragma unroll
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+}
+
+// The state after M tokens, in place: row j becomes input M + j of (state ++ x), conv_kernel's
+// final window. Rows ascend, so row j + M (j + M > j) is read before it is written.
+template <int K>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
+{
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= C) return;
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) {
+        const int s = M - (K - 1) + j;
+        state[(size_t)j * C + c] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(j + M) * C + c];
+    }
+}
+
 // The tree form (layers.h, Trees): thread c per channel, node t's window built along its path —
 // tap j holds the input of t's ancestor at depth s = depth(t) - (K - 1) + j, or for s < 0 the
 // committed state's row K - 1 + s — which is the window conv_kernel has at the last token of that
@@ -263,6 +310,31 @@ extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint
                             uint16_t *y, void *stream)
 {
     return conv_launch("tdm_gdn_conv", x, ldx, w, state, state, M, C, K, y, stream);
+}
+
+template <int K>
+static void conv_prefill_go(dim3 grid, cudaStream_t st, const uint16_t *x, int64_t ldx, const float *w, uint16_t *state,
+                            int M, int C, uint16_t *y)
+{
+    conv_prefill_kernel<K><<<grid, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    conv_state_kernel<K><<<grid.x, CONV_THREADS, 0, st>>>(x, ldx, state, M, C);
+}
+
+extern "C" int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                                    uint16_t *y, void *stream)
+{
+    const int tblocks = (M + CONV_TB - 1) / CONV_TB;
+    if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C || tblocks > 65535)
+        return tdm_errf("tdm_gdn_conv_prefill: bad shape M %d (at most %d), C %d, K %d (2..4), ldx %lld", M,
+                        65535 * CONV_TB, C, K, (long long)ldx);
+    if (M == 0) return 0;
+    const dim3 grid((C + CONV_THREADS - 1) / CONV_THREADS, tblocks);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (K == 4) conv_prefill_go<4>(grid, st, x, ldx, w, state, M, C, y);
+    else if (K == 3) conv_prefill_go<3>(grid, st, x, ldx, w, state, M, C, y);
+    else conv_prefill_go<2>(grid, st, x, ldx, w, state, M, C, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }
 
 extern "C" int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C,

@@ -93,6 +93,15 @@ int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state
                  void *stream);
 int64_t tdm_gdn_conv_bytes(int M, int C, int K);
 
+/* The prefill form of tdm_gdn_conv (a prompt chunk, M in the thousands): the same arguments, the
+ * same y and final state bit for bit. Each output is a function of its K inputs alone, so the
+ * tokens run in parallel: one thread per (channel, block of 16 tokens) reads the block's first
+ * window from x or, before token 0, from the state, then runs tdm_gdn_conv's sum and roundings per
+ * token; a second launch then writes the state (the last K-1 inputs of state ++ x, copies).
+ * M <= 65535 * 16. */
+int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                         uint16_t *y, void *stream);
+
 /* Gates, FP32 L2 norms of q and k (the reference's order) and the delta rule for M tokens of one
  * sequence in order (ref: tdm_ref_gdn_token): qkv [M][C] (the conv output), b and a [M][Hv] (row
  * strides ldb, lda), A_log and dt_bias [Hv]; S [Hv][Dk][Dv] FP32, updated; o [M][Hv][Dv] =

@@ -4,6 +4,6 @@
 # each against the CPU reference function it replaces, and verify twins (M = 2..32 rows against M
 # one-row calls in sequence, bit for bit); the tree kernels (GDN conv and recurrence, q/k rotary,
 # attention) on five trees of 32 nodes against the chain kernels on each node's path bit for bit,
-# a chain as a tree against the chain kernels, and the reference along each path. Skips without a
-# CUDA device.
+# a chain as a tree against the chain kernels, and the reference along each path; the prefill conv
+# bit for bit against tdm_gdn_conv. Skips without a CUDA device.
 exec build/t/layers_gpu

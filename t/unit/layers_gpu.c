@@ -40,7 +40,10 @@
  *     path with the bounds above (conv from the state, tdm_ref_gdn_token from S0, rotary at P +
  *     depth, tdm_ref_attn_head over the cache and the path's rows); the states and the cache rows
  *     outside the round's are left alone; a graph captured on one tree and replayed on another
- *     (parents in device memory) equals the eager call. */
+ *     (parents in device memory) equals the eager call;
+ *   prefill forms (a prompt chunk; no twin contract): tdm_gdn_conv_prefill equals tdm_gdn_conv bit
+ *     for bit (y and the final state, from a non-zero state) at M = 1, 5, 100 (a row stride past C)
+ *     and 4096. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
@@ -602,6 +605,44 @@ static void test_recur(const struct shape *s)
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
     free(qkv); free(b); free(a); free(o); free(qkvf); free(bf_); free(af); free(A); free(dt); free(S0); free(S); free(Sg);
     free(oref); free(scratch);
+}
+
+/* ================================================================================================
+ * GDN prefill forms (a prompt chunk; layers.h): the conv bit for bit against tdm_gdn_conv
+ */
+static void test_conv_prefill(const struct shape *s, int M)
+{
+    const int C = tdm_gdn_conv_dim(&s->c), K = s->c.conv_kernel, ldx = M == 100 ? C + 8 : C;
+    const size_t nx = (size_t)M * ldx, ny = (size_t)M * C, ns = (size_t)(K - 1) * C;
+    char label[128];
+    snprintf(label, sizeof label, "%s gdn_conv_prefill C %d K %d M %d ldx %d", s->name, C, K, M, ldx);
+    uint16_t *x = hal(nx * 2), *y1 = hal(ny * 2), *y2 = hal(ny * 2), *s0 = hal(ns * 2), *s1 = hal(ns * 2), *s2 = hal(ns * 2);
+    float *xf = hal(nx * 4), *sf = hal(ns * 4), *w = hal((size_t)C * K * 4);
+    rand_bf16(x, xf, nx, 3.0f);
+    rand_bf16(s0, sf, ns, 3.0f);
+    for (size_t i = 0; i < (size_t)C * K; i++) w[i] = bfv(frand() * 0.6f);
+    uint16_t *dx = dal(nx * 2), *dy1 = dal(ny * 2), *dy2 = dal(ny * 2), *ds1 = dal(ns * 2), *ds2 = dal(ns * 2);
+    float *dw = dal((size_t)C * K * 4);
+    up(dx, x, nx * 2);
+    up(dw, w, (size_t)C * K * 4);
+    up(ds1, s0, ns * 2);
+    up(ds2, s0, ns * 2);
+    poison(dy1, ny * 2);
+    poison(dy2, ny * 2);
+    if (tdm_gdn_conv(dx, ldx, dw, ds1, M, C, K, dy1, st) != 0) bail("tdm_gdn_conv");
+    if (tdm_gdn_conv_prefill(dx, ldx, dw, ds2, M, C, K, dy2, st) != 0) bail("tdm_gdn_conv_prefill");
+    down(y1, dy1, ny * 2);
+    down(y2, dy2, ny * 2);
+    down(s1, ds1, ns * 2);
+    down(s2, ds2, ns * 2);
+    long dy = 0, dst = 0, unw = 0;
+    for (size_t i = 0; i < ny; i++) { dy += y1[i] != y2[i]; unw += y2[i] == 0xffff; }
+    for (size_t i = 0; i < ns; i++) dst += s1[i] != s2[i];
+    ok(dy == 0 && dst == 0 && unw == 0 && memcmp(s1, s0, ns * 2) != 0,
+       "%s: y and the final conv state (from a non-zero one) equal tdm_gdn_conv's bit for bit (%ld of %zu outputs, %ld "
+       "of %zu state values differ; %ld unwritten)", label, dy, ny, dst, ns, unw);
+    tdm_cuda_free(dx); tdm_cuda_free(dy1); tdm_cuda_free(dy2); tdm_cuda_free(ds1); tdm_cuda_free(ds2); tdm_cuda_free(dw);
+    free(x); free(y1); free(y2); free(s0); free(s1); free(s2); free(xf); free(sf); free(w);
 }
 
 /* ================================================================================================
@@ -1473,6 +1514,8 @@ int main(void)
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
+        const int conv_m[] = {1, 5, 100, 4096};
+        for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
     }
     /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's matrices
      * (24 of its 512 experts, top-10) */
