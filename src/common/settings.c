@@ -19,6 +19,10 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on replays a captured CUDA graph for every one-token decode step, every verify round "
      "of a shape (rows, first logits row) and every commit of a row count, each captured on its second "
      "use (the position lives in a device buffer); off launches each kernel eagerly"},
+    {"TANDEM_GDN_PREFILL", "on", "on|off",
+     "CUDA engine: on runs a prefill chunk's GDN layers (past 32 rows) through the prefill kernels (the conv "
+     "parallel over tokens, the same bits; the chunked delta rule, the same function in another summation "
+     "order); off runs them token by token as decode does"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "
