@@ -41,6 +41,53 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
     for (int j = 0; j < K - 1; j++) state_out[(size_t)j * C + c] = f2bf(win[j]);
 }
 
+// The prefill form: thread (channel c, block of CONV_TB tokens), the block's first window read from
+// x (or, before token 0, from the state) — the window conv_kernel has at that token, since its
+// shifts only move values — then conv_kernel's sum and roundings per token. The state is left to
+// conv_state_kernel, launched after this one: other blocks of the channel still read it here.
+constexpr int CONV_TB = 16;
+
+template <int K>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C, uint16_t *y)
+{
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= C) return;
+    const int t0 = blockIdx.y * CONV_TB, t1 = min(M, t0 + CONV_TB);
+    float win[K], wk[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) {
+        const int s = t0 - (K - 1) + j;  // the input of tap j at token t0
+        win[j] = bf2f(s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c]);
+    }
+    for (int t = t0; t < t1; t++) {
+        win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
+        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+#pragma unroll
+        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    }
+}
+
+// The state after M tokens, in place: row j becomes input M + j of (state ++ x), conv_kernel's
+// final window. Rows ascend, so row j + M (j + M > j) is read before it is written.
+template <int K>
+__global__ void __launch_bounds__(CONV_THREADS)
+conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
+{
+    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
+    if (c >= C) return;
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) {
+        const int s = M - (K - 1) + j;
+        state[(size_t)j * C + c] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(j + M) * C + c];
+    }
+}
+
 // The tree form (layers.h, Trees): thread c per channel, node t's window built along its path —
 // tap j holds the input of t's ancestor at depth s = depth(t) - (K - 1) + j, or for s < 0 the
 // committed state's row K - 1 + s — which is the window conv_kernel has at the last token of that
@@ -242,6 +289,359 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
 }
 
+// ---- the chunked delta rule (tdm_gdn_recur_chunked; layers.h has the equations) ----------------
+
+constexpr int CH = 64;           // tokens per chunk
+constexpr int CK_THREADS = 256;
+constexpr int CK_DVS = 32;       // state columns per block of the scan
+constexpr int CK_LT = CH + 1;    // row stride of the chunk matrices in shared memory
+// per (value head, chunk) in the scratch: T [CH][CH], P [CH][CH], then per token beta, exp(G_t),
+// exp(G_last - G_t), 1/|q|, 1/|k|
+constexpr int CK_T = 0, CK_P = CH * CH, CK_BETA = 2 * CH * CH, CK_EG = CK_BETA + CH, CK_EGE = CK_EG + CH,
+              CK_INVQ = CK_EGE + CH, CK_INVK = CK_INVQ + CH, CK_SCR = CK_INVK + CH;
+
+__device__ __forceinline__ void fma4(float4 &acc, float a, const float4 &b)
+{
+    acc.x = fmaf(a, b.x, acc.x);
+    acc.y = fmaf(a, b.y, acc.y);
+    acc.z = fmaf(a, b.z, acc.z);
+    acc.w = fmaf(a, b.w, acc.w);
+}
+__device__ __forceinline__ float dot4(const float4 &a, const float4 &b, float acc)
+{
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    return fmaf(a.w, b.w, acc);
+}
+// four BF16 values (8 bytes, aligned) as floats
+__device__ __forceinline__ float4 ld_bf16x4(const uint16_t *p)
+{
+    const uint2 r = *reinterpret_cast<const uint2 *>(p);
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xffff0000u), __uint_as_float(r.y << 16),
+                       __uint_as_float(r.y & 0xffff0000u));
+}
+
+template <int DK>
+__host__ __device__ constexpr size_t prep_smem() { return (size_t)2 * CH * (DK + 4) * 4 + (size_t)4 * CH * 4 + (size_t)CH * 8; }
+// the scan's q buffer also holds T and P after phase 1
+template <int DK>
+__host__ __device__ constexpr int scan_qb() { return CH * (DK + 4) > 2 * CH * CK_LT ? CH * (DK + 4) : 2 * CH * CK_LT; }
+template <int DK>
+__host__ __device__ constexpr size_t scan_smem() { return ((size_t)DK * CK_DVS + CH * (DK + 4) + scan_qb<DK>() + 2 * CH * CK_DVS + 3 * CH) * 4; }
+
+// Pass 1, one block per (chunk, value head h), independent of the state: the chunk's normalised k
+// and q (tdm_ref_gdn_token's arithmetic: the norms in tdm_dot's order, q * (1/|q|) * Dk^-1/2), the
+// gates (beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias)), G = the running sum of g
+// in double, and from them
+//   L[t][s] = beta_t exp(G_t - G_s) (k_t . k_s)     s < t  (0 elsewhere)
+//   P[t][s] = exp(G_t - G_s) (q_t . k_s)            s <= t (0 elsewhere)
+//   T = (I + L)^-1 by forward substitution, a column a thread: T[t][s] = -L[t][s] - sum_{s<m<t} L[t][m] T[m][s]
+// T, P and the per-token factors go to the scratch. Tokens past the sequence (t >= n) are zero
+// rows: their L, P, beta and factors are 0, their T rows the identity's.
+template <int DK>
+__global__ void __launch_bounds__(CK_THREADS)
+chunk_prep_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
+                  const float *dt_bias, int M, int Hk, int Hv, int Dv, float *scratch)
+{
+    constexpr int LD = DK + 4;
+    extern __shared__ float4 smem4[];
+    float *kn = reinterpret_cast<float *>(smem4), *qn = kn + CH * LD;
+    float *sbeta = qn + CH * LD, *sg = sbeta + CH, *sinvq = sg + CH, *sinvk = sinvq + CH;
+    double *sG = reinterpret_cast<double *>(sinvk + CH);
+    float *Lm = qn, *Tm = kn;  // after the products: L over q, T over k
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = c * CH, n = min(CH, M - t0), kh = h / (Hv / Hk);
+    const int64_t Cq = 2LL * Hk * DK + (int64_t)Hv * Dv;
+    float *out = scratch + ((size_t)h * gridDim.x + c) * CK_SCR;
+
+    // the chunk's raw q and k (every load issued before the stores), the gates
+#pragma unroll
+    for (int it = 0; it < CH * DK / 4 / CK_THREADS; it++) {
+        const int i = tid + it * CK_THREADS, t = i / (DK / 4), d = (i % (DK / 4)) * 4;
+        float4 qv = make_float4(0.f, 0.f, 0.f, 0.f), kv = qv;
+        if (t < n) {
+            const uint16_t *row = qkv + (size_t)(t0 + t) * Cq;
+            qv = ld_bf16x4(row + (size_t)kh * DK + d);
+            kv = ld_bf16x4(row + (size_t)(Hk + kh) * DK + d);
+        }
+        *reinterpret_cast<float4 *>(qn + t * LD + d) = qv;
+        *reinterpret_cast<float4 *>(kn + t * LD + d) = kv;
+    }
+    if (tid < CH) {
+        float beta = 0.0f, g = 0.0f;
+        if (tid < n) {
+            beta = bfr(sigmoid_ref(bf2f(b[(size_t)(t0 + tid) * ldb + h])));
+            g = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(bf2f(a[(size_t)(t0 + tid) * lda + h]), dt_bias[h])));
+        }
+        sbeta[tid] = beta;
+        sg[tid] = g;
+    }
+    __syncthreads();
+    // the norms (tdm_dot's order), a warp per token; the running sum of g
+    for (int t = warp; t < CH; t += CK_THREADS / 32) {
+        const float dq = warp_dot_ref(qn + t * LD, qn + t * LD, DK);
+        const float dk = warp_dot_ref(kn + t * LD, kn + t * LD, DK);
+        if (lane == 0) {
+            sinvq[t] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dq, 1e-6f)));
+            sinvk[t] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dk, 1e-6f)));
+        }
+    }
+    if (tid == 0) {
+        double G = 0.0;
+        for (int t = 0; t < CH; t++) sG[t] = G += (double)sg[t];  // g = 0 past the sequence
+    }
+    __syncthreads();
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    for (int i = tid; i < CH * DK; i += CK_THREADS) {
+        const int t = i / DK, d = i % DK;
+        kn[t * LD + d] = __fmul_rn(kn[t * LD + d], sinvk[t]);
+        qn[t * LD + d] = __fmul_rn(__fmul_rn(qn[t * LD + d], sinvq[t]), qscale);
+    }
+    if (tid < CH) {
+        const int t = tid;
+        const bool in = t < n;
+        out[CK_BETA + t] = sbeta[t];
+        out[CK_EG + t] = in ? expf((float)sG[t]) : 0.0f;
+        out[CK_EGE + t] = in ? expf((float)(sG[n - 1] - sG[t])) : 0.0f;
+        out[CK_INVQ + t] = in ? sinvq[t] : 0.0f;
+        out[CK_INVK + t] = in ? sinvk[t] : 0.0f;
+    }
+    __syncthreads();
+    // k k^T and q k^T: thread (ti, tj) has rows ti + 16 i and columns tj + 16 j
+    const int ti = tid >> 4, tj = tid & 15;
+    float kk[4][4], qk[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) kk[i][j] = qk[i][j] = 0.0f;
+    for (int d = 0; d < DK; d += 4) {
+        float4 ak[4], aq[4], bk[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ak[i] = *reinterpret_cast<const float4 *>(kn + (ti + 16 * i) * LD + d);
+            aq[i] = *reinterpret_cast<const float4 *>(qn + (ti + 16 * i) * LD + d);
+            bk[i] = *reinterpret_cast<const float4 *>(kn + (tj + 16 * i) * LD + d);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                kk[i][j] = dot4(ak[i], bk[j], kk[i][j]);
+                qk[i][j] = dot4(aq[i], bk[j], qk[i][j]);
+            }
+    }
+    __syncthreads();  // q and k are read: L goes over q, T over k
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int t = ti + 16 * i, s = tj + 16 * j;
+            const float dec = s <= t && t < n ? expf((float)(sG[t] - sG[s])) : 0.0f;
+            Lm[t * CK_LT + s] = s < t ? sbeta[t] * dec * kk[i][j] : 0.0f;
+            out[CK_P + t * CH + s] = dec * qk[i][j];
+        }
+    __syncthreads();
+    // T = (I + L)^-1, column s by thread s, rows in order
+    if (tid < CH) {
+        const int s = tid;
+        for (int t = 0; t <= s; t++) Tm[t * CK_LT + s] = t == s ? 1.0f : 0.0f;
+        for (int t = s + 1; t < CH; t++) {
+            float acc0 = -Lm[t * CK_LT + s], acc1 = 0.0f;
+            int m = s + 1;
+            for (; m + 1 < t; m += 2) {
+                acc0 = fmaf(-Lm[t * CK_LT + m], Tm[m * CK_LT + s], acc0);
+                acc1 = fmaf(-Lm[t * CK_LT + m + 1], Tm[(m + 1) * CK_LT + s], acc1);
+            }
+            if (m < t) acc0 = fmaf(-Lm[t * CK_LT + m], Tm[m * CK_LT + s], acc0);
+            Tm[t * CK_LT + s] = acc0 + acc1;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < CH * CH; i += CK_THREADS) out[CK_T + i] = Tm[(i / CH) * CK_LT + i % CH];
+}
+
+// Pass 2, one block per (value head h, CK_DVS state columns), the chunks in order with the state
+// slice S [DK][CK_DVS] in shared memory. Per chunk (n tokens, K, Q the normalised rows, G as above):
+//   KS = K S, QS = Q S                                       (phase 1)
+//   R_t = beta_t (v_t - exp(G_t) KS_t);  U = T R              (phase 2: the corrected values u_t)
+//   o_t = exp(G_t) QS_t + sum_{s<=t} P[t][s] u_s  ->bf16      (phase 3)
+//   S = exp(G_last) S + sum_t k_t (exp(G_last - G_t) u_t)^T  (phase 4)
+// Thread layout: c4 = tid % 8 owns columns 4 c4..4 c4+3 of the slice in every phase; r = tid / 8
+// owns rows r + 32 i of the products over the chunk (phase 1: K rows r, r+32 and Q rows r, r+32;
+// phases 2, 3: rows r, r+32) and state rows DK/32 r .. DK/32 (r+1) - 1 (phase 4).
+template <int DK>
+__global__ void __launch_bounds__(CK_THREADS, DK <= 128 ? 2 : 1)
+chunk_scan_kernel(const uint16_t *qkv, const float *scratch, float *S, int M, int Hk, int Hv, int Dv, uint16_t *o)
+{
+    constexpr int LD = DK + 4, RPT = DK / 32;
+    extern __shared__ float4 smem4[];
+    float *Ss = reinterpret_cast<float *>(smem4);    // [DK][CK_DVS]
+    float *Kn = Ss + DK * CK_DVS;                     // [CH][LD]
+    float *Qb = Kn + CH * LD;                         // [CH][LD] q, then T and P [CH][CK_LT]
+    float *Ub = Qb + scan_qb<DK>();                   // [CH][CK_DVS] KS -> R -> u
+    float *Qs = Ub + CH * CK_DVS;                     // [CH][CK_DVS] exp(G) QS
+    float *sbeta = Qs + CH * CK_DVS, *seg = sbeta + CH, *sege = seg + CH;
+    float *Tm = Qb, *Pm = Qb + CH * CK_LT;
+    const int h = blockIdx.x, j0 = blockIdx.y * CK_DVS, tid = threadIdx.x;
+    const int c4 = (tid & 7) * 4, r = tid >> 3;
+    const int kh = h / (Hv / Hk), nchunks = (M + CH - 1) / CH;
+    const int64_t Cq = 2LL * Hk * DK + (int64_t)Hv * Dv;
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)DK));
+    float *Sh = S + (size_t)h * DK * Dv;
+    for (int i = tid; i < DK * CK_DVS / 4; i += CK_THREADS) {
+        const int d = i / (CK_DVS / 4), cc = (i % (CK_DVS / 4)) * 4;
+        *reinterpret_cast<float4 *>(Ss + d * CK_DVS + cc) = *reinterpret_cast<const float4 *>(Sh + (size_t)d * Dv + j0 + cc);
+    }
+    for (int c = 0; c < nchunks; c++) {
+        const int t0 = c * CH, n = min(CH, M - t0);
+        const float *sc = scratch + ((size_t)h * nchunks + c) * CK_SCR;
+        if (tid < CH) {
+            sbeta[tid] = sc[CK_BETA + tid];
+            seg[tid] = sc[CK_EG + tid];
+            sege[tid] = sc[CK_EGE + tid];
+        }
+        // the chunk's q and k, every load issued before the stores
+#pragma unroll
+        for (int it = 0; it < CH * DK / 4 / CK_THREADS; it++) {
+            const int i = tid + it * CK_THREADS, t = i / (DK / 4), d = (i % (DK / 4)) * 4;
+            float4 qv = make_float4(0.f, 0.f, 0.f, 0.f), kv = qv;
+            if (t < n) {
+                const uint16_t *row = qkv + (size_t)(t0 + t) * Cq;
+                const float iq = sc[CK_INVQ + t], ik = sc[CK_INVK + t];
+                qv = ld_bf16x4(row + (size_t)kh * DK + d);
+                kv = ld_bf16x4(row + (size_t)(Hk + kh) * DK + d);
+                qv = make_float4(__fmul_rn(__fmul_rn(qv.x, iq), qscale), __fmul_rn(__fmul_rn(qv.y, iq), qscale),
+                                 __fmul_rn(__fmul_rn(qv.z, iq), qscale), __fmul_rn(__fmul_rn(qv.w, iq), qscale));
+                kv = make_float4(__fmul_rn(kv.x, ik), __fmul_rn(kv.y, ik), __fmul_rn(kv.z, ik), __fmul_rn(kv.w, ik));
+            }
+            *reinterpret_cast<float4 *>(Qb + t * LD + d) = qv;
+            *reinterpret_cast<float4 *>(Kn + t * LD + d) = kv;
+        }
+        __syncthreads();
+        // phase 1: KS, QS for rows r, r + 32
+        {
+            float4 acc[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            const float *a0 = Kn + r * LD, *a1 = Kn + (r + 32) * LD, *a2 = Qb + r * LD, *a3 = Qb + (r + 32) * LD;
+#pragma unroll 2
+            for (int d = 0; d < DK; d += 4) {
+                const float4 x0 = *reinterpret_cast<const float4 *>(a0 + d), x1 = *reinterpret_cast<const float4 *>(a1 + d);
+                const float4 x2 = *reinterpret_cast<const float4 *>(a2 + d), x3 = *reinterpret_cast<const float4 *>(a3 + d);
+                float4 sv[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) sv[e] = *reinterpret_cast<const float4 *>(Ss + (d + e) * CK_DVS + c4);
+                fma4(acc[0], x0.x, sv[0]); fma4(acc[0], x0.y, sv[1]); fma4(acc[0], x0.z, sv[2]); fma4(acc[0], x0.w, sv[3]);
+                fma4(acc[1], x1.x, sv[0]); fma4(acc[1], x1.y, sv[1]); fma4(acc[1], x1.z, sv[2]); fma4(acc[1], x1.w, sv[3]);
+                fma4(acc[2], x2.x, sv[0]); fma4(acc[2], x2.y, sv[1]); fma4(acc[2], x2.z, sv[2]); fma4(acc[2], x2.w, sv[3]);
+                fma4(acc[3], x3.x, sv[0]); fma4(acc[3], x3.y, sv[1]); fma4(acc[3], x3.z, sv[2]); fma4(acc[3], x3.w, sv[3]);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = r + 32 * i;
+                float4 rr = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (t < n) {
+                    const float4 v = ld_bf16x4(qkv + (size_t)(t0 + t) * Cq + 2LL * Hk * DK + (size_t)h * Dv + j0 + c4);
+                    const float be = sbeta[t], eg = seg[t];
+                    rr = make_float4(be * (v.x - eg * acc[i].x), be * (v.y - eg * acc[i].y), be * (v.z - eg * acc[i].z),
+                                     be * (v.w - eg * acc[i].w));
+                }
+                *reinterpret_cast<float4 *>(Ub + t * CK_DVS + c4) = rr;
+                const float eg = seg[t];
+                *reinterpret_cast<float4 *>(Qs + t * CK_DVS + c4) =
+                    make_float4(eg * acc[2 + i].x, eg * acc[2 + i].y, eg * acc[2 + i].z, eg * acc[2 + i].w);
+            }
+        }
+        __syncthreads();  // q is read: T and P go over it
+        constexpr int TP_IT = CH * CH / 4 / CK_THREADS;
+        float4 tv[TP_IT], pv[TP_IT];
+#pragma unroll
+        for (int it = 0; it < TP_IT; it++) {
+            tv[it] = *reinterpret_cast<const float4 *>(sc + CK_T + 4 * (tid + it * CK_THREADS));
+            pv[it] = *reinterpret_cast<const float4 *>(sc + CK_P + 4 * (tid + it * CK_THREADS));
+        }
+#pragma unroll
+        for (int it = 0; it < TP_IT; it++) {
+            const int i = tid + it * CK_THREADS, t = i / (CH / 4), s = (i % (CH / 4)) * 4;
+            float *tr = Tm + t * CK_LT + s, *pr = Pm + t * CK_LT + s;
+            tr[0] = tv[it].x; tr[1] = tv[it].y; tr[2] = tv[it].z; tr[3] = tv[it].w;
+            pr[0] = pv[it].x; pr[1] = pv[it].y; pr[2] = pv[it].z; pr[3] = pv[it].w;
+        }
+        __syncthreads();
+        // phase 2: u = T R (T is unit lower triangular: row t needs R rows 0..t)
+        {
+            float4 u0 = make_float4(0.f, 0.f, 0.f, 0.f), u1 = u0;
+            const int send = r + 32 + 1;
+            for (int s = 0; s < send; s++) {
+                const float4 rv = *reinterpret_cast<const float4 *>(Ub + s * CK_DVS + c4);
+                fma4(u0, Tm[r * CK_LT + s], rv);
+                fma4(u1, Tm[(r + 32) * CK_LT + s], rv);
+            }
+            __syncthreads();  // every thread has read R
+            *reinterpret_cast<float4 *>(Ub + r * CK_DVS + c4) = u0;
+            *reinterpret_cast<float4 *>(Ub + (r + 32) * CK_DVS + c4) = u1;
+        }
+        __syncthreads();
+        // phase 3: o = exp(G) QS + P u
+        {
+            float4 o0 = *reinterpret_cast<const float4 *>(Qs + r * CK_DVS + c4);
+            float4 o1 = *reinterpret_cast<const float4 *>(Qs + (r + 32) * CK_DVS + c4);
+            const int send = r + 32 + 1;
+            for (int s = 0; s < send; s++) {
+                const float4 uv = *reinterpret_cast<const float4 *>(Ub + s * CK_DVS + c4);
+                fma4(o0, Pm[r * CK_LT + s], uv);
+                fma4(o1, Pm[(r + 32) * CK_LT + s], uv);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int t = r + 32 * i;
+                if (t >= n) continue;
+                const float4 ov = i ? o1 : o0;
+                uint2 pk;
+                pk.x = (uint32_t)f2bf(ov.x) | (uint32_t)f2bf(ov.y) << 16;
+                pk.y = (uint32_t)f2bf(ov.z) | (uint32_t)f2bf(ov.w) << 16;
+                *reinterpret_cast<uint2 *>(o + ((size_t)(t0 + t) * Hv + h) * Dv + j0 + c4) = pk;
+            }
+        }
+        // phase 4: S = exp(G_last) S + K^T (exp(G_last - G) u), rows RPT r .. RPT r + RPT - 1
+        {
+            const float el = seg[n - 1];
+            float4 acc[RPT];
+#pragma unroll
+            for (int i = 0; i < RPT; i++) {
+                const float4 sv = *reinterpret_cast<const float4 *>(Ss + (RPT * r + i) * CK_DVS + c4);
+                acc[i] = make_float4(el * sv.x, el * sv.y, el * sv.z, el * sv.w);
+            }
+            for (int t = 0; t < n; t++) {
+                float4 uv = *reinterpret_cast<const float4 *>(Ub + t * CK_DVS + c4);
+                const float w = sege[t];
+                uv = make_float4(w * uv.x, w * uv.y, w * uv.z, w * uv.w);
+                float kv[RPT];
+                if constexpr (RPT == 2) {
+                    const float2 k2 = *reinterpret_cast<const float2 *>(Kn + t * LD + RPT * r);
+                    kv[0] = k2.x; kv[1] = k2.y;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < RPT; i += 4) {
+                        const float4 k4 = *reinterpret_cast<const float4 *>(Kn + t * LD + RPT * r + i);
+                        kv[i] = k4.x; kv[i + 1] = k4.y; kv[i + 2] = k4.z; kv[i + 3] = k4.w;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < RPT; i++) fma4(acc[i], kv[i], uv);
+            }
+#pragma unroll
+            for (int i = 0; i < RPT; i++) *reinterpret_cast<float4 *>(Ss + (RPT * r + i) * CK_DVS + c4) = acc[i];
+        }
+        __syncthreads();  // the next chunk overwrites K, q, R and reads the state
+    }
+    for (int i = tid; i < DK * CK_DVS / 4; i += CK_THREADS) {
+        const int d = i / (CK_DVS / 4), cc = (i % (CK_DVS / 4)) * 4;
+        *reinterpret_cast<float4 *>(Sh + (size_t)d * Dv + j0 + cc) = *reinterpret_cast<const float4 *>(Ss + d * CK_DVS + cc);
+    }
+}
+
 }  // namespace
 
 static int conv_launch(const char *who, const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state,
@@ -263,6 +663,31 @@ extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint
                             uint16_t *y, void *stream)
 {
     return conv_launch("tdm_gdn_conv", x, ldx, w, state, state, M, C, K, y, stream);
+}
+
+template <int K>
+static void conv_prefill_go(dim3 grid, cudaStream_t st, const uint16_t *x, int64_t ldx, const float *w, uint16_t *state,
+                            int M, int C, uint16_t *y)
+{
+    conv_prefill_kernel<K><<<grid, CONV_THREADS, 0, st>>>(x, ldx, w, state, M, C, y);
+    conv_state_kernel<K><<<grid.x, CONV_THREADS, 0, st>>>(x, ldx, state, M, C);
+}
+
+extern "C" int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                                    uint16_t *y, void *stream)
+{
+    const int tblocks = (M + CONV_TB - 1) / CONV_TB;
+    if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C || tblocks > 65535)
+        return tdm_errf("tdm_gdn_conv_prefill: bad shape M %d (at most %d), C %d, K %d (2..4), ldx %lld", M,
+                        65535 * CONV_TB, C, K, (long long)ldx);
+    if (M == 0) return 0;
+    const dim3 grid((C + CONV_THREADS - 1) / CONV_THREADS, tblocks);
+    cudaStream_t st = (cudaStream_t)stream;
+    if (K == 4) conv_prefill_go<4>(grid, st, x, ldx, w, state, M, C, y);
+    else if (K == 3) conv_prefill_go<3>(grid, st, x, ldx, w, state, M, C, y);
+    else conv_prefill_go<2>(grid, st, x, ldx, w, state, M, C, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }
 
 extern "C" int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C,
@@ -371,4 +796,64 @@ extern "C" int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv)
     // the conv output (q, k, v), b and a in; o out; the state read and written; A_log, dt_bias
     const int64_t C = 2LL * Hk * Dk + (int64_t)Hv * Dv;
     return (int64_t)M * (C * 2 + (int64_t)Hv * 4 + (int64_t)Hv * Dv * 2) + (int64_t)Hv * Dk * Dv * 8 + (int64_t)Hv * 8;
+}
+
+extern "C" size_t tdm_gdn_recur_chunked_scratch_bytes(int M, int Hv)
+{
+    if (M <= 0 || Hv <= 0) return 0;
+    return (size_t)((M + CH - 1) / CH) * (size_t)Hv * CK_SCR * sizeof(float);
+}
+
+// Raises a kernel's dynamic shared memory limit to bytes once (not inside a later graph capture);
+// 0 when the device cannot give it.
+template <typename F>
+static int smem_allow(F *kern, size_t bytes, int *done)
+{
+    if (*done) return *done > 0;
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || (size_t)optin < bytes ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *done = -1;
+        return 0;
+    }
+    *done = 1;
+    return 1;
+}
+
+template <int DK>
+static int chunked_go(cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                      const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dv, float *scratch,
+                      uint16_t *o)
+{
+    static int prep_ok = 0, scan_ok = 0;
+    if (!smem_allow(chunk_prep_kernel<DK>, prep_smem<DK>(), &prep_ok) ||
+        !smem_allow(chunk_scan_kernel<DK>, scan_smem<DK>(), &scan_ok))
+        return 1;  // not on this device: the token-serial kernel
+    const int nchunks = (M + CH - 1) / CH;
+    chunk_prep_kernel<DK><<<dim3(nchunks, Hv), CK_THREADS, prep_smem<DK>(), st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, M,
+                                                                                  Hk, Hv, Dv, scratch);
+    chunk_scan_kernel<DK><<<dim3(Hv, Dv / CK_DVS), CK_THREADS, scan_smem<DK>(), st>>>(qkv, scratch, S, M, Hk, Hv, Dv, o);
+    return 0;
+}
+
+extern "C" int tdm_gdn_recur_chunked(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                                     const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk,
+                                     int Dv, float *scratch, uint16_t *o, void *stream)
+{
+    if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
+        ldb < Hv || lda < Hv || (M > 0 && !scratch) || ((uintptr_t)qkv | (uintptr_t)o) % 8 ||
+        ((uintptr_t)S | (uintptr_t)scratch) % 16)
+        return tdm_errf("tdm_gdn_recur_chunked: bad arguments M %d, Hk %d, Hv %d, Dk %d (64, 128 or 256), Dv %d (a "
+                        "multiple of 32), ldb %lld, lda %lld, scratch %s (qkv and o 8-byte aligned, S and scratch "
+                        "16-byte)", M, Hk, Hv, Dk, Dv, (long long)ldb, (long long)lda, scratch ? "given" : "NULL");
+    if (M == 0) return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    const int rc = Dk == 128 ? chunked_go<128>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o)
+                   : Dk == 64 ? chunked_go<64>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o)
+                              : chunked_go<256>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o);
+    if (rc) return tdm_gdn_recur(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dk, Dv, o, stream);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }

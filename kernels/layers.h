@@ -93,6 +93,15 @@ int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state
                  void *stream);
 int64_t tdm_gdn_conv_bytes(int M, int C, int K);
 
+/* The prefill form of tdm_gdn_conv (a prompt chunk, M in the thousands): the same arguments, the
+ * same y and final state bit for bit. Each output is a function of its K inputs alone, so the
+ * tokens run in parallel: one thread per (channel, block of 16 tokens) reads the block's first
+ * window from x or, before token 0, from the state, then runs tdm_gdn_conv's sum and roundings per
+ * token; a second launch then writes the state (the last K-1 inputs of state ++ x, copies).
+ * M <= 65535 * 16. */
+int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
+                         uint16_t *y, void *stream);
+
 /* Gates, FP32 L2 norms of q and k (the reference's order) and the delta rule for M tokens of one
  * sequence in order (ref: tdm_ref_gdn_token): qkv [M][C] (the conv output), b and a [M][Hv] (row
  * strides ldb, lda), A_log and dt_bias [Hv]; S [Hv][Dk][Dv] FP32, updated; o [M][Hv][Dv] =
@@ -104,6 +113,40 @@ int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uin
                   const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
                   uint16_t *o, void *stream);
 int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv);
+
+/* The chunked form of tdm_gdn_recur for a prompt chunk (prefill; not a twin: checked by agreement,
+ * t/unit/layers_gpu.c): the same arguments and function — o [M][Hv][Dv] and the final S — plus
+ * scratch, device memory of tdm_gdn_recur_chunked_scratch_bytes(M, Hv) bytes (16-byte aligned;
+ * qkv and o 8-byte aligned). The inputs are rounded as tdm_ref_gdn_token rounds them: k = k / |k|
+ * and q = q / |q| * Dk^-1/2 in FP32 with the norms summed in tdm_dot's order, beta =
+ * bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias) in FP32; the state is FP32 throughout and
+ * o is rounded to BF16 once. Only the order of the sums differs from the token-serial form, and
+ * the decays: exp(G_t - G_s) of the running sum G of g (summed in FP64, the difference rounded to
+ * FP32 once) in place of the product of the tokens' exp(g).
+ *
+ * Per chunk of C = 64 tokens t = 0..n-1 of one value head, from the state S0 [Dk][Dv] at its start,
+ * G_t = g_0 + ... + g_t, k_t, q_t, v_t rows, (the token recurrence S_t = e^g_t S_{t-1} + k_t u_t^T,
+ * u_t = beta_t (v_t - e^g_t S_{t-1}^T k_t), o_t = S_t^T q_t, unrolled):
+ *   L[t][s] = beta_t e^(G_t - G_s) (k_t . k_s)  for s < t, else 0;   T = (I + L)^-1 (unit lower)
+ *   P[t][s] = e^(G_t - G_s) (q_t . k_s)          for s <= t, else 0
+ *   u_t = sum_s T[t][s] beta_s (v_s - e^G_s S0^T k_s)             (U = T (beta V) - W S0,
+ *                                                                  W = T (beta e^G K))
+ *   o_t = e^G_t S0^T q_t + sum_{s<=t} P[t][s] u_s
+ *   S   = e^G_{n-1} S0 + sum_t k_t (e^(G_{n-1} - G_t) u_t)^T      (the next chunk's S0)
+ * Exponents are never positive (g <= 0, s <= t), so nothing overflows; what underflows is a decay
+ * below FP32's range. Two launches: a block per (chunk, value head) computes the normalised q, k,
+ * the gates, L, P and T (forward substitution in FP32, a column a thread) into the scratch, all
+ * chunks at once; then a block per (value head, 32 columns of Dv) walks the chunks in order with
+ * its state slice in shared memory: K S0 and Q S0, U = T R, o, the new S — FP32 FMA products,
+ * the sums over Dk and over the chunk in a fixed order (no atomics; the same bits every run). The
+ * scan's block takes 98.75 KiB of shared memory at Dk 128 (two blocks an SM on sm_90; within
+ * sm_121's 99 KiB), 179 KiB at Dk 256; where the device cannot give it, the call runs
+ * tdm_gdn_recur instead. Dk in {64, 128,
+ * 256}, Dv a multiple of 32, Hv a multiple of Hk. */
+size_t tdm_gdn_recur_chunked_scratch_bytes(int M, int Hv);
+int tdm_gdn_recur_chunked(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                          const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                          float *scratch, uint16_t *o, void *stream);
 
 /* The verify forms of the two stateful GDN kernels (a speculative round, src/common/engine_spec.c):
  * the same kernels with the state only read — y and o are the bits tdm_gdn_conv and tdm_gdn_recur

@@ -3,7 +3,8 @@
  * logits [T][V]): next-token agreement, relative error, top-1 margins, disagreements where both
  * sides are sure (margin > 5), and the greedy continuations from each path's state. Reported as
  * agreement and margins. The gate: the prefill path at least as close to the reference as the
- * decode path (within one point) and no sure disagreement between prefill and reference. */
+ * decode path (within one point, or one row on a prompt of fewer than 100 rows, where one row is
+ * more than a point) and no sure disagreement between prefill and reference. */
 #include "backend.h"
 #include "compare.h"
 #include "device.h"
@@ -53,7 +54,8 @@ static void usage(FILE *f)
             "  -h, --help            this text\n"
             "\n"
             "The gate: prefill's agreement with the reference >= decode's agreement with the reference\n"
-            "minus one percentage point, and no sure disagreement between prefill and the reference.\n"
+            "minus one percentage point (one row, 100/T points, on a prompt of T < 100 rows), and no sure\n"
+            "disagreement between prefill and the reference.\n"
             "Exit status: 0 the gate holds, 1 it fails (or a CUDA call failed), 2 bad usage or bad input\n"
             "(one line on stderr naming the file or option and the fault).\n");
 }
@@ -342,12 +344,15 @@ int main(int argc, char **argv)
                "(margin %.3f)\n",
                n_new, g_first, A.greedy[g_first], A.greedy_margin[g_first], B.greedy[g_first], B.greedy_margin[g_first]);
 
-    int gate_agree = ar.agree_pct >= br.agree_pct - 1.0;
+    /* one point, or one row where a row is more than a point (the gate cannot resolve less) */
+    const double slack = T < 100 ? 100.0 / T : 1.0;
+    int gate_agree = ar.agree_pct >= br.agree_pct - slack - 1e-9;
     int gate_sure = ar.sure == 0;
     int pass = gate_agree && gate_sure;
-    printf("gate: %s (prefill vs reference %.2f%% %s decode vs reference %.2f%% - 1 point; %d sure disagreements "
+    printf("gate: %s (prefill vs reference %.2f%% %s decode vs reference %.2f%% - %.2f point%s; %d sure disagreements "
            "prefill vs reference)\n",
-           pass ? "holds" : "fails", ar.agree_pct, gate_agree ? ">=" : "<", br.agree_pct, ar.sure);
+           pass ? "holds" : "fails", ar.agree_pct, gate_agree ? ">=" : "<", br.agree_pct, slack, slack == 1.0 ? "" : "s",
+           ar.sure);
     fflush(stdout);
 
     int rc = pass ? TDM_EXIT_OK : TDM_EXIT_CHECK;
@@ -363,10 +368,11 @@ int main(int argc, char **argv)
         json_array_append_new(cmps, cmp_json(&ar));
         json_array_append_new(cmps, cmp_json(&br));
         json_array_append_new(cmps, cmp_json(&ab));
-        json_t *gate = json_pack("{s:b, s:b, s:b, s:s}", "pass", pass, "agreement_within_one_point", gate_agree,
-                                 "no_sure_disagreement", gate_sure, "rule",
-                                 "prefill-reference agreement >= decode-reference agreement - 1 point, and no row where "
-                                 "prefill and reference argmaxes differ with both margins > 5");
+        json_t *gate = json_pack("{s:b, s:b, s:f, s:b, s:s}", "pass", pass, "agreement_within_one_point", gate_agree,
+                                 "slack_points", slack, "no_sure_disagreement", gate_sure, "rule",
+                                 "prefill-reference agreement >= decode-reference agreement - 1 point (one row, 100/T "
+                                 "points, when T < 100), and no row where prefill and reference argmaxes differ with both "
+                                 "margins > 5");
         json_t *rec = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:I, s:i, s:f, s:{s:o, s:o, s:o}, s:o, s:o, s:o}",
                                 "tool", prog, "model", model_dir, "prompt", prompt_path, "reference",
                                 ref_path ? ref_path : "cpu-reference", "backend", tdm_backend_name(backend),

@@ -66,6 +66,7 @@ struct tdm_engine {
     uint16_t *qkvz, *ba;                    /* grouped GDN projections: [R][2HkDk + 2HvDv], [R][2Hv] */
     uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
     float *attn_scratch;
+    float *gdn_scratch;                     /* the chunked delta rule's (TANDEM_GDN_PREFILL; NULL: off) */
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
@@ -288,6 +289,10 @@ static int alloc_act(struct tdm_engine *e)
     A(q, R * HqD * 2, "attention activations");
     A(att, R * HqD * 2, "attention activations");
     A(attn_scratch, tdm_attn_scratch_bytes(ROWS, c->n_q_heads, c->head_dim, e->ctx), "attention scratch");
+    int n_gdn = 0;
+    for (int i = 0; i < c->n_layers; i++) n_gdn += c->mixer[i] == TDM_MIXER_GDN;
+    if (n_gdn && e->prow > ROWS && strcmp(tdm_setting("TANDEM_GDN_PREFILL"), "off") != 0)
+        A(gdn_scratch, tdm_gdn_recur_chunked_scratch_bytes(e->prow, c->gdn_v_heads), "GDN prefill scratch");
     if (I) {
         A(g, R * I * 2, "MLP activations");
         A(u, R * I * 2, "MLP activations");
@@ -378,11 +383,12 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
-            "activations %.1f MB (prefill chunks of %d tokens, their attention %s); device free %.0f -> %.0f MB of %.0f MB; "
-            "decode steps %s\n",
+            "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s); device free %.0f -> %.0f MB of "
+            "%.0f MB; decode steps %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
-            e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)", free0 / 1e6,
-            free1 / 1e6, total / 1e6, e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
+            e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
+            e->gdn_scratch ? ", GDN chunked" : "", free0 / 1e6, free1 / 1e6, total / 1e6,
+            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -400,7 +406,10 @@ enum pass { PASS_FORWARD, PASS_VERIFY, PASS_TREE, PASS_COMMIT, PASS_COMMIT_PATH 
 
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
- * a tree's nodes run the tree kernels (layers.h, Trees). */
+ * a tree's nodes run the tree kernels (layers.h, Trees). A forward of more than ROWS rows (a
+ * prefill chunk) runs the prefill forms when TANDEM_GDN_PREFILL is on (e->gdn_scratch): the conv
+ * parallel over tokens (the same bits) and the chunked delta rule (the same function, summed in
+ * another order; layers.h). */
 static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
 {
     const int verify = p == PASS_VERIFY || p == PASS_TREE;
@@ -420,13 +429,17 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
                          tdm_matmul(&d->b, e->xn, H, M, bb, Hv, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->a, e->xn, H, M, aa, Hv, TDM_MM_BF16, t, st))
         return -1;
+    const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
     if ((p == PASS_TREE ? tdm_gdn_conv_tree(x, C, d->conv_w, d->conv_state, e->d_parent, M, C, K, e->cv, st)
          : verify       ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
+         : prefill      ? tdm_gdn_conv_prefill(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
                         : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
         (p == PASS_TREE ? tdm_gdn_recur_tree(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk, Hv, Dk,
                                              Dv, e->o, st)
-         : verify ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
-                  : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
+         : verify  ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
+         : prefill ? tdm_gdn_recur_chunked(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
+                                           e->gdn_scratch, e->o, st)
+                   : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;

@@ -53,10 +53,12 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
 /* The prompt's forward: tdm_engine_forward's contract, in chunks of up to
  * tdm_engine_prefill_rows(e) tokens (TANDEM_PREFILL_CHUNK, at most ctx; 32 for MoE layouts) whose
  * projections run the wide GEMM past 32 rows (each weight tile decoded once per chunk, not once per
- * 32 rows) and whose attention runs the flash prefill kernel past 32 rows (tdm_attn_prefill, one
- * launch a layer; TANDEM_ATTN_PREFILL=off: the decode kernel 32 queries a launch). Not
- * row-invariant: its logits and state are close to, not the bits of, one-token steps
- * (tandem-prefillcheck gates the difference); tandem-run, the speculative rounds and
+ * 32 rows), whose attention runs the flash prefill kernel past 32 rows (tdm_attn_prefill, one
+ * launch a layer; TANDEM_ATTN_PREFILL=off: the decode kernel 32 queries a launch) and whose GDN
+ * layers, past 32 rows, run the prefill kernels (kernels/layers.h: tdm_gdn_conv_prefill,
+ * tdm_gdn_recur_chunked; TANDEM_GDN_PREFILL=off keeps the token-serial ones). Not row-invariant:
+ * its logits and state are close to, not the bits of, one-token steps (tandem-prefillcheck gates
+ * the difference); tandem-run, the speculative rounds and
  * tandem-prefillcheck's chunked path prefill prompts with it. */
 int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits);
 int tdm_engine_prefill_rows(const struct tdm_engine *e);

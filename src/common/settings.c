@@ -23,6 +23,10 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs the attention of a prefill chunk longer than 32 rows as one flash-attention "
      "launch (tdm_attn_prefill, tensor cores); off runs the decode kernel 32 queries a launch (the "
      "older path, for comparison)"},
+    {"TANDEM_GDN_PREFILL", "on", "on|off",
+     "CUDA engine: on runs a prefill chunk's GDN layers (past 32 rows) through the prefill kernels (the conv "
+     "parallel over tokens, the same bits; the chunked delta rule, the same function in another summation "
+     "order); off runs them token by token as decode does"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "

@@ -5,6 +5,7 @@
 # 2..32 rows against M one-row calls in sequence, bit for bit); the tree kernels (GDN conv and
 # recurrence, q/k rotary, attention) on five trees of 32 nodes against the chain kernels on each
 # node's path bit for bit, a chain as a tree against the chain kernels, and the reference along
-# each path; prefill attention also against decode attention on the same inputs. Skips without a
-# CUDA device.
+# each path; prefill attention also against decode attention on the same inputs; the GDN prefill
+# forms (the conv bit for bit against tdm_gdn_conv, the chunked delta rule within stated bounds of
+# tdm_gdn_recur and the reference up to 4096 tokens). Skips without a CUDA device.
 exec build/t/layers_gpu

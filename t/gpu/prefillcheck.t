@@ -4,9 +4,9 @@
 # and against the fixture's transformers logits, on the tiny qwen3_5 fixture in BF16, FP8 and
 # NVFP4; --chunk 1 and 7; the JSON record; the tiny qwen3_next fixture (MoE) the same way in each
 # format; auto picks cuda for served models and the CPU for a model the engine refuses (head_dim
-# 32), which --backend cuda refuses with exit 2 and one line. The prefill path runs the wide GEMM
-# past 32 rows (tdm_engine_prefill), so prefill and decode agree on every row within 1e-2, not to
-# the bit.
+# 32), which --backend cuda refuses with exit 2 and one line. The prefill path runs the wide GEMM,
+# the flash attention and the chunked delta rule past 32 rows (tdm_engine_prefill), so prefill and
+# decode agree within 1e-2, not to the bit (a near-tie row may flip).
 # Skips without a CUDA device.
 PC=bin/tandem-prefillcheck
 JG=build/t/json_get
@@ -26,11 +26,18 @@ fi
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/err" 2>/dev/null; fi; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
-# prefill vs decode: every row's next token equal, the logits within 1e-2 (the prefill path runs
-# the wide GEMM, so the bits differ: tdm_engine_prefill)
+# prefill vs decode: the logits within 1e-2 and no sure disagreement; the next token equal on
+# every row but at most one near tie (the prefill path runs the wide GEMM, the flash attention and
+# the chunked delta rule, so the bits differ: tdm_engine_prefill; on qwen35-tiny/bf16 one row's
+# top two logits are 0.002 apart); greedy continuations equal or first differing where a margin is
+# under 0.05
 decode_close() {
-    v=$(sed -n 's/^prefill vs decode: next-token agreement 40\/40 (100\.00%), rel err \([0-9.e+-]*\),.*/\1/p' "$1")
-    [ -n "$v" ] && awk -v v="$v" 'BEGIN { exit !(v < 1e-2) }'
+    l=$(grep '^prefill vs decode: next-token agreement' "$1") &&
+    printf '%s\n' "$l" | awk '{ split($6, a, "/"); rel = $10; sub(",", "", rel); sure = $13; sub(";", "", sure)
+                                exit !(a[2] == 40 && a[1] >= 39 && rel + 0 < 1e-2 && sure + 0 == 0) }' &&
+    { grep -q '^greedy continuation, 16 tokens: prefill and decode equal' "$1" ||
+      sed -n 's/^greedy continuation.*(margin \([0-9.]*\)) vs decode .* (margin \([0-9.]*\))$/\1 \2/p' "$1" |
+      awk '{ exit !(NF == 2 && ($1 < 0.05 || $2 < 0.05)) }'; }
 }
 
 for fmt in bf16 fp8 nvfp4; do
@@ -41,8 +48,8 @@ for fmt in bf16 fp8 nvfp4; do
        grep -q '^# backend cuda (asked for)' $tmp/err && [ \$($JG $tmp/$fmt.json gate.pass) = true ] &&
        [ \$($JG $tmp/$fmt.json backend) = '\"cuda\"' ]"
     sed 's/^/#   /' "$tmp/out"
-    t "cuda $fmt: prefill (one 40-row chunk through the wide GEMM) and decode agree on all 40 rows within a relative error of 1e-2, greedy continuations equal" \
-      "decode_close $tmp/out && grep -q '^greedy continuation, 16 tokens: prefill and decode equal' $tmp/out"
+    t "cuda $fmt: prefill (one 40-row chunk through the prefill kernels) and decode: relative error under 1e-2, no sure disagreement, the next token equal on at least 39 of 40 rows, greedy continuations equal or first differing at a margin under 0.05" \
+      "decode_close $tmp/out"
     if [ -f "$F/ref-$fmt.safetensors" ]; then
         t "cuda $fmt: the gate holds against the fixture's logits (--ref)" \
           "$PC $M --ref $F/ref-$fmt.safetensors >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out"

@@ -46,7 +46,15 @@
  *     path with the bounds above (conv from the state, tdm_ref_gdn_token from S0, rotary at P +
  *     depth, tdm_ref_attn_head over the cache and the path's rows); the states and the cache rows
  *     outside the round's are left alone; a graph captured on one tree and replayed on another
- *     (parents in device memory) equals the eager call. */
+ *     (parents in device memory) equals the eager call;
+ *   prefill forms (a prompt chunk; no twin contract): tdm_gdn_conv_prefill equals tdm_gdn_conv bit
+ *     for bit (y and the final state, from a non-zero state) at M = 1, 5, 100 (a row stride past C)
+ *     and 4096; tdm_gdn_recur_chunked, checked by agreement at M = 1, 63, 64, 65, 300 and 4096 from
+ *     a non-zero state with keys near a common direction and gates in the models' ranges, against
+ *     tdm_ref_gdn_token and against tdm_gdn_recur: the final state within 1e-4 max|S| of the head,
+ *     o within 1 ulp + 1e-4 max|o| of the head and max|d| <= 1.6e-2 max|o| per token and head
+ *     (CHUNK_*_TOL, CHUNK_O_REL); the measured worst errors (and the token-serial kernel's own
+ *     against the reference) in the messages. */
 #include "config.h"
 #include "device.h"
 #include "err.h"
@@ -608,6 +616,182 @@ static void test_recur(const struct shape *s)
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
     free(qkv); free(b); free(a); free(o); free(qkvf); free(bf_); free(af); free(A); free(dt); free(S0); free(S); free(Sg);
     free(oref); free(scratch);
+}
+
+/* ================================================================================================
+ * GDN prefill forms (a prompt chunk; layers.h): the conv bit for bit against tdm_gdn_conv, the
+ * chunked delta rule within stated bounds of tdm_gdn_recur and of the reference
+ */
+static void test_conv_prefill(const struct shape *s, int M)
+{
+    const int C = tdm_gdn_conv_dim(&s->c), K = s->c.conv_kernel, ldx = M == 100 ? C + 8 : C;
+    const size_t nx = (size_t)M * ldx, ny = (size_t)M * C, ns = (size_t)(K - 1) * C;
+    char label[128];
+    snprintf(label, sizeof label, "%s gdn_conv_prefill C %d K %d M %d ldx %d", s->name, C, K, M, ldx);
+    uint16_t *x = hal(nx * 2), *y1 = hal(ny * 2), *y2 = hal(ny * 2), *s0 = hal(ns * 2), *s1 = hal(ns * 2), *s2 = hal(ns * 2);
+    float *xf = hal(nx * 4), *sf = hal(ns * 4), *w = hal((size_t)C * K * 4);
+    rand_bf16(x, xf, nx, 3.0f);
+    rand_bf16(s0, sf, ns, 3.0f);
+    for (size_t i = 0; i < (size_t)C * K; i++) w[i] = bfv(frand() * 0.6f);
+    uint16_t *dx = dal(nx * 2), *dy1 = dal(ny * 2), *dy2 = dal(ny * 2), *ds1 = dal(ns * 2), *ds2 = dal(ns * 2);
+    float *dw = dal((size_t)C * K * 4);
+    up(dx, x, nx * 2);
+    up(dw, w, (size_t)C * K * 4);
+    up(ds1, s0, ns * 2);
+    up(ds2, s0, ns * 2);
+    poison(dy1, ny * 2);
+    poison(dy2, ny * 2);
+    if (tdm_gdn_conv(dx, ldx, dw, ds1, M, C, K, dy1, st) != 0) bail("tdm_gdn_conv");
+    if (tdm_gdn_conv_prefill(dx, ldx, dw, ds2, M, C, K, dy2, st) != 0) bail("tdm_gdn_conv_prefill");
+    down(y1, dy1, ny * 2);
+    down(y2, dy2, ny * 2);
+    down(s1, ds1, ns * 2);
+    down(s2, ds2, ns * 2);
+    long dy = 0, dst = 0, unw = 0;
+    for (size_t i = 0; i < ny; i++) { dy += y1[i] != y2[i]; unw += y2[i] == 0xffff; }
+    for (size_t i = 0; i < ns; i++) dst += s1[i] != s2[i];
+    ok(dy == 0 && dst == 0 && unw == 0 && memcmp(s1, s0, ns * 2) != 0,
+       "%s: y and the final conv state (from a non-zero one) equal tdm_gdn_conv's bit for bit (%ld of %zu outputs, %ld "
+       "of %zu state values differ; %ld unwritten)", label, dy, ny, dst, ns, unw);
+    tdm_cuda_free(dx); tdm_cuda_free(dy1); tdm_cuda_free(dy2); tdm_cuda_free(ds1); tdm_cuda_free(ds2); tdm_cuda_free(dw);
+    free(x); free(y1); free(y2); free(s0); free(s1); free(s2); free(xf); free(sf); free(w);
+}
+
+/* The chunked delta rule's bounds (checked by agreement, not bits; layers.h): the final state within
+ * CHUNK_S_TOL max|S| of the head; o (BF16) within 1 ulp + CHUNK_O_TOL max|o| of the head over the M
+ * tokens (its FP32 error follows the state's scale, not a token's), and no token and head with
+ * max|d| above CHUNK_O_REL max|o| of its own (one BF16 rounding flip at the max is 2^-7). */
+#define CHUNK_S_TOL 1e-4
+#define CHUNK_O_TOL 1e-4
+#define CHUNK_O_REL 1.6e-2
+
+/* max|got - ref| / max|ref| per block of n values (a head), the worst over the blocks; and the
+ * elements outside tol max|ref| of their block */
+static double block_rel(const float *got, const float *ref, size_t nblocks, size_t n, double tol, long *bad)
+{
+    double worst = 0;
+    for (size_t b = 0; b < nblocks; b++) {
+        double mx = 0, md = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[b * n + i]));
+        for (size_t i = 0; i < n; i++) {
+            const double d = fabs((double)got[b * n + i] - ref[b * n + i]);
+            md = isnan(d) || md == INFINITY ? INFINITY : fmax(md, d);
+            if (!(d <= tol * mx)) (*bad)++;
+        }
+        const double q = mx > 0 ? md / mx : md > 0 ? INFINITY : 0;
+        if (q > worst) worst = q;
+    }
+    return worst;
+}
+/* o [M][Hv][Dv] BF16 against ref (floats): the elements outside 1 ulp + CHUNK_O_TOL max|ref| of
+ * their head over the M tokens (*bad), the tokens and heads with max|d| above CHUNK_O_REL max|ref|
+ * of their own (*badrel); returns the worst max|d| / max|ref| of a token and head */
+static double o_rel(const uint16_t *got, const float *ref, int M, int Hv, int Dv, long *bad, long *badrel)
+{
+    double worst = 0, *hmax = hal((size_t)Hv * sizeof(double));
+    for (size_t i = 0; i < (size_t)M * Hv * Dv; i++) {
+        const int h = (int)(i / Dv % Hv);
+        hmax[h] = fmax(hmax[h], fabs(ref[i]));
+    }
+    for (size_t b = 0; b < (size_t)M * Hv; b++) {
+        double mx = 0, md = 0;
+        for (int j = 0; j < Dv; j++) mx = fmax(mx, fabs(ref[b * Dv + j]));
+        for (int j = 0; j < Dv; j++) {
+            const float r = ref[b * Dv + j];
+            const double d = fabs((double)tdm_bf16_to_f32(got[b * Dv + j]) - r);
+            md = isnan(d) || md == INFINITY ? INFINITY : fmax(md, d);
+            if (!(d <= ulp(r) + CHUNK_O_TOL * hmax[b % Hv])) (*bad)++;
+        }
+        const double q = mx > 0 ? md / mx : md > 0 ? INFINITY : 0;
+        if (!(q <= CHUNK_O_REL)) (*badrel)++;
+        if (q > worst) worst = q;
+    }
+    free(hmax);
+    return worst;
+}
+
+static void test_recur_chunked(const struct shape *s, int M)
+{
+    const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
+    const int C = tdm_gdn_conv_dim(&s->c), qk = Hk * Dk;
+    const size_t nS = (size_t)Hv * Dk * Dv, no = (size_t)Hv * Dv, nx = (size_t)M * C;
+    char label[160];
+    snprintf(label, sizeof label, "%s gdn_recur_chunked Hk %d Hv %d Dk %d Dv %d M %d", s->name, Hk, Hv, Dk, Dv, M);
+    uint16_t *qkv = hal(nx * 2), *b = hal((size_t)M * Hv * 2), *a = hal((size_t)M * Hv * 2);
+    uint16_t *o1 = hal(M * no * 2), *o2 = hal(M * no * 2);
+    float *qkvf = hal(nx * 4), *bf_ = hal((size_t)M * Hv * 4), *af = hal((size_t)M * Hv * 4), *base = hal((size_t)2 * qk * 4);
+    float *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *S = hal(nS * 4), *S1 = hal(nS * 4), *S2 = hal(nS * 4);
+    float *oref = hal(M * no * 4), *o1f = hal(M * no * 4), *scratch = hal((size_t)(2 * Hk * Dk + Dv) * 4);
+    /* keys and queries near a per-head direction (neighbouring keys at cosine ~0.4, so the chunk's
+     * triangular system is not the identity), values uniform; gates in the models' ranges: A_log =
+     * log(1..16), dt_bias = softplus^-1(dt), dt log-uniform in 0.001..0.1, a in [-3, 3] (decays
+     * exp(g) from about 1e-7 to 1 - 5e-5), b in [-4, 4] */
+    for (int i = 0; i < 2 * qk; i++) base[i] = frand();
+    rand_bf16(qkv, qkvf, nx, 1.0f);
+    for (int t = 0; t < M; t++)
+        for (int i = 0; i < 2 * qk; i++) {
+            const size_t at = (size_t)t * C + i;
+            qkv[at] = tdm_f32_to_bf16(0.8f * base[i] + frand());
+            qkvf[at] = tdm_bf16_to_f32(qkv[at]);
+        }
+    rand_bf16(b, bf_, (size_t)M * Hv, 4.0f);
+    rand_bf16(a, af, (size_t)M * Hv, 3.0f);
+    for (int h = 0; h < Hv; h++) {
+        A[h] = logf(1.0f + 7.5f * (frand() + 1.0f));
+        const float d = expf(logf(0.001f) + 0.5f * (frand() + 1.0f) * (logf(0.1f) - logf(0.001f)));
+        dt[h] = d + logf(-expm1f(-d));
+    }
+    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    const size_t scb = tdm_gdn_recur_chunked_scratch_bytes(M, Hv);
+    uint16_t *dqkv = dal(nx * 2), *db = dal((size_t)M * Hv * 2), *da = dal((size_t)M * Hv * 2);
+    uint16_t *dO1 = dal(M * no * 2), *dO2 = dal(M * no * 2);
+    float *dA = dal(Hv * 4), *ddt = dal(Hv * 4), *dS1 = dal(nS * 4), *dS2 = dal(nS * 4), *dscr = dal(scb);
+    up(dqkv, qkv, nx * 2);
+    up(db, b, (size_t)M * Hv * 2);
+    up(da, a, (size_t)M * Hv * 2);
+    up(dA, A, Hv * 4);
+    up(ddt, dt, Hv * 4);
+    up(dS1, S0, nS * 4);
+    up(dS2, S0, nS * 4);
+    poison(dO1, M * no * 2);
+    poison(dO2, M * no * 2);
+    poison(dscr, scb);
+    if (tdm_gdn_recur(dqkv, db, Hv, da, Hv, dA, ddt, dS1, M, Hk, Hv, Dk, Dv, dO1, st) != 0) bail("tdm_gdn_recur");
+    if (tdm_gdn_recur_chunked(dqkv, db, Hv, da, Hv, dA, ddt, dS2, M, Hk, Hv, Dk, Dv, dscr, dO2, st) != 0)
+        bail("tdm_gdn_recur_chunked");
+    down(o1, dO1, M * no * 2);
+    down(o2, dO2, M * no * 2);
+    down(S1, dS1, nS * 4);
+    down(S2, dS2, nS * 4);
+    /* the reference, token by token; its o rounded to BF16 as the kernels round it */
+    memcpy(S, S0, nS * 4);
+    for (int t = 0; t < M; t++)
+        tdm_ref_gdn_token(Hk, Hv, Dk, Dv, A, dt, qkvf + (size_t)t * C, bf_ + (size_t)t * Hv, af + (size_t)t * Hv, S,
+                          oref + (size_t)t * no, scratch);
+    for (size_t i = 0; i < M * no; i++) {
+        oref[i] = bfv(oref[i]);
+        o1f[i] = tdm_bf16_to_f32(o1[i]);
+    }
+    long bo = 0, bor = 0, bs = 0, bo1 = 0, bor1 = 0, bs1 = 0, bo2 = 0, bor2 = 0, bs2 = 0;
+    const double eo = o_rel(o2, oref, M, Hv, Dv, &bo, &bor);
+    const double es = block_rel(S2, S, Hv, (size_t)Dk * Dv, CHUNK_S_TOL, &bs);
+    const double eo1 = o_rel(o2, o1f, M, Hv, Dv, &bo1, &bor1);
+    const double es1 = block_rel(S2, S1, Hv, (size_t)Dk * Dv, CHUNK_S_TOL, &bs1);
+    const double eo2 = o_rel(o1, oref, M, Hv, Dv, &bo2, &bor2); /* the token-serial kernel's own */
+    const double es2 = block_rel(S1, S, Hv, (size_t)Dk * Dv, CHUNK_S_TOL, &bs2);
+    ok(bo == 0 && bor == 0 && bs == 0,
+       "%s: against tdm_ref_gdn_token from a non-zero state: o within 1 ulp + %.0e max|o| of the head (%ld of %zu "
+       "outside), worst max|d|/max|o| of a token and head %.2e <= %.1e (%ld above), the final state within %.0e max|S| "
+       "of the head (%ld outside; worst %.2e); the token-serial kernel's own: o %.2e (%ld outside), S %.2e (%ld outside)",
+       label, CHUNK_O_TOL, bo, M * no, eo, CHUNK_O_REL, bor, CHUNK_S_TOL, bs, es, eo2, bo2 + bor2, es2, bs2);
+    ok(bo1 == 0 && bor1 == 0 && bs1 == 0,
+       "%s: against tdm_gdn_recur: o within 1 ulp + %.0e max|o| of the head (%ld outside), worst max|d|/max|o| of a "
+       "token and head %.2e <= %.1e (%ld above), the final state within %.0e max|S| (%ld outside; worst %.2e)", label,
+       CHUNK_O_TOL, bo1, eo1, CHUNK_O_REL, bor1, CHUNK_S_TOL, bs1, es1);
+    tdm_cuda_free(dqkv); tdm_cuda_free(db); tdm_cuda_free(da); tdm_cuda_free(dO1); tdm_cuda_free(dO2);
+    tdm_cuda_free(dA); tdm_cuda_free(ddt); tdm_cuda_free(dS1); tdm_cuda_free(dS2); tdm_cuda_free(dscr);
+    free(qkv); free(b); free(a); free(o1); free(o2); free(qkvf); free(bf_); free(af); free(base); free(A); free(dt);
+    free(S0); free(S); free(S1); free(S2); free(oref); free(o1f); free(scratch);
 }
 
 /* ================================================================================================
@@ -1575,6 +1759,9 @@ int main(void)
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
+        const int conv_m[] = {1, 5, 100, 4096}, rec_m[] = {1, 63, 64, 65, 300, 4096};
+        for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
+        for (int j = 0; j < 6; j++) test_recur_chunked(s, rec_m[j]);
     }
     /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's matrices
      * (24 of its 512 experts, top-10) */
