@@ -58,9 +58,11 @@ t "--settings lists TANDEM_BACKEND with its default" \
   "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
 t "--settings shows a value from the environment" \
   "TANDEM_PREFILL_CHUNK=7 build/san/bin/tandem-run --settings | grep -q '^TANDEM_PREFILL_CHUNK  *7  *env'"
-t "--settings lists TANDEM_ATTN_PREFILL (on by default); a value other than on or off exits 2" \
-  "build/san/bin/tandem-run --settings | grep -q '^TANDEM_ATTN_PREFILL  *on  *default' &&
-   TANDEM_ATTN_PREFILL=maybe build/san/bin/tandem-run --settings >/dev/null 2>&1; [ \$? -eq 2 ]"
+for sw in TANDEM_ATTN_PREFILL TANDEM_GDN_PREFILL; do
+t "--settings lists $sw (on by default); a value other than on or off exits 2" \
+  "build/san/bin/tandem-run --settings | grep -q '^$sw  *on  *default' &&
+   $sw=maybe build/san/bin/tandem-run --settings >/dev/null 2>&1; [ \$? -eq 2 ]"
+done
 t "every switch in the table is listed" \
   "[ \$(build/san/bin/tandem-run --settings | grep -c '^TANDEM_') -eq \$(grep -c '^    {\"TANDEM_' src/common/settings.c) ]"
 F=${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny
