@@ -11,6 +11,17 @@ namespace {
 
 constexpr int CONV_THREADS = 256;
 
+// One output of the conv from its window (win[K - 1] the token's own input): tdm_ref_gdn_conv's
+// sum in tap order and its roundings, bf16(silu(bf16(acc))). Every conv kernel ends a token here.
+template <int K>
+__device__ __forceinline__ uint16_t conv_out(const float (&wk)[K], const float (&win)[K])
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
+    return f2bf(silu_ref(bfr(acc)));
+}
+
 // One thread a channel, the M tokens in order: exactly tdm_ref_gdn_conv's arithmetic
 // (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))). The state is read
 // from state and, unless state_out is NULL, the advanced window written to state_out (the same
@@ -29,10 +40,7 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
     for (int j = 0; j < K - 1; j++) win[j] = bf2f(state[(size_t)j * C + c]);
     for (int t = 0; t < M; t++) {
         win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
-        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+        y[(size_t)t * C + c] = conv_out<K>(wk, win);
 #pragma unroll
         for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
     }
@@ -64,10 +72,7 @@ conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16
     }
     for (int t = t0; t < t1; t++) {
         win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
-        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+        y[(size_t)t * C + c] = conv_out<K>(wk, win);
 #pragma unroll
         for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
     }
@@ -119,10 +124,7 @@ conv_tree_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t 
                 win[j] = bf2f(state[(size_t)(K - 1 + s) * C + c]);
             }
         }
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < K; j++) acc = __fadd_rn(acc, __fmul_rn(wk[j], win[j]));
-        y[(size_t)t * C + c] = f2bf(silu_ref(bfr(acc)));
+        y[(size_t)t * C + c] = conv_out<K>(wk, win);
     }
 }
 
