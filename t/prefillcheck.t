@@ -8,12 +8,7 @@
 TANDEM_BACKEND=cpu; export TANDEM_BACKEND
 PC=build/san/bin/tandem-prefillcheck
 JG=build/san/t/json_get
-FIX=${TANDEM_FIXTURES:-../shared/fixtures}
-F=$FIX/qwen35-tiny
-if [ ! -d "$F" ]; then
-    echo "1..0 # SKIP fixtures not found in $FIX (set TANDEM_FIXTURES)"
-    exit 0
-fi
+. t/qwen35-tiny.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 n=0

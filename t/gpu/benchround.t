@@ -10,12 +10,7 @@
 # not, and the targets; TANDEM_CUDA_GRAPH=off runs eager and says so. Skips without a CUDA device.
 BR=bin/tandem-benchround
 JG=build/t/json_get
-FIX=${TANDEM_FIXTURES:-../shared/fixtures}
-F=$FIX/qwen35-tiny
-if [ ! -d "$F" ]; then
-    echo "1..0 # SKIP fixtures not found in $FIX (set TANDEM_FIXTURES)"
-    exit 0
-fi
+. t/qwen35-tiny.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 ARGS="--reps 3 --prompt 40 --ctx 512 --rows 1,2,32 --tree 3,2,1 --tree 8,3"

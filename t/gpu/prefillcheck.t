@@ -10,12 +10,7 @@
 # Skips without a CUDA device.
 PC=bin/tandem-prefillcheck
 JG=build/t/json_get
-FIX=${TANDEM_FIXTURES:-../shared/fixtures}
-F=$FIX/qwen35-tiny
-if [ ! -d "$F" ]; then
-    echo "1..0 # SKIP fixtures not found in $FIX (set TANDEM_FIXTURES)"
-    exit 0
-fi
+. t/qwen35-tiny.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 if ! $PC -m "$F/bf16" -p "$F/prompt.tok" --backend cuda -n 1 >/dev/null 2>"$tmp/err" &&
