@@ -4,6 +4,7 @@
  * the same shape and rows, eager and inside a CUDA graph; then one line per row count for a whole
  * Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing rotates
  * over weight copies that together exceed 8x the L2 (cold), median of repeats. */
+#include "cli.h"
 #include "device.h"
 #include "err.h"
 #include "matmul.h"
@@ -202,19 +203,11 @@ int main(int argc, char **argv)
             if (nmodels == 4) tdm_die_usage(prog, "too many --model", NULL);
             if (!(models[nmodels++] = tdm_model_shapes(optarg))) tdm_die_usage(prog, "--model: expected qwen3.8-27b or qwen3-next-80b, not", optarg);
             break;
-        case 'r': {
-            nrows = 0;
-            char *s = optarg, *end;
-            while (*s) {
-                long v = strtol(s, &end, 10);
-                if (end == s || v < 1 || v > 4096 || nrows == 32 || (*end && *end != ','))
-                    tdm_die_usage(prog, "--rows: expected comma-separated row counts in 1..4096, not", optarg);
-                rows[nrows++] = (int)v;
-                s = *end ? end + 1 : end;
-            }
+        case 'r':
+            nrows = tdm_parse_int_list(optarg, 1, 4096, rows, 32);
+            if (nrows < 0) tdm_die_usage(prog, "--rows: expected comma-separated row counts in 1..4096, not", optarg);
             if (!nrows) tdm_die_usage(prog, "--rows: empty", NULL);
             break;
-        }
         case 'n': {
             char *end;
             long v = strtol(optarg, &end, 10);

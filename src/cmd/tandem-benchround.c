@@ -4,6 +4,7 @@
  * (k = 1..4 chained drafts, verify of k + 1 rows, commit); and the tokens/s those round times give
  * at Qwen3.8-27B's published MTP acceptance lengths (random weights cannot show real acceptance).
  * Every figure is a host clock around engine calls that synchronise before they return. */
+#include "cli.h"
 #include "engine.h"
 #include "err.h"
 #include "fileio.h"
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *prog = "tandem-benchround";
 
@@ -112,13 +112,6 @@ static void usage(FILE *f)
             SPEEDUP_TARGET);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int32_t synth_id(long i, int V) { return (int32_t)((i * 7919 + 13) % V); }
 
 /* median and minimum of n > 0 times (sorts v) */
@@ -171,14 +164,14 @@ static void check(int rc)
  * to the drafter when it runs: tdm_engine_mtp takes at most ROWS real rows). */
 static void restart(struct bench *b, int drafter)
 {
-    const double t0 = now_ms();
+    const double t0 = tdm_now_ms();
     check(tdm_engine_reset(b->e));
     for (int at = 0; at < b->n_prompt; at += ROWS) {
         const int T = b->n_prompt - at < ROWS ? b->n_prompt - at : ROWS;
         check(tdm_engine_prefill(b->e, b->prompt + at, T, T, NULL));
         if (drafter) check(tdm_engine_mtp(b->e, at, b->prompt + at + 1, T, 0, NULL, NULL));
     }
-    b->prefill_ms = now_ms() - t0;
+    b->prefill_ms = tdm_now_ms() - t0;
 }
 
 static double state_moved(const struct tdm_engine_round_bytes *a, const struct tdm_engine_round_bytes *z)
@@ -195,9 +188,9 @@ static void run_step(struct bench *b, struct series *s)
         const int32_t tok = synth_id(pos, b->V);
         if (rep == WARMUP) s->pos_first = pos;
         s->pos_last = pos;
-        const double t0 = now_ms();
+        const double t0 = tdm_now_ms();
         check(tdm_engine_forward(b->e, &tok, 1, 0, b->logits));
-        if (rep >= WARMUP) b->t[0][rep - WARMUP] = now_ms() - t0;
+        if (rep >= WARMUP) b->t[0][rep - WARMUP] = tdm_now_ms() - t0;
     }
     s->round = fig_of(b->t[0], b->reps);
     s->pass = tdm_model_pass_bytes(b->m, (s->pos_first + s->pos_last) / 2, 1);
@@ -219,23 +212,23 @@ static void run_rounds(struct bench *b, struct series *s)
         if (rep == WARMUP) s->pos_first = root;
         s->pos_last = root;
         struct tdm_engine_round_bytes b0 = *tdm_engine_round_bytes(e), b1, b2;
-        const double t0 = now_ms();
+        const double t0 = tdm_now_ms();
         check(tree ? tdm_engine_verify_tree(e, ids, s->parent, R, 0, b->logits) : tdm_engine_verify(e, ids, R, 0, b->logits));
-        const double t1 = now_ms();
+        const double t1 = tdm_now_ms();
         b1 = *tdm_engine_round_bytes(e);
         check(tree ? tdm_engine_verify_tree(e, ids, s->parent, R, R - 1, b->logits)
                    : tdm_engine_verify(e, ids, R, R - 1, b->logits));
-        const double t2 = now_ms();
+        const double t2 = tdm_now_ms();
         b2 = *tdm_engine_round_bytes(e);
         check(tdm_engine_commit_path(e, s->path, s->len));
-        const double t3 = now_ms();
+        const double t3 = tdm_now_ms();
         const struct tdm_engine_round_bytes b3 = *tdm_engine_round_bytes(e);
         /* the rows after the committed ones: the path's next tokens, then a bonus token */
         for (int j = 0; j < s->len; j++) next[j] = j + 1 < s->len ? ids[s->path[j + 1]] : synth_id(root + s->len, b->V);
         double t4 = t3;
         if (s->drafter) {
             check(tdm_engine_mtp(e, root, next, s->len, s->drafts, drafts, NULL));
-            t4 = now_ms();
+            t4 = tdm_now_ms();
             ids[0] = next[s->len - 1];
             for (int j = 0; j < s->drafts; j++) ids[1 + j] = drafts[j];
         }
@@ -374,19 +367,12 @@ static json_t *series_json(const struct series *s, const struct series *step)
 
 static int parse_rows(const char *list, int *rows)
 {
-    int n = 0;
-    const char *p = list;
-    for (;;) {
-        char *end;
-        const long r = strtol(p, &end, 10);
-        if (end == p || r < 1 || r > ROWS || n == ROWS || (*end && *end != ',')) {
-            fprintf(stderr, "%s: --rows %s: expected row counts 1..%d separated by commas\n", prog, list, ROWS);
-            exit(TDM_EXIT_USAGE);
-        }
-        rows[n++] = (int)r;
-        if (!*end) return n;
-        p = end + 1;
+    const int n = tdm_parse_int_list(list, 1, ROWS, rows, ROWS);
+    if (n < 1) {
+        fprintf(stderr, "%s: --rows %s: expected row counts 1..%d separated by commas\n", prog, list, ROWS);
+        exit(TDM_EXIT_USAGE);
     }
+    return n;
 }
 
 int main(int argc, char **argv)

@@ -2,6 +2,7 @@
  * BF16, block FP8 or NVFP4, from a seed: config.json (+ hf_quant_config.json), model.safetensors
  * or shards with model.safetensors.index.json, in the hub layout, with an MTP layer. The same
  * seed gives the same BF16 weights in every format; FP8 and NVFP4 are quantized from them. */
+#include "cli.h"
 #include "config.h"
 #include "err.h"
 #include "fileio.h"
@@ -774,18 +775,13 @@ int main(int argc, char **argv)
             c->mixer[i] = layer_types[i] == 'A' ? TDM_MIXER_ATTN : TDM_MIXER_GDN;
         }
     }
-    int mlp_only[256], n_mlp_only = 0;
-    for (const char *s = mlp_only_s; s && *s;) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x < 0 || x >= layers || n_mlp_only == 256 || (*end && *end != ',')) {
-            fprintf(stderr, "%s: --mlp-only-layers %s: expected comma-separated layer indices below %d\n", prog, mlp_only_s, layers);
-            return TDM_EXIT_USAGE;
-        }
-        mlp_only[n_mlp_only++] = (int)x;
-        if (c->arch != TDM_ARCH_QWEN3_5) c->is_moe[x] = 0;
-        s = *end ? end + 1 : end;
+    int mlp_only[256];
+    const int n_mlp_only = mlp_only_s ? tdm_parse_int_list(mlp_only_s, 0, layers - 1, mlp_only, 256) : 0;
+    if (n_mlp_only < 0) {
+        fprintf(stderr, "%s: --mlp-only-layers %s: expected comma-separated layer indices below %d\n", prog, mlp_only_s, layers);
+        return TDM_EXIT_USAGE;
     }
+    for (int i = 0; i < n_mlp_only && c->arch != TDM_ARCH_QWEN3_5; i++) c->is_moe[mlp_only[i]] = 0;
     if (n_mlp_only && c->arch == TDM_ARCH_QWEN3_5) {
         fprintf(stderr, "%s: --mlp-only-layers needs a MoE layout\n", prog);
         return TDM_EXIT_USAGE;

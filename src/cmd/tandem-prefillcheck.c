@@ -6,6 +6,7 @@
  * decode path (within one point, or one row on a prompt of fewer than 100 rows, where one row is
  * more than a point) and no sure disagreement between prefill and reference. */
 #include "backend.h"
+#include "cli.h"
 #include "compare.h"
 #include "device.h"
 #include "engine.h"
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *prog = "tandem-prefillcheck";
 #define SURE_MARGIN 5.0f
@@ -58,13 +58,6 @@ static void usage(FILE *f)
             "disagreement between prefill and the reference.\n"
             "Exit status: 0 the gate holds, 1 it fails (or a CUDA call failed), 2 bad usage or bad input\n"
             "(one line on stderr naming the file or option and the fault).\n");
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static void *xmalloc(size_t n)
@@ -298,20 +291,20 @@ int main(int argc, char **argv)
         R.logits = xmalloc((size_t)T * V * sizeof(float));
         struct tdm_ref *r = tdm_ref_new(m, T);
         if (!r) { fprintf(stderr, "%s: out of memory\n", prog); return 1; }
-        double t0 = now_ms();
+        double t0 = tdm_now_ms();
         if (tdm_ref_forward(r, prompt, T, 0, R.logits, NULL, NULL) != 0) tdm_die_input(prog);
-        R.ms = now_ms() - t0;
+        R.ms = tdm_now_ms() - t0;
         tdm_ref_free(r);
     }
 
     /* path A: chunks, then greedy on its state */
     fwd_fresh(&f);
-    double t0 = now_ms();
+    double t0 = tdm_now_ms();
     for (int at = 0; at < T; at += (int)chunk) {
         int n = T - at < chunk ? T - at : (int)chunk;
         prefill(&f, prompt + at, n, 0, A.logits + (size_t)at * V);
     }
-    A.ms = now_ms() - t0;
+    A.ms = tdm_now_ms() - t0;
     if (fault > 0) {
         fprintf(stderr, "# TANDEM_PREFILL_FAULT=%ld: the prefill path's logits are negated in its first %ld rows (testing)\n",
                 fault, fault < T ? fault : T);
@@ -321,9 +314,9 @@ int main(int argc, char **argv)
 
     /* path B: one token at a time, then greedy on its state */
     fwd_fresh(&f);
-    t0 = now_ms();
+    t0 = tdm_now_ms();
     for (int t = 0; t < T; t++) forward(&f, prompt + t, 1, 0, B.logits + (size_t)t * V);
-    B.ms = now_ms() - t0;
+    B.ms = tdm_now_ms() - t0;
     greedy(&f, &B, B.logits + (size_t)(T - 1) * V, (int)n_new, V);
 
     path_stats(&A, T, V);

@@ -1,6 +1,7 @@
 /* tandem-run — load a model, read a prompt token file, prefill, decode N tokens greedily, write the
  * new token ids to stdout one per line; statistics on stderr ("# " lines). */
 #include "backend.h"
+#include "cli.h"
 #include "engine.h"
 #include "err.h"
 #include "fileio.h"
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static const char *prog = "tandem-run";
 
@@ -67,13 +67,6 @@ static void usage(FILE *f)
             "(one line on stderr naming the file and fault; also: no device, an unsupported layout or --spec\n"
             "combination, out of device memory).\n",
             TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* FNV-1a over the bits of the logits: a regression shows up as a changed hash. */
@@ -247,7 +240,7 @@ int main(int argc, char **argv)
     const char *gap = so.kind != TDM_SPEC_OFF ? tdm_spec_cuda_gap(&so) : NULL;
     /* a backend the job cannot run is refused before the model is read; auto is settled after */
     if (tdm_backend_pick(backend_opt, gap, NULL, &backend, &why) != 0) tdm_die_input(prog);
-    double t0 = now_ms();
+    double t0 = tdm_now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
     if (tdm_backend_pick(backend_opt, gap, m, &backend, &why) != 0) tdm_die_input(prog);
@@ -281,7 +274,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "# projection weights:");
     for (int f = 0; f < TDM_W_COUNT; f++)
         if (fb.b[f]) fprintf(stderr, " %s %.1f MB", tdm_wfmt_name((enum tdm_wfmt)f), fb.b[f] / 1e6);
-    fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, now_ms() - t0);
+    fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, tdm_now_ms() - t0);
 
     if (so.kind != TDM_SPEC_OFF) {
         int rc = run_spec(m, &so, draft_dir, prompt, n_prompt, (int)n_new, dump_path, json_path, model_dir);
@@ -304,7 +297,7 @@ int main(int argc, char **argv)
     int all_rows = n_new == 0 && dump_path;
 
     /* prefill, chunk by chunk */
-    double tp = now_ms();
+    double tp = tdm_now_ms();
     for (int at = 0; at < n_prompt; at += (int)chunk) {
         int T = n_prompt - at < chunk ? n_prompt - at : (int)chunk;
         int last = at + T == n_prompt;
@@ -313,12 +306,12 @@ int main(int argc, char **argv)
         if (all_rows)
             for (int t = 0; t < T; t++) rows_add(&dump, logits + (size_t)t * V);
     }
-    double prefill_ms = now_ms() - tp;
+    double prefill_ms = tdm_now_ms() - tp;
     fprintf(stderr, "# prefill %d tokens: %.1f ms (%.0f tokens/s)\n", n_prompt, prefill_ms,
             prefill_ms > 0 ? n_prompt / (prefill_ms / 1e3) : 0.0);
 
     /* decode */
-    double td = now_ms();
+    double td = tdm_now_ms();
     for (long i = 0; i < n_new; i++) {
         if (dump_path) rows_add(&dump, logits);
         int tok = tdm_argmax(logits, V);
@@ -329,7 +322,7 @@ int main(int argc, char **argv)
         int32_t feed = force && i < n_force ? force[i] : tok;
         if (forward(&f, &feed, 1, 0, logits) != 0) forward_failed(&f);
     }
-    double decode_ms = now_ms() - td;
+    double decode_ms = tdm_now_ms() - td;
     /* the bytes a decode step must move, at the middle of the decoded span */
     const struct tdm_step_bytes sb = tdm_model_step_bytes(m, n_prompt + n_new / 2);
     if (n_new > 0) {
