@@ -459,9 +459,13 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
     if (m->cfg.arch != TDM_ARCH_QWEN3_NEXT) {
         const int H = m->cfg.hidden, Hv = m->cfg.gdn_v_heads;
         const int same = tdm_mm_kchains(2 * Hv, H) == tdm_mm_kchains(Hv, H);
+        const char *was = getenv("TANDEM_GDN_FUSE_BA");
+        char *prev = was ? strdup(was) : NULL;
         setenv("TANDEM_GDN_FUSE_BA", "off", 1);
         struct tdm_engine *e2 = tdm_engine_new(m, rows);
-        unsetenv("TANDEM_GDN_FUSE_BA");
+        if (prev) setenv("TANDEM_GDN_FUSE_BA", prev, 1);
+        else unsetenv("TANDEM_GDN_FUSE_BA");
+        free(prev);
         if (!e2) bail("engine with TANDEM_GDN_FUSE_BA=off");
         memset(tw, 0xff, (size_t)rows * V * 4);
         if (run_engine(e2, prompt, T, gref, S, 0, tw, V) != 0) bail("engine forward (TANDEM_GDN_FUSE_BA=off)");
