@@ -31,8 +31,10 @@ int tdm_engine_supported(const struct tdm_model *m);
 /* Uploads m's weights to device 0 and allocates the state of one sequence of up to ctx tokens: per
  * attention layer BF16 K and V caches [ctx][Hkv][D], per GDN layer a BF16 conv state [K-1][C] and
  * an FP32 state [Hv][Dk][Dv], activations for TDM_ENGINE_MAX_ROWS rows. m must outlive the engine
- * (its small vectors are read at upload only, but its config is kept). Prints one "# " line with
- * the device memory it holds to stderr. Returns NULL with tdm_err() (no device, unsupported
+ * (its small vectors are read at upload only, but its config is kept). qwen3_5's in_proj_b and
+ * in_proj_a are uploaded as one weight where they concatenate exactly (TANDEM_GDN_FUSE_BA). Prints
+ * one "# " line with the device memory it holds, and in how many GDN layers in_proj_b and in_proj_a
+ * are one product, to stderr. Returns NULL with tdm_err() (no device, unsupported
  * layout, out of device memory naming what was being allocated). */
 struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx);
 void tdm_engine_free(struct tdm_engine *e);

@@ -76,6 +76,19 @@ for fmt in bf16 nvfp4; do
        [ \$(build/t/json_get $tmp/ec.json verdict) = '\"pass\"' ] && [ \$(build/t/json_get $tmp/ec.json graphs.verdict) = '\"identical\"' ]"
     sed 's/^/#   /' "$tmp/out"
 done
+# in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off) writing their rows side by side
+# as the one product does: verify, commit and tree commit still equal one-token decode, and the
+# outputs equal the one product's bit for bit (6x256 and 12x256 both sum in one chain).
+t "TANDEM_GDN_FUSE_BA=off: tandem-exactcheck --backend cuda, bf16, ngram: exit 0, twins (tree+commit too) and ngram chain and tree identical" \
+  "TANDEM_GDN_FUSE_BA=off $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err &&
+   grep -q 'one product in 0 of 3 GDN layers' $tmp/err && [ \$(grep -c '^twins .*: identical' $tmp/out) -eq 5 ] &&
+   grep -q '^speculative ngram chain 4 .*: identical' $tmp/out &&
+   grep -q '^speculative ngram tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out"
+sed 's/^/#   /' "$tmp/out"
+t "TANDEM_GDN_FUSE_BA=off: tandem-run --backend cuda --spec ngram --tree 3,2,1 gives one product's plain decode, byte for byte" \
+  "$RUN -m $F/bf16 --dump-logits $tmp/plain.st >$tmp/plain.tok 2>$tmp/err &&
+   TANDEM_GDN_FUSE_BA=off $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err &&
+   [ -s $tmp/plain.tok ] && cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
 t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3) fails with exit 1" \
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"
