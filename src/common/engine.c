@@ -3,7 +3,7 @@
  *   h = embed[ids]
  *   per layer: xn = rmsnorm(h (+= previous y), in_norm); y = mixer(xn);
  *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
- *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
+ *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32); greedy ids = argmax(logits)
  * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
  * projections go through tdm_gdn_ungroup; qwen3_5's in_proj_b and in_proj_a run as one product of
  * [2Hv, H] where they concatenate exactly (upload_layer, gates_of); a MoE layer's MLP is
@@ -75,6 +75,8 @@ struct tdm_engine {
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
+    int32_t *gid;                           /* [ROWS]: the greedy ids of the head's rows (tdm_argmax_rows) */
+    void *amax;                             /* tdm_argmax_rows scratch for ROWS rows */
     /* the one-token decode step as a CUDA graph: captured on the second step, replayed after;
      * the position is read from d_pos (host pos0 ctx - M sizes the grids), ids from e->ids */
     int32_t *d_pos;
@@ -321,6 +323,8 @@ static int alloc_act(struct tdm_engine *e)
         A(u, R * I * 2, "MLP activations");
     }
     A(logits, (size_t)ROWS * V * sizeof(float), "logits");   /* the head runs ROWS rows at a time */
+    A(gid, ROWS * sizeof(int32_t), "greedy ids");
+    A(amax, tdm_argmax_scratch_bytes(ROWS, (int64_t)V), "argmax scratch");
     A(d_pos, sizeof(int32_t), "position");
     A(d_parent, R * sizeof(int32_t), "verify tree");
     A(d_path, R * sizeof(int32_t), "verify tree");
@@ -560,8 +564,10 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 }
 
 /* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
- * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. p: a forward, or
- * a chain or tree verify (the mixers say what changes). */
+ * from..M-1 in e->logits and their greedy ids in e->gid (none when from >= M). graphed: positions
+ * from e->d_pos. p: a forward, or a chain or tree verify (the mixers say what changes). The argmax
+ * runs whenever the head does, so one graph per shape serves the callers that copy the logits, the
+ * ids or both (two small launches over logits the head just wrote). */
 static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pass p)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -580,7 +586,8 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
         pend = e->y;
     }
     if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;
-    if (from < M && tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) != 0)
+    if (from < M && (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) ||
+                     tdm_argmax_rows(e->logits, V, M - from, V, e->amax, e->gid, st)))
         return -1;
     return 0;
 }
@@ -665,16 +672,18 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
     return pass_launches(e, p, M, from, 0);
 }
 
-/* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). A
- * one-token step with logits, and every verify, runs from a graph (run_pass). p: a forward, or a
- * verify (PASS_VERIFY, PASS_TREE with the parents already in e->d_parent): the position stays, the
- * GDN states stay (gdn_mixer), and the round may be committed (engine_impl.h). */
-static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, enum pass p)
+/* M <= ROWS tokens at e->pos; logits of rows from..M-1 into out and their greedy ids into gout
+ * (either NULL; the head is skipped when both are, or from >= M). A one-token step with logits or
+ * ids, and every verify, runs from a graph (run_pass); the copies to the host come after the
+ * launch, outside the graph. p: a forward, or a verify (PASS_VERIFY, PASS_TREE with the parents
+ * already in e->d_parent): the position stays, the GDN states stay (gdn_mixer), and the round may be
+ * committed (engine_impl.h). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout, enum pass p)
 {
     const int verify = p != PASS_FORWARD;
     const int V = e->m->cfg.vocab;
     void *st = e->st;
-    if (!out) from = M;
+    if (!out && !gout) from = M;
     e->round_rows = 0; /* a forward changes the states a pending round started from; a verify replaces it */
     e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
@@ -684,7 +693,8 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     else if (M == 1 && from == 0) rc = run_pass(e, PASS_FORWARD, 1, 0, &e->step, &e->eager_steps);
     else rc = launches(e, M, from, 0, PASS_FORWARD);
     if (rc != 0) return -1;
-    if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
+    if (from < M && out && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
+    if (from < M && gout && tdm_copy_async(gout, e->gid, (size_t)(M - from) * sizeof(int32_t), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
     e->fin_rows = M; /* launches() left the final-norm output in e->xn */
     if (verify) e->round_rows = M;
@@ -693,20 +703,23 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
 }
 
 /* A prefill chunk of M <= e->prow tokens: the layers over all M rows at once (projections past 32
- * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1 into out. */
-static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+ * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1: logits into out,
+ * greedy ids into gout (either NULL). */
+static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout)
 {
     const int H = e->m->cfg.hidden, V = e->m->cfg.vocab;
     void *st = e->st;
-    if (!out) from = M;
+    if (!out && !gout) from = M;
     e->round_rows = 0;
     e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, PASS_FORWARD) != 0) return -1;
     for (int r0 = from; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
-        /* same stream: the copy of one slice ends before the next head launch overwrites it */
+        /* same stream: the copies of one slice end before the next head launch overwrites it */
         if (tdm_matmul(&e->head, e->xn + (size_t)r0 * H, H, m, e->logits, V, TDM_MM_F32, e->tiles, st) != 0 ||
-            tdm_copy_async(out + (size_t)(r0 - from) * V, e->logits, (size_t)m * V * sizeof(float), st) != 0)
+            (out && tdm_copy_async(out + (size_t)(r0 - from) * V, e->logits, (size_t)m * V * sizeof(float), st) != 0) ||
+            (gout && (tdm_argmax_rows(e->logits, V, m, V, e->amax, e->gid, st) != 0 ||
+                      tdm_copy_async(gout + (r0 - from), e->gid, (size_t)m * sizeof(int32_t), st) != 0)))
             return -1;
     }
     if (tdm_stream_sync(st) != 0) return -1;
@@ -715,15 +728,16 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     return 0;
 }
 
-static int forward_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+static int forward_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout)
 {
-    return chunk(e, ids, M, from, out, PASS_FORWARD);
+    return chunk(e, ids, M, from, out, gout, PASS_FORWARD);
 }
 
-/* tdm_engine_forward's contract for T tokens: checked whole (nothing is consumed on bad input),
+/* tdm_engine_forward_ids's contract for T tokens: checked whole (nothing is consumed on bad input),
  * then fed `rows` at a time through one_chunk. */
-static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T, int logits_from, float *logits, int rows,
-                int (*one_chunk)(struct tdm_engine *, const int32_t *, int, int, float *), const char *what)
+static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T, int logits_from, float *logits,
+                int32_t *gids, int rows, int (*one_chunk)(struct tdm_engine *, const int32_t *, int, int, float *, int32_t *),
+                const char *what)
 {
     const struct tdm_config *c = &e->m->cfg;
     if (T <= 0) return 0;
@@ -736,19 +750,33 @@ static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T
         int from = logits_from - at;
         if (from < 0) from = 0;
         float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (one_chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("%s at position %d", what, e->pos);
+        int32_t *gout = gids && from < M ? gids + (at + from - logits_from) : NULL;
+        if (one_chunk(e, ids + at, M, from, out, gout) != 0) return tdm_err_prefix("%s at position %d", what, e->pos);
     }
     return 0;
 }
 
+int tdm_engine_forward_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids)
+{
+    return feed(e, "tdm_engine_forward", ids, T, logits_from, logits, out_ids, ROWS, forward_chunk, "CUDA engine");
+}
+
 int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
 {
-    return feed(e, "tdm_engine_forward", ids, T, logits_from, logits, ROWS, forward_chunk, "CUDA engine");
+    return tdm_engine_forward_ids(e, ids, T, logits_from, logits, NULL);
+}
+
+int tdm_engine_prefill_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids)
+{
+    return feed(e, "tdm_engine_prefill", ids, T, logits_from, logits, out_ids, e->prow, prefill_chunk,
+                "CUDA engine prefill");
 }
 
 int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
 {
-    return feed(e, "tdm_engine_prefill", ids, T, logits_from, logits, e->prow, prefill_chunk, "CUDA engine prefill");
+    return tdm_engine_prefill_ids(e, ids, T, logits_from, logits, NULL);
 }
 
 int tdm_engine_prefill_rows(const struct tdm_engine *e) { return e->prow; }
@@ -760,21 +788,22 @@ int tdm_engine_ctx(const struct tdm_engine *e) { return e->ctx; }
 int tdm_engine_round_rows(const struct tdm_engine *e) { return e->round_rows; }
 const int *tdm_engine_round_parents(const struct tdm_engine *e) { return e->round_parent; }
 
-int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits)
+int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits, int32_t *gids)
 {
-    if (chunk(e, ids, R, from, logits, PASS_VERIFY) != 0) return -1;
+    if (chunk(e, ids, R, from, logits, gids, PASS_VERIFY) != 0) return -1;
     for (int r = 0; r < R; r++) e->round_parent[r] = r - 1;
     e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
     return 0;
 }
 
-int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from, float *logits)
+int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from, float *logits,
+                                int32_t *gids)
 {
     int32_t par[ROWS];
     for (int r = 0; r < R; r++) par[r] = parent[r];
     e->round_rows = 0;
     if (tdm_copy_async(e->d_parent, par, (size_t)R * sizeof(int32_t), e->st) != 0 ||
-        chunk(e, ids, R, from, logits, PASS_TREE) != 0)
+        chunk(e, ids, R, from, logits, gids, PASS_TREE) != 0)
         return -1;
     /* the recurrence reads every state once, and again for each node whose parent is not the
      * node before it (gdn.cu: the reload that rebuilds the parent's state) */

@@ -5,12 +5,15 @@
 # CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls, bit for bit;
 # context overflow refused. Then, for both fixtures, tandem-run --backend cuda through
 # fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy ids, step
-# logits under --force), graphed decode steps against eager ones bit for bit, qwen35-tiny's
-# in_proj_b and in_proj_a run as one product in each GDN layer (the engine's line says so); the real
-# 27B layer shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts, top-10) in every format
-# against the CPU reference, the 27B's also with in_proj_b and in_proj_a as two products
-# (TANDEM_GDN_FUSE_BA=off) bit for bit as one; and a synthetic qwen3_5_moe model against the CPU
-# reference.
+# logits under --force; the greedy ids run without --dump-logits, so they are chosen on the device),
+# graphed decode steps against eager ones bit for bit, and the greedy ids path (no --dump-logits:
+# ids chosen on the device, no logits copied but the last step's) giving the logits path's tokens,
+# graphed and eager, with every device id equal to the host argmax where the logits come;
+# qwen35-tiny's in_proj_b and in_proj_a run as one product in each GDN layer (the engine's line says
+# so); the real 27B layer shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts,
+# top-10) in every format against the CPU reference, the 27B's also with in_proj_b and in_proj_a as
+# two products (TANDEM_GDN_FUSE_BA=off) bit for bit as one; and a synthetic qwen3_5_moe model
+# against the CPU reference.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -46,12 +49,25 @@ for fmt in bf16 fp8 nvfp4; do
     t "tandem-run --backend cuda, $model/$fmt: fixture_check bounds" \
       "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
        rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
+    t "tandem-run --backend cuda, $model/$fmt: forced steps without --dump-logits (greedy ids on the device) print the argmax ids of the run with it" \
+      "$RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >$tmp/forced-l.tok 2>$tmp/err &&
+       $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok >$tmp/forced-i.tok 2>>$tmp/err &&
+       [ -s $tmp/forced-l.tok ] && cmp -s $tmp/forced-l.tok $tmp/forced-i.tok || { sed 's/^/# /' $tmp/err; false; }"
 done
 for fmt in bf16 nvfp4; do
     t "tandem-run --backend cuda, $model/$fmt: 24 greedy steps from the captured graph (TANDEM_CUDA_GRAPH=on) equal eager launches (off), every logit bit for bit" \
       "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err &&
        TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/e.st >$tmp/e.tok 2>>$tmp/err &&
        cmp -s $tmp/g.st $tmp/e.st && cmp -s $tmp/g.tok $tmp/e.tok || { sed 's/^/# /' $tmp/err; false; }"
+    t "tandem-run --backend cuda, $model/$fmt: 24 greedy steps on the ids path (no --dump-logits), graphed and eager, give the logits path's tokens; with --dump-logits the device's id equals the host argmax on all 23 steps" \
+      "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err.l &&
+       TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 >$tmp/gi.tok 2>$tmp/err.g &&
+       TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 >$tmp/ei.tok 2>$tmp/err.e &&
+       cmp -s $tmp/gi.tok $tmp/g.tok && cmp -s $tmp/ei.tok $tmp/g.tok &&
+       grep -q '^# greedy ids chosen on the device: logits copied on 23 of 23 steps (--dump-logits); the device.s id equals their host argmax on 23 of 23' $tmp/err.l &&
+       grep -q '^# greedy ids chosen on the device: logits copied on 1 of 23 steps (the last, for the hash); the device.s id equals their host argmax on 1 of 1' $tmp/err.g &&
+       [ \"\$(grep '^# last logits hash' $tmp/err.l)\" = \"\$(grep '^# last logits hash' $tmp/err.g)\" ] ||
+       { cat $tmp/err.l $tmp/err.g $tmp/err.e 2>/dev/null | sed 's/^/# /'; false; }"
 done
 done
 # The real Qwen3.8-27B layer shapes (H 5120, attention 24/4 heads of 256, GDN 16/48 heads of 128,

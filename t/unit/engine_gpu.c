@@ -39,6 +39,12 @@
  *       two products) gives the same prompt and step logits bit for bit where tdm_mm_kchains gives
  *       (2Hv, H) the chains of (Hv, H) (the tiny fixture's 12 x 256 and 6 x 256: one chain each),
  *       else within the CPU bound of the CPU reference;
+ *     greedy ids on the device (the _ids forms), graphed and eager (TANDEM_CUDA_GRAPH on, off): each
+ *       row's id equals the host tdm_argmax of its logits — the prompt in one call with logits and
+ *       ids, and ids only from row T/2; the steps alternating logits + ids and ids only (the step's
+ *       graph captured on an ids-only step, replayed both ways); a 5-row call, ids only from row 2;
+ *       the prefill path with logits + ids, ids only, ids only of the last row — and the logits
+ *       that come with ids are the one-call feed's bits;
  *     errors: context overflow refused with nothing consumed. */
 #include "compare.h"
 #include "device.h"
@@ -364,6 +370,76 @@ static int top1_differ(const float *got, const float *ref, int rows, int V, cons
     return n;
 }
 
+/* The greedy ids the engine chooses on the device against the host tdm_argmax (see the top): want
+ * [T + S - 1][V] the logits of run_engine's one-call feed (prompt rows, then the row after each
+ * forced id). A fresh engine per TANDEM_CUDA_GRAPH setting (read at tdm_engine_new); the setting is
+ * put back as it was. */
+static void test_ids(const struct tdm_model *m, const char *lab, const int32_t *prompt, int T, const int32_t *force, int S,
+                     const float *want)
+{
+    const int V = m->cfg.vocab, rows = T + S - 1;
+    float *lg = hal((size_t)rows * V * 4);
+    int32_t *gid = hal((size_t)rows * 4), *gid2 = hal((size_t)rows * 4);
+    const char *was = getenv("TANDEM_CUDA_GRAPH");
+    char *saved = was ? strdup(was) : NULL;
+#define ARGMAX(x, r) tdm_argmax((x) + (size_t)(r) * V, V)
+    for (int graph = 1; graph >= 0; graph--) {
+        if (setenv("TANDEM_CUDA_GRAPH", graph ? "on" : "off", 1) != 0) bail("setenv");
+        struct tdm_engine *e = tdm_engine_new(m, rows);
+        if (!e) bail("engine");
+        long checked = 0, differ = 0, bits = 0;
+        /* the prompt in one call (chunks of 32), logits and ids */
+        memset(gid, 0xff, (size_t)rows * 4);
+        if (tdm_engine_forward_ids(e, prompt, T, 0, lg, gid) != 0) bail("tdm_engine_forward_ids, prompt");
+        for (int r = 0; r < T; r++, checked++) differ += gid[r] != ARGMAX(lg, r);
+        bits += memcmp(lg, want, (size_t)T * V * 4) != 0;
+        /* the steps: even ones with logits and ids, odd ones ids only (the step graph is captured on
+         * step 1, an ids-only one, and replayed both ways) */
+        for (int i = 0; i + 1 < S; i++, checked++) {
+            const int with = i % 2 == 0;
+            float *row = lg + (size_t)(T + i) * V;
+            int32_t g = -1;
+            if (tdm_engine_forward_ids(e, &force[i], 1, 0, with ? row : NULL, &g) != 0) bail("tdm_engine_forward_ids, step");
+            differ += g != ARGMAX(want, T + i);
+            if (with) {
+                differ += g != ARGMAX(row, 0);
+                bits += memcmp(row, want + (size_t)(T + i) * V, (size_t)V * 4) != 0;
+            }
+        }
+        /* ids only: prompt rows T/2..T-1 (the second chunk's offset), then a 5-row call from row 2 */
+        if (tdm_engine_reset(e) != 0) bail("engine reset");
+        const int from = T / 2;
+        memset(gid, 0xff, (size_t)rows * 4);
+        if (tdm_engine_forward_ids(e, prompt, T, from, NULL, gid) != 0) bail("tdm_engine_forward_ids, ids only");
+        for (int r = from; r < T; r++, checked++) differ += gid[r - from] != ARGMAX(want, r);
+        if (S >= 6) {
+            if (tdm_engine_forward_ids(e, force, 5, 2, NULL, gid) != 0) bail("tdm_engine_forward_ids, 5 rows");
+            for (int r = 2; r < 5; r++, checked++) differ += gid[r - 2] != ARGMAX(want, T + r);
+        }
+        /* the prefill path (its own logits, close to but not the bits of the forward's): logits and
+         * ids, then ids only, then the last row's id only */
+        int32_t last = -1;
+        memset(gid, 0xff, (size_t)rows * 4);
+        memset(gid2, 0xff, (size_t)rows * 4);
+        if (tdm_engine_reset(e) != 0 || tdm_engine_prefill_ids(e, prompt, T, 0, lg, gid) != 0 || tdm_engine_reset(e) != 0 ||
+            tdm_engine_prefill_ids(e, prompt, T, 0, NULL, gid2) != 0 || tdm_engine_reset(e) != 0 ||
+            tdm_engine_prefill_ids(e, prompt, T, T - 1, NULL, &last) != 0)
+            bail("tdm_engine_prefill_ids");
+        for (int r = 0; r < T; r++, checked++) differ += gid[r] != ARGMAX(lg, r) || gid2[r] != gid[r];
+        differ += last != gid[T - 1];
+        ok(differ == 0 && bits == 0 && tdm_engine_pos(e) == T,
+           "%s: greedy ids on the device, %s: %ld of %ld rows differ from the host argmax of the same logits (forward "
+           "with and without logits, the step graph both ways, from rows T/2 and 2, the prefill path); %ld logits blocks "
+           "fetched with ids differ from the one-call feed's bits", lab, graph ? "graphs on" : "eager (TANDEM_CUDA_GRAPH=off)",
+           differ, checked + 1, bits);
+        tdm_engine_free(e);
+    }
+#undef ARGMAX
+    if (saved ? setenv("TANDEM_CUDA_GRAPH", saved, 1) : unsetenv("TANDEM_CUDA_GRAPH")) bail("setenv");
+    free(saved);
+    free(lg); free(gid); free(gid2);
+}
+
 static void test_fixture(const char *fix, const char *model, const char *fmt)
 {
     char dir[4096], path[4096];
@@ -483,6 +559,7 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
                "vs the CPU reference: relative error %.2e <= %.0e (%ld logits differ from one product's: kchains %d vs %d)",
                lab, e2c, CPU_BOUND, diff, tdm_mm_kchains(2 * Hv, H), tdm_mm_kchains(Hv, H));
     }
+    test_ids(m, lab, prompt, T, gref, S, lg);
 
     /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM and the
      * flash prefill attention past 32 rows), then the forced steps: close to the CPU reference, not
