@@ -7,6 +7,7 @@
 #include "formats.h"
 #include "mm_skinny.cuh"
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 // The wide GEMM's launcher (wide_gemm.cu).
@@ -73,6 +74,17 @@ extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweigh
     d->scale2 = h->scale2;
     d->owned = p;
     return 0;
+}
+
+extern "C" int tdm_dweight_upload_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_dweight *d)
+{
+    memset(d, 0, sizeof *d);
+    struct tdm_qweight cat;
+    void *buf = NULL;
+    if (tdm_qweight_cat(a, b, &cat, &buf) != 0) return -1;
+    const int rc = tdm_dweight_upload(&cat, d);   // synchronous copies: the host matrix may go
+    free(buf);
+    return rc;
 }
 
 extern "C" void tdm_dweight_free(struct tdm_dweight *d)

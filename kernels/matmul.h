@@ -35,6 +35,11 @@ struct tdm_dweight {
 /* Copies rows [0, h->row0 + h->n) of the stored matrix and their scales to the device; d keeps
  * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16). */
 int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
+/* One device weight of a's rows followed by b's ([a.n + b.n, k], row0 0), so that one product
+ * gives both outputs side by side (qwen3_5's in_proj_b and in_proj_a): the host matrix of
+ * tdm_qweight_cat (only where tdm_qweight_cat_exact: else -1 with tdm_err()), uploaded as
+ * tdm_dweight_upload uploads a weight. */
+int tdm_dweight_upload_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_dweight *d);
 void tdm_dweight_free(struct tdm_dweight *d);
 /* A view of rows [r0, r0 + n) of w (shares w's memory; never free a view). */
 struct tdm_dweight tdm_dweight_rows(const struct tdm_dweight *w, int64_t r0, int64_t n);

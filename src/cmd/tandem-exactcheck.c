@@ -6,7 +6,10 @@
  * tree, each applicable drafter) against
  * one-token-at-a-time output, with the near-tie exception measured and reported; (c) graphed
  * against eager: on the CUDA engine every case of (b) with TANDEM_CUDA_GRAPH on and off, bit for
- * bit; not applicable on the CPU, said so. */
+ * bit, and again without logits (the greedy ids path: the tokens of the run with logits); not
+ * applicable on the CPU, said so. On the engine (a)'s passes also return their rows' greedy ids
+ * chosen on the device (engine.h: the _ids forms), each checked against the host tdm_argmax of the
+ * logits the same pass returned. */
 #include "backend.h"
 #include "engine.h"
 #include "err.h"
@@ -38,7 +41,8 @@ static void usage(FILE *f)
             "     row's one-token bits (the commit left the state of j one-token steps); on cuda also a tree\n"
             "     verify of M nodes (a fixed depth-first tree: chains, siblings, back-ups by three levels)\n"
             "     gives each node the logits bits of one-token steps along its root-to-node path, and after\n"
-            "     the commit of the last node's path a step gives the one-token bits;\n"
+            "     the commit of the last node's path a step gives the one-token bits; on cuda every row's\n"
+            "     greedy id chosen on the device equals the host argmax of the logits returned with it;\n"
             " (b) speculative output against one-token-at-a-time output over N new tokens, for the chain and\n"
             "     the tree of each applicable drafter (mtp when the model has an MTP layer, ngram, draft with\n"
             "     --draft-model): the tokens must be identical, except a first divergence at a near tie: on\n"
@@ -52,7 +56,9 @@ static void usage(FILE *f)
             "     mtp tree is reported as not supported there yet, not checked); its (b) runs with\n"
             "     TANDEM_CUDA_GRAPH=on (the verify rounds and the MTP drafter's calls from CUDA graphs);\n"
             " (c) graphed against eager runs: on cuda, the one-token run and every case of (b) again with\n"
-            "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; not applicable on the cpu backend.\n"
+            "     TANDEM_CUDA_GRAPH=off, tokens and logits bit for bit; and each of them, graphed and eager,\n"
+            "     without logits (the greedy ids path: ids chosen on the device, no logits copied) gives\n"
+            "     the tokens of the run with logits; not applicable on the cpu backend.\n"
             "\n"
             "  -m, --model DIR        checkpoint directory\n"
             "  -p, --prompt FILE      prompt token file (at least one token)\n"
@@ -91,6 +97,9 @@ static float max_abs_diff(const float *a, const float *b, int V)
 }
 
 static int failures, near_ties;
+/* (a) on the engine: rows whose greedy id came from the device, and those differing from the host
+ * argmax of the logits the same pass returned */
+static long id_rows, id_differ;
 
 /* The model under (a), on either backend: the state after the prompt is a snapshot on the CPU, a
  * reset and the prompt again on the engine (the same bits every time: the engine is deterministic). */
@@ -99,7 +108,7 @@ struct twin_model {
     struct tdm_ref_snap *snap;
     struct tdm_engine *e;
     const int32_t *prompt;
-    int n_prompt;
+    int n_prompt, V;
 };
 
 /* A failed call: on the engine a CUDA failure (exit 1), on the CPU bad input (exit 2). */
@@ -114,17 +123,27 @@ static void twin_restart(struct twin_model *t)
                   : tdm_ref_snap_load(t->r, t->snap);
     if (rc != 0) twin_failed(t);
 }
+/* The device's greedy ids of M rows against the host argmax of their logits (counted). */
+static void check_ids(const int32_t *gid, const float *logits, int M, int V)
+{
+    for (int i = 0; i < M; i++) id_differ += gid[i] != tdm_argmax(logits + (size_t)i * V, V);
+    id_rows += M;
+}
 static void twin_forward(struct twin_model *t, const int32_t *ids, int M, float *logits)
 {
-    if ((t->e ? tdm_engine_forward(t->e, ids, M, 0, logits) : tdm_ref_forward(t->r, ids, M, 0, logits, NULL, NULL)) != 0)
+    int32_t gid[TDM_SPEC_MAX_NODES];
+    if ((t->e ? tdm_engine_forward_ids(t->e, ids, M, 0, logits, gid) : tdm_ref_forward(t->r, ids, M, 0, logits, NULL, NULL)) != 0)
         twin_failed(t);
+    if (t->e) check_ids(gid, logits, M, t->V);
 }
 static void twin_verify(struct twin_model *t, const int32_t *ids, int M, float *logits)
 {
     int parent[TDM_SPEC_MAX_NODES];
+    int32_t gid[TDM_SPEC_MAX_NODES];
     for (int i = 0; i < M; i++) parent[i] = i - 1;
-    if ((t->e ? tdm_engine_verify(t->e, ids, M, 0, logits) : tdm_ref_verify(t->r, ids, parent, M, 0, logits, NULL)) != 0)
+    if ((t->e ? tdm_engine_verify_ids(t->e, ids, M, 0, logits, gid) : tdm_ref_verify(t->r, ids, parent, M, 0, logits, NULL)) != 0)
         twin_failed(t);
+    if (t->e) check_ids(gid, logits, M, t->V);
 }
 static void twin_commit(struct twin_model *t, int j)
 {
@@ -167,7 +186,9 @@ static int twin_tree_check(struct twin_model *t, const int32_t *ids, int M, int 
     int parent[TDM_SPEC_MAX_NODES], depth[TDM_SPEC_MAX_NODES], path[TDM_SPEC_MAX_NODES];
     twin_tree(M, parent, depth);
     twin_restart(t);
-    if (tdm_engine_verify_tree(t->e, ids, parent, M, 0, many) != 0) twin_failed(t);
+    int32_t gid[TDM_SPEC_MAX_NODES];
+    if (tdm_engine_verify_tree_ids(t->e, ids, parent, M, 0, many, gid) != 0) twin_failed(t);
+    check_ids(gid, many, M, V);
     int bad = 0;
     if (kind == 0) {
         for (int leaf = 0; leaf < M; leaf++) {
@@ -195,7 +216,7 @@ static json_t *check_twins(const struct tdm_model *m, enum tdm_backend backend, 
                            int rows_max)
 {
     const int V = m->cfg.vocab, ctx = n_prompt + 2 * rows_max + 2;
-    struct twin_model t = {.prompt = prompt, .n_prompt = n_prompt};
+    struct twin_model t = {.prompt = prompt, .n_prompt = n_prompt, .V = V};
     if (backend == TDM_BACKEND_CUDA) {
         if (!(t.e = tdm_engine_new(m, ctx))) tdm_die_input(prog);
     } else {
@@ -322,20 +343,21 @@ static json_t *check_spec(const struct tdm_model *m, struct tdm_spec_opts *so, c
 }
 
 /* (c) on the CUDA engine: each case run again with TANDEM_CUDA_GRAPH=off (eager launches) must give
- * the graphed run's tokens and logits bit for bit. Leaves the switch on. */
+ * the graphed run's tokens and logits bit for bit; and without logits (the greedy ids path, graphed
+ * and eager) the graphed run's tokens. Leaves the switch on. */
 static json_t *check_graphs(const struct tdm_model *m, const struct tdm_spec_opts *cases, int n, const int32_t *prompt,
                             int n_prompt, int n_new)
 {
     const int V = m->cfg.vocab;
-    int32_t *out[2];
+    int32_t *out[2], *ido = malloc((size_t)n_new * sizeof(int32_t));
     float *lg[2];
     for (int g = 0; g < 2; g++) {
         out[g] = malloc((size_t)n_new * sizeof(int32_t));
         lg[g] = malloc((size_t)n_new * V * sizeof(float));
-        if (!out[g] || !lg[g]) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
+        if (!out[g] || !lg[g] || !ido) { fprintf(stderr, "%s: out of memory\n", prog); exit(1); }
     }
     json_t *list = json_array();
-    int bad_cases = 0;
+    int bad_cases = 0, bad_ids = 0;
     for (int i = 0; i < n; i++) {
         struct tdm_spec_stats st;
         for (int g = 0; g < 2; g++) {
@@ -350,13 +372,30 @@ static json_t *check_graphs(const struct tdm_model *m, const struct tdm_spec_opt
         if (cases[i].kind != TDM_SPEC_OFF) tdm_spec_shape_name(&cases[i], shape, sizeof shape);
         printf("graphed vs eager %-5s %-12s %d tokens: %s (logits rows differing in bits %d of %d)\n",
                tdm_spec_name(cases[i].kind), shape, n_new, same ? "identical" : "fail", rows_differ, n_new);
-        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:i}", "drafter", tdm_spec_name(cases[i].kind), "shape", shape,
-                                              "verdict", same ? "identical" : "fail", "logit_rows_differing", rows_differ));
+        /* the greedy ids path: no logits asked for, so the engine copies only the device's ids */
+        int ids_first = -1;
+        for (int g = 0; g < 2; g++) {
+            if (setenv("TANDEM_CUDA_GRAPH", g ? "off" : "on", 1) != 0) { perror(prog); exit(1); }
+            memset(ido, 0xff, (size_t)n_new * sizeof(int32_t));
+            generate(m, &cases[i], prompt, n_prompt, n_new, ido, NULL, &st);
+            for (int t = 0; t < n_new && ids_first < 0; t++)
+                if (ido[t] != out[0][t]) ids_first = t;
+        }
+        bad_ids += ids_first >= 0;
+        printf("greedy ids path  %-5s %-12s %d tokens: %s (no logits copied, graphed and eager, against the run with "
+               "logits", tdm_spec_name(cases[i].kind), shape, n_new, ids_first < 0 ? "identical" : "fail");
+        if (ids_first >= 0) printf("; first differing token %d", ids_first);
+        printf(")\n");
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:i, s:s}", "drafter", tdm_spec_name(cases[i].kind), "shape",
+                                              shape, "verdict", same ? "identical" : "fail", "logit_rows_differing",
+                                              rows_differ, "ids_path_verdict", ids_first < 0 ? "identical" : "fail"));
     }
     if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) { perror(prog); exit(1); }
-    failures += bad_cases;
+    failures += bad_cases + bad_ids;
     for (int g = 0; g < 2; g++) { free(out[g]); free(lg[g]); }
-    return json_pack("{s:s, s:o}", "verdict", bad_cases ? "fail" : "identical", "cases", list);
+    free(ido);
+    return json_pack("{s:s, s:s, s:o}", "verdict", bad_cases ? "fail" : "identical", "ids_path_verdict",
+                     bad_ids ? "fail" : "identical", "cases", list);
 }
 
 int main(int argc, char **argv)
@@ -455,6 +494,17 @@ int main(int argc, char **argv)
 
     /* (a) */
     json_t *twins = check_twins(m, backend, prompt, n_prompt, (int)rows_max);
+    json_t *dev_ids;
+    if (backend == TDM_BACKEND_CUDA) {
+        printf("device greedy ids of (a)'s rows vs the host argmax of their logits: %ld rows: %s (%ld differ)\n", id_rows,
+               id_differ ? "fail" : "identical", id_differ);
+        failures += id_differ > 0;
+        dev_ids = json_pack("{s:s, s:I, s:I}", "verdict", id_differ ? "fail" : "identical", "rows", (json_int_t)id_rows,
+                            "differing", (json_int_t)id_differ);
+    } else {
+        dev_ids = json_pack("{s:s, s:s}", "verdict", "not applicable",
+                            "reason", "the cpu backend takes greedy ids with tdm_argmax on the host");
+    }
 
     /* (b): the one-token reference first */
     const int V = m->cfg.vocab;
@@ -506,11 +556,11 @@ int main(int argc, char **argv)
     int rc = failures ? TDM_EXIT_CHECK : TDM_EXIT_OK;
     printf("exactcheck: %s (%d failures, %d near ties)\n", failures ? "FAIL" : "pass", failures, near_ties);
     if (json_path) {
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:o, s:o, s:o, s:i, s:i, s:s}", "model", model_dir,
-                                "prompt", prompt_path, "backend", tdm_backend_name(backend), "prompt_tokens", n_prompt,
-                                "new_tokens", (json_int_t)n_new, "tie_margin", tie, "one_token_min_margin",
-                                (double)min_margin, "twins", twins, "speculative", spec, "graphs", graphs, "failures",
-                                failures, "near_ties", near_ties, "verdict", failures ? "fail" : "pass");
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:o, s:o, s:o, s:o, s:i, s:i, s:s}", "model",
+                                model_dir, "prompt", prompt_path, "backend", tdm_backend_name(backend), "prompt_tokens",
+                                n_prompt, "new_tokens", (json_int_t)n_new, "tie_margin", tie, "one_token_min_margin",
+                                (double)min_margin, "twins", twins, "device_ids", dev_ids, "speculative", spec, "graphs",
+                                graphs, "failures", failures, "near_ties", near_ties, "verdict", failures ? "fail" : "pass");
         if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
@@ -521,6 +571,7 @@ int main(int argc, char **argv)
         free(s);
     } else {
         json_decref(twins);
+        json_decref(dev_ids);
         json_decref(spec);
         json_decref(graphs);
     }

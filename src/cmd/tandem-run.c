@@ -35,7 +35,9 @@ static void usage(FILE *f)
             "                           engine on device 0 for qwen3_5, qwen3_next and qwen3_5_moe\n"
             "                           checkpoints (BF16, FP8, NVFP4): the prompt in chunks of\n"
             "                           TANDEM_PREFILL_CHUNK tokens through the wide GEMM and the flash\n"
-            "                           prefill attention (32 for MoE), greedy decode from a CUDA graph,\n"
+            "                           prefill attention (32 for MoE), greedy decode from a CUDA graph\n"
+            "                           with the ids chosen on the device (a step's logits cross to the host\n"
+            "                           only with --dump-logits, and on the last step for the hash line),\n"
             "                           --force, --dump-logits, and --spec mtp, ngram or draft with chain\n"
             "                           rounds, ngram or draft with tree rounds (not an MTP tree yet); exit 2\n"
             "                           without a device or for shapes its kernels do not take\n"
@@ -63,7 +65,8 @@ static void usage(FILE *f)
             "rounds and round time by shape, and the GDN state bytes moved per round (TANDEM_SPEC_DEFER);\n"
             "--dump-logits then writes the row each new token was chosen from.\n"
             "\n"
-            "Exit status: 0 done, 1 a CUDA call failed during the forward or a round, 2 bad usage or bad input\n"
+            "Exit status: 0 done, 1 a CUDA call failed during the forward or a round (or a device greedy id\n"
+            "differed from the host argmax of the same logits), 2 bad usage or bad input\n"
             "(one line on stderr naming the file and fault; also: no device, an unsupported layout or --spec\n"
             "combination, out of device memory).\n",
             TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
@@ -90,11 +93,16 @@ static void rows_add(struct rows *r, const float *x)
     r->n++;
 }
 
-/* The plain decode loop's forward: the CPU reference or the CUDA engine (same contract). */
-struct fwd { struct tdm_ref *r; struct tdm_engine *e; };
-static int forward(struct fwd *f, const int32_t *ids, int T, int from, float *logits)
+/* The plain decode loop's forward: the CPU reference or the CUDA engine (same contract), with the
+ * greedy ids of rows from..T-1 in gid: on the engine chosen on the device, the logits copied only
+ * when keep (engine.h: tdm_engine_forward_ids); on the CPU tdm_argmax of the reference's logits. */
+struct fwd { struct tdm_ref *r; struct tdm_engine *e; int V; };
+static int forward(struct fwd *f, const int32_t *ids, int T, int from, int keep, float *logits, int32_t *gid)
 {
-    return f->e ? tdm_engine_forward(f->e, ids, T, from, logits) : tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL);
+    if (f->e) return tdm_engine_forward_ids(f->e, ids, T, from, keep ? logits : NULL, gid);
+    if (tdm_ref_forward(f->r, ids, T, from, logits, NULL, NULL) != 0) return -1;
+    for (int t = from; t < T; t++) gid[t - from] = tdm_argmax(logits + (size_t)(t - from) * f->V, f->V);
+    return 0;
 }
 /* The prompt: on the engine in prefill chunks (tdm_engine_prefill: the wide GEMM and the flash
  * prefill attention past 32 rows). */
@@ -283,7 +291,7 @@ int main(int argc, char **argv)
         return rc;
     }
 
-    struct fwd f = {NULL, NULL};
+    struct fwd f = {NULL, NULL, c->vocab};
     if (backend == TDM_BACKEND_CUDA) {
         if (!(f.e = tdm_engine_new(m, (int)(ctx > 0 ? ctx : 1)))) tdm_die_input(prog);
     } else {
@@ -310,17 +318,30 @@ int main(int argc, char **argv)
     fprintf(stderr, "# prefill %d tokens: %.1f ms (%.0f tokens/s)\n", n_prompt, prefill_ms,
             prefill_ms > 0 ? n_prompt / (prefill_ms / 1e3) : 0.0);
 
-    /* decode */
+    /* decode: the first token from the prompt's last logits row; then each step's greedy id, chosen
+     * on the device on the cuda backend, with its logits copied to the host only with --dump-logits
+     * and on the last step (the hash below). Where the logits come, the token is their host argmax
+     * as before, and on the engine the device's id must agree with it (counted, exit 1 if not). */
     double td = tdm_now_ms();
+    int tok = n_new > 0 ? tdm_argmax(logits, V) : 0;
+    long id_checked = 0, id_differ = 0;
     for (long i = 0; i < n_new; i++) {
         if (dump_path) rows_add(&dump, logits);
-        int tok = tdm_argmax(logits, V);
         out[i] = tok;
         printf("%d\n", tok);
         fflush(stdout);
         if (i + 1 == n_new) break;
-        int32_t feed = force && i < n_force ? force[i] : tok;
-        if (forward(&f, &feed, 1, 0, logits) != 0) forward_failed(&f);
+        int32_t feed = force && i < n_force ? force[i] : tok, gid;
+        const int keep = dump_path || i + 2 == n_new;
+        if (forward(&f, &feed, 1, 0, keep, logits, &gid) != 0) forward_failed(&f);
+        tok = gid;
+        if (keep) {
+            tok = tdm_argmax(logits, V);
+            if (f.e && gid != tok && !id_differ++)
+                fprintf(stderr, "%s: step %ld: the device's greedy id %d differs from the host argmax %d of the same logits\n",
+                        prog, i + 1, gid, tok);
+            id_checked += f.e != NULL;
+        }
     }
     double decode_ms = tdm_now_ms() - td;
     /* the bytes a decode step must move, at the middle of the decoded span */
@@ -334,8 +355,12 @@ int main(int argc, char **argv)
     }
     unsigned long long hash = logits_hash(logits, V);
     fprintf(stderr, "# last logits hash %016llx\n", hash);
+    if (f.e && n_new > 1)
+        fprintf(stderr, "# greedy ids chosen on the device: logits copied on %ld of %ld steps (%s); the device's id "
+                "equals their host argmax on %ld of %ld\n", id_checked, n_new - 1,
+                dump_path ? "--dump-logits" : "the last, for the hash", id_checked - id_differ, id_checked);
 
-    int rc = 0;
+    int rc = id_differ ? 1 : 0;
     if (dump_path) {
         struct tdm_st_desc d = {.name = "logits", .dtype = TDM_DT_F32, .ndim = 2, .shape = {dump.n, V}, .data = dump.v};
         if (tdm_st_write(dump_path, &d, 1) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }

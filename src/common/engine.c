@@ -3,9 +3,11 @@
  *   h = embed[ids]
  *   per layer: xn = rmsnorm(h (+= previous y), in_norm); y = mixer(xn);
  *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
- *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32)
+ *   xn = rmsnorm(h += y, final_norm); logits = xn head^T (FP32); greedy ids = argmax(logits)
  * with the layer kernels' own rounding points (they are ref.c's). qwen3_next's grouped GDN
- * projections go through tdm_gdn_ungroup; a MoE layer's MLP is engine_moe.c's. The passes of a
+ * projections go through tdm_gdn_ungroup; qwen3_5's in_proj_b and in_proj_a run as one product of
+ * [2Hv, H] where they concatenate exactly (upload_layer, gates_of); a MoE layer's MLP is
+ * engine_moe.c's. The passes of a
  * speculative round (a chain or tree verify that leaves the GDN states as they were, a commit of
  * the accepted rows or root-to-node path) are the hooks of engine_impl.h; engine_spec.c drives
  * them. The MTP drafter (engine_mtp.c) borrows the activations between passes and reads the
@@ -32,12 +34,13 @@ struct dlayer {
     float *in_norm, *post_norm;             /* [H] */
     /* Gated DeltaNet */
     int grouped;                            /* qwen3_next: qkvz, ba grouped per key head */
-    struct tdm_dweight qkvz, ba;            /* grouped: [2HkDk + 2HvDv, H], [2Hv, H] */
-    struct tdm_dweight qkv, z, b, a, out;   /* [C, H], [HvDv, H], [Hv, H] x2, [H, HvDv] */
+    int one_ba;                             /* qwen3_5: in_proj_b and in_proj_a as one product (ba) */
+    struct tdm_dweight qkvz, ba;            /* grouped: [2HkDk + 2HvDv, H], [2Hv, H]; one_ba: ba = [b; a] [2Hv, H] */
+    struct tdm_dweight qkv, z, b, a, out;   /* [C, H], [HvDv, H], [Hv, H] x2 (not one_ba), [H, HvDv] */
     float *conv_w, *A_log, *dt_bias, *gnorm; /* [C][K], [Hv], [Hv], [Dv] */
     uint16_t *conv_state;                   /* [K-1][C] BF16 */
     float *S;                               /* [Hv][Dk][Dv] */
-    uint16_t *round_x, *round_b, *round_a;  /* the last verify's in_proj_qkv, b, a rows [R][C], [R][Hv] x2 */
+    uint16_t *round_x, *round_g;            /* the last verify's in_proj_qkv rows [R][C], b and a rows [R][2Hv] (gates_of) */
     /* gated attention */
     struct tdm_dweight q, k, v, o;          /* [2HqD, H], [HkvD, H] x2, [H, HqD] */
     float *q_norm, *k_norm;                 /* [D] */
@@ -54,6 +57,7 @@ struct tdm_engine {
     struct tdm_tiles *tiles;
     struct dlayer *ly;                      /* [L] */
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
+    int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
     int attn_prefill;                       /* chunks past ROWS rows: tdm_attn_prefill (TANDEM_ATTN_PREFILL) */
     struct tdm_dweight head;                /* [V, H] */
     const void *embed;                      /* [V][H] BF16 or F32 on the device */
@@ -62,7 +66,8 @@ struct tdm_engine {
     /* activations, ROWS rows each */
     int32_t *ids;
     uint16_t *h, *xn, *y;                   /* [R][H] */
-    uint16_t *mixed, *cv, *z, *bb, *aa, *o, *gn; /* GDN: [R][C] x2, [R][HvDv], [R][Hv] x2, [R][HvDv] x2 */
+    uint16_t *mixed, *cv, *z, *o, *gn;      /* GDN: [R][C] x2, [R][HvDv] x3 */
+    uint16_t *gates;                        /* GDN b and a rows [R][2Hv] (gates_of) */
     uint16_t *qkvz, *ba;                    /* grouped GDN projections: [R][2HkDk + 2HvDv], [R][2Hv] */
     uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
     float *attn_scratch;
@@ -70,6 +75,8 @@ struct tdm_engine {
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
+    int32_t *gid;                           /* [ROWS]: the greedy ids of the head's rows (tdm_argmax_rows) */
+    void *amax;                             /* tdm_argmax_rows scratch for ROWS rows */
     /* the one-token decode step as a CUDA graph: captured on the second step, replayed after;
      * the position is read from d_pos (host pos0 ctx - M sizes the grids), ids from e->ids */
     int32_t *d_pos;
@@ -178,6 +185,17 @@ static int up_w(struct tdm_engine *e, const struct tdm_qweight *h, struct tdm_dw
     return 0;
 }
 
+/* up_w for one weight of a's rows then b's (tdm_dweight_upload_cat: where that is exact). */
+static int up_w_cat(struct tdm_engine *e, const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_dweight *d,
+                    const char *what, int layer)
+{
+    if (tdm_dweight_upload_cat(a, b, d) != 0) return tdm_err_prefix("CUDA engine: layer %d %s", layer, what);
+    if (track(e, d->owned) != 0) return -1;
+    d->owned = NULL;
+    e->mem.weights += (size_t)(tdm_qweight_bytes(a) + tdm_qweight_bytes(b));
+    return 0;
+}
+
 void tdm_engine_free(struct tdm_engine *e)
 {
     if (!e) return;
@@ -217,10 +235,19 @@ static int upload_layer(struct tdm_engine *e, int i)
         const struct tdm_gdn *g = &l->gdn;
         const int C = tdm_gdn_conv_dim(c), K = c->conv_kernel, Hv = c->gdn_v_heads;
         d->grouped = g->grouped;
+        /* qwen3_5's in_proj_b and in_proj_a: one [2Hv, H] weight, b's rows then a's, so one product
+         * writes both (gates_of), where the rows concatenate exactly (tdm_qweight_cat_exact). They do
+         * for BF16, as real FP8 and NVFP4 checkpoints store them, and for NVFP4 with one scale_2;
+         * not for FP8-stored ones with Hv not a multiple of 128 (48 in the 27B: a 128-row scale
+         * block would straddle b and a) nor NVFP4 with two scale_2: those keep two products, written
+         * side by side into the same [R][2Hv] rows. */
+        d->one_ba = !g->grouped && e->fuse_ba && tdm_qweight_cat_exact(&g->b, &g->a);
         if (g->grouped ? up_w(e, &g->qkvz, &d->qkvz, "in_proj_qkvz", i) || up_w(e, &g->ba, &d->ba, "in_proj_ba", i)
                        : up_w(e, &g->qkv, &d->qkv, "in_proj_qkv", i) || up_w(e, &g->z, &d->z, "in_proj_z", i) ||
-                             up_w(e, &g->b, &d->b, "in_proj_b", i) || up_w(e, &g->a, &d->a, "in_proj_a", i))
+                             (d->one_ba ? up_w_cat(e, &g->b, &g->a, &d->ba, "in_proj_b + in_proj_a", i)
+                                        : up_w(e, &g->b, &d->b, "in_proj_b", i) || up_w(e, &g->a, &d->a, "in_proj_a", i)))
             return -1;
+        e->n_one_ba += d->one_ba;
         if (up_w(e, &g->out, &d->out, "out_proj", i)) return -1;
         if (!(d->conv_w = up_f32(e, g->conv_w, (size_t)C * K, "conv1d", i)) ||
             !(d->A_log = up_f32(e, g->A_log, (size_t)Hv, "A_log", i)) ||
@@ -232,8 +259,7 @@ static int upload_layer(struct tdm_engine *e, int i)
             return -1;
         e->mem.gdn_state += (size_t)Hv * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
         if (!(d->round_x = dalloc(e, (size_t)ROWS * C * 2, &e->mem.act, "verify round inputs")) ||
-            !(d->round_b = dalloc(e, (size_t)ROWS * Hv * 2, &e->mem.act, "verify round inputs")) ||
-            !(d->round_a = dalloc(e, (size_t)ROWS * Hv * 2, &e->mem.act, "verify round inputs")))
+            !(d->round_g = dalloc(e, (size_t)ROWS * 2 * Hv * 2, &e->mem.act, "verify round inputs")))
             return -1;
     } else {
         const struct tdm_attn *a = &l->attn;
@@ -275,8 +301,7 @@ static int alloc_act(struct tdm_engine *e)
     A(mixed, R * C * 2, "GDN activations");
     A(cv, R * C * 2, "GDN activations");
     A(z, R * HvDv * 2, "GDN activations");
-    A(bb, R * Hv * 2, "GDN activations");
-    A(aa, R * Hv * 2, "GDN activations");
+    A(gates, R * 2 * Hv * 2, "GDN activations");
     A(o, R * HvDv * 2, "GDN activations");
     A(gn, R * HvDv * 2, "GDN activations");
     if (grouped) {
@@ -298,6 +323,8 @@ static int alloc_act(struct tdm_engine *e)
         A(u, R * I * 2, "MLP activations");
     }
     A(logits, (size_t)ROWS * V * sizeof(float), "logits");   /* the head runs ROWS rows at a time */
+    A(gid, ROWS * sizeof(int32_t), "greedy ids");
+    A(amax, tdm_argmax_scratch_bytes(ROWS, (int64_t)V), "argmax scratch");
     A(d_pos, sizeof(int32_t), "position");
     A(d_parent, R * sizeof(int32_t), "verify tree");
     A(d_path, R * sizeof(int32_t), "verify tree");
@@ -350,6 +377,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     char arch[16];
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
+    e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
     if (!(e->moe = tdm_emoe_new(m, ROWS, &e->mem.weights, &e->mem.act))) goto fail;
@@ -381,14 +409,20 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
 
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
+    int n_sep = 0; /* qwen3_5 GDN layers whose in_proj_b and in_proj_a stay two products */
+    for (int i = 0; i < c->n_layers; i++) n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
+    char fused[128] = "";
+    if (e->n_one_ba || n_sep)
+        snprintf(fused, sizeof fused, "; in_proj_b + in_proj_a one product in %d of %d GDN layers%s", e->n_one_ba,
+                 e->n_one_ba + n_sep, e->fuse_ba ? "" : " (TANDEM_GDN_FUSE_BA=off)");
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s\n",
+            "%.0f MB; decode steps %s%s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", free0 / 1e6, free1 / 1e6, total / 1e6,
-            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)");
+            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused);
     return e;
 fail:
     tdm_engine_free(e);
@@ -403,6 +437,18 @@ const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e) { return
 /* The launch sequences: a forward; a verify of a chain or of a tree (the rows' parents in
  * e->d_parent); a commit of a verify's first rows, or of a tree's root-to-node path (e->d_path). */
 enum pass { PASS_FORWARD, PASS_VERIFY, PASS_TREE, PASS_COMMIT, PASS_COMMIT_PATH };
+
+/* Where a GDN layer's b and a rows are, in a buffer of rows x 2Hv values (e->gates: e->prow rows;
+ * a layer's round_g: ROWS rows). qwen3_5: per row b then a, row stride 2Hv (the one product's
+ * [M][2Hv] output, or the two products written side by side). qwen3_next: as tdm_gdn_ungroup writes
+ * them, b [rows][Hv] then a [rows][Hv], row stride Hv. Every reader of the rows (the recurrence's
+ * forms, the commit, a tree commit's gather) takes them from here. */
+struct gates { uint16_t *b, *a; int64_t ld; };
+static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows, int Hv)
+{
+    if (d->grouped) return (struct gates){buf, buf + rows * Hv, Hv};
+    return (struct gates){buf, buf + Hv, 2 * (int64_t)Hv};
+}
 
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
@@ -420,26 +466,30 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
     const struct tdm_tiles *t = e->tiles;
     const int64_t W = 2 * (int64_t)Hk * Dk + 2 * (int64_t)Hv * Dv; /* grouped qkvz */
     /* a verify keeps its rows' conv input and gates for the commit (engine_impl.h) */
-    uint16_t *x = verify ? d->round_x : e->mixed, *bb = verify ? d->round_b : e->bb, *aa = verify ? d->round_a : e->aa;
+    uint16_t *x = verify ? d->round_x : e->mixed;
+    const struct gates g = verify ? gates_of(d, d->round_g, ROWS, Hv) : gates_of(d, e->gates, e->prow, Hv);
+    const uint16_t *bb = g.b, *aa = g.a;
+    const int64_t ld = g.ld;
     if (d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, st) ||
-                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, bb, aa, st)
+                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, g.b, g.a, st)
                    : tdm_matmul(&d->qkv, e->xn, H, M, x, C, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->b, e->xn, H, M, bb, Hv, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->a, e->xn, H, M, aa, Hv, TDM_MM_BF16, t, st))
+                         (d->one_ba ? tdm_matmul(&d->ba, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, st)
+                                    : tdm_matmul(&d->b, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, st) ||
+                                          tdm_matmul(&d->a, e->xn, H, M, g.a, ld, TDM_MM_BF16, t, st)))
         return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
     if ((p == PASS_TREE ? tdm_gdn_conv_tree(x, C, d->conv_w, d->conv_state, e->d_parent, M, C, K, e->cv, st)
          : verify       ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
          : prefill      ? tdm_gdn_conv_prefill(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
                         : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
-        (p == PASS_TREE ? tdm_gdn_recur_tree(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk, Hv, Dk,
+        (p == PASS_TREE ? tdm_gdn_recur_tree(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk, Hv, Dk,
                                              Dv, e->o, st)
-         : verify  ? tdm_gdn_recur_verify(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
-         : prefill ? tdm_gdn_recur_chunked(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
+         : verify  ? tdm_gdn_recur_verify(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
+         : prefill ? tdm_gdn_recur_chunked(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
                                            e->gdn_scratch, e->o, st)
-                   : tdm_gdn_recur(e->cv, bb, Hv, aa, Hv, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
+                   : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
@@ -514,8 +564,10 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 }
 
 /* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
- * from..M-1 in e->logits (none when from >= M). graphed: positions from e->d_pos. p: a forward, or
- * a chain or tree verify (the mixers say what changes). */
+ * from..M-1 in e->logits and their greedy ids in e->gid (none when from >= M). graphed: positions
+ * from e->d_pos. p: a forward, or a chain or tree verify (the mixers say what changes). The argmax
+ * runs whenever the head does, so one graph per shape serves the callers that copy the logits, the
+ * ids or both (two small launches over logits the head just wrote). */
 static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pass p)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -534,7 +586,8 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
         pend = e->y;
     }
     if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;
-    if (from < M && tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) != 0)
+    if (from < M && (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) ||
+                     tdm_argmax_rows(e->logits, V, M - from, V, e->amax, e->gid, st)))
         return -1;
     return 0;
 }
@@ -550,8 +603,9 @@ static int commit_launches(struct tdm_engine *e, int j)
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
         if (d->mixer != TDM_MIXER_GDN) continue;
+        const struct gates g = gates_of(d, d->round_g, ROWS, Hv);
         if (tdm_gdn_conv(d->round_x, C, d->conv_w, d->conv_state, j, C, c->conv_kernel, e->cv, e->st) ||
-            tdm_gdn_recur(e->cv, d->round_b, Hv, d->round_a, Hv, d->A_log, d->dt_bias, d->S, j, Hk, Hv, Dk, Dv, e->o, e->st))
+            tdm_gdn_recur(e->cv, g.b, g.ld, g.a, g.ld, d->A_log, d->dt_bias, d->S, j, Hk, Hv, Dk, Dv, e->o, e->st))
             return -1;
     }
     return 0;
@@ -560,7 +614,8 @@ static int commit_launches(struct tdm_engine *e, int j)
 /* A tree path's commit: the path's rows (e->d_path, n of them) gathered in place to the front of
  * each GDN layer's kept inputs and of each attention layer's new K/V rows (tdm_rows_compact: rows
  * pos..pos+n-1 become the path's, the rest are dropped by the length), then commit_launches over
- * the n rows: the states and cache of n one-token steps over the path's tokens. */
+ * the n rows: the states and cache of n one-token steps over the path's tokens. A qwen3_5 layer's
+ * b and a rows lie side by side (gates_of): one gather of 2Hv columns moves both. */
 static int commit_path_launches(struct tdm_engine *e, int n, int graphed)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -570,11 +625,17 @@ static int commit_path_launches(struct tdm_engine *e, int n, int graphed)
     void *st = e->st;
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
-        if (d->mixer == TDM_MIXER_GDN ? tdm_rows_compact(d->round_x, C, C, 0, NULL, e->d_path, n, st) ||
-                                            tdm_rows_compact(d->round_b, Hv, Hv, 0, NULL, e->d_path, n, st) ||
-                                            tdm_rows_compact(d->round_a, Hv, Hv, 0, NULL, e->d_path, n, st)
-                                      : tdm_rows_compact(d->kc, HkvD, HkvD, pos, dpos, e->d_path, n, st) ||
-                                            tdm_rows_compact(d->vc, HkvD, HkvD, pos, dpos, e->d_path, n, st))
+        if (d->mixer != TDM_MIXER_GDN) {
+            if (tdm_rows_compact(d->kc, HkvD, HkvD, pos, dpos, e->d_path, n, st) ||
+                tdm_rows_compact(d->vc, HkvD, HkvD, pos, dpos, e->d_path, n, st))
+                return -1;
+            continue;
+        }
+        const struct gates g = gates_of(d, d->round_g, ROWS, Hv);
+        if (tdm_rows_compact(d->round_x, C, C, 0, NULL, e->d_path, n, st) ||
+            (d->grouped ? tdm_rows_compact(g.b, Hv, Hv, 0, NULL, e->d_path, n, st) ||
+                              tdm_rows_compact(g.a, Hv, Hv, 0, NULL, e->d_path, n, st)
+                        : tdm_rows_compact(g.b, g.ld, 2 * Hv, 0, NULL, e->d_path, n, st)))
             return -1;
     }
     return commit_launches(e, n);
@@ -611,16 +672,18 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
     return pass_launches(e, p, M, from, 0);
 }
 
-/* M <= ROWS tokens at e->pos; logits of rows from..M-1 (none when from >= M or out is NULL). A
- * one-token step with logits, and every verify, runs from a graph (run_pass). p: a forward, or a
- * verify (PASS_VERIFY, PASS_TREE with the parents already in e->d_parent): the position stays, the
- * GDN states stay (gdn_mixer), and the round may be committed (engine_impl.h). */
-static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, enum pass p)
+/* M <= ROWS tokens at e->pos; logits of rows from..M-1 into out and their greedy ids into gout
+ * (either NULL; the head is skipped when both are, or from >= M). A one-token step with logits or
+ * ids, and every verify, runs from a graph (run_pass); the copies to the host come after the
+ * launch, outside the graph. p: a forward, or a verify (PASS_VERIFY, PASS_TREE with the parents
+ * already in e->d_parent): the position stays, the GDN states stay (gdn_mixer), and the round may be
+ * committed (engine_impl.h). */
+static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout, enum pass p)
 {
     const int verify = p != PASS_FORWARD;
     const int V = e->m->cfg.vocab;
     void *st = e->st;
-    if (!out) from = M;
+    if (!out && !gout) from = M;
     e->round_rows = 0; /* a forward changes the states a pending round started from; a verify replaces it */
     e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
@@ -630,7 +693,8 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     else if (M == 1 && from == 0) rc = run_pass(e, PASS_FORWARD, 1, 0, &e->step, &e->eager_steps);
     else rc = launches(e, M, from, 0, PASS_FORWARD);
     if (rc != 0) return -1;
-    if (from < M && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
+    if (from < M && out && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
+    if (from < M && gout && tdm_copy_async(gout, e->gid, (size_t)(M - from) * sizeof(int32_t), st) != 0) return -1;
     if (tdm_stream_sync(st) != 0) return -1;
     e->fin_rows = M; /* launches() left the final-norm output in e->xn */
     if (verify) e->round_rows = M;
@@ -639,20 +703,23 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
 }
 
 /* A prefill chunk of M <= e->prow tokens: the layers over all M rows at once (projections past 32
- * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1 into out. */
-static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+ * rows run the wide GEMM), then the head ROWS rows at a time for rows from..M-1: logits into out,
+ * greedy ids into gout (either NULL). */
+static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout)
 {
     const int H = e->m->cfg.hidden, V = e->m->cfg.vocab;
     void *st = e->st;
-    if (!out) from = M;
+    if (!out && !gout) from = M;
     e->round_rows = 0;
     e->fin_rows = 0;
     if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, PASS_FORWARD) != 0) return -1;
     for (int r0 = from; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
-        /* same stream: the copy of one slice ends before the next head launch overwrites it */
+        /* same stream: the copies of one slice end before the next head launch overwrites it */
         if (tdm_matmul(&e->head, e->xn + (size_t)r0 * H, H, m, e->logits, V, TDM_MM_F32, e->tiles, st) != 0 ||
-            tdm_copy_async(out + (size_t)(r0 - from) * V, e->logits, (size_t)m * V * sizeof(float), st) != 0)
+            (out && tdm_copy_async(out + (size_t)(r0 - from) * V, e->logits, (size_t)m * V * sizeof(float), st) != 0) ||
+            (gout && (tdm_argmax_rows(e->logits, V, m, V, e->amax, e->gid, st) != 0 ||
+                      tdm_copy_async(gout + (r0 - from), e->gid, (size_t)m * sizeof(int32_t), st) != 0)))
             return -1;
     }
     if (tdm_stream_sync(st) != 0) return -1;
@@ -661,15 +728,16 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     return 0;
 }
 
-static int forward_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out)
+static int forward_chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, float *out, int32_t *gout)
 {
-    return chunk(e, ids, M, from, out, PASS_FORWARD);
+    return chunk(e, ids, M, from, out, gout, PASS_FORWARD);
 }
 
-/* tdm_engine_forward's contract for T tokens: checked whole (nothing is consumed on bad input),
+/* tdm_engine_forward_ids's contract for T tokens: checked whole (nothing is consumed on bad input),
  * then fed `rows` at a time through one_chunk. */
-static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T, int logits_from, float *logits, int rows,
-                int (*one_chunk)(struct tdm_engine *, const int32_t *, int, int, float *), const char *what)
+static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T, int logits_from, float *logits,
+                int32_t *gids, int rows, int (*one_chunk)(struct tdm_engine *, const int32_t *, int, int, float *, int32_t *),
+                const char *what)
 {
     const struct tdm_config *c = &e->m->cfg;
     if (T <= 0) return 0;
@@ -682,19 +750,33 @@ static int feed(struct tdm_engine *e, const char *who, const int32_t *ids, int T
         int from = logits_from - at;
         if (from < 0) from = 0;
         float *out = logits && from < M ? logits + (size_t)(at + from - logits_from) * c->vocab : NULL;
-        if (one_chunk(e, ids + at, M, from, out) != 0) return tdm_err_prefix("%s at position %d", what, e->pos);
+        int32_t *gout = gids && from < M ? gids + (at + from - logits_from) : NULL;
+        if (one_chunk(e, ids + at, M, from, out, gout) != 0) return tdm_err_prefix("%s at position %d", what, e->pos);
     }
     return 0;
 }
 
+int tdm_engine_forward_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids)
+{
+    return feed(e, "tdm_engine_forward", ids, T, logits_from, logits, out_ids, ROWS, forward_chunk, "CUDA engine");
+}
+
 int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
 {
-    return feed(e, "tdm_engine_forward", ids, T, logits_from, logits, ROWS, forward_chunk, "CUDA engine");
+    return tdm_engine_forward_ids(e, ids, T, logits_from, logits, NULL);
+}
+
+int tdm_engine_prefill_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids)
+{
+    return feed(e, "tdm_engine_prefill", ids, T, logits_from, logits, out_ids, e->prow, prefill_chunk,
+                "CUDA engine prefill");
 }
 
 int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits)
 {
-    return feed(e, "tdm_engine_prefill", ids, T, logits_from, logits, e->prow, prefill_chunk, "CUDA engine prefill");
+    return tdm_engine_prefill_ids(e, ids, T, logits_from, logits, NULL);
 }
 
 int tdm_engine_prefill_rows(const struct tdm_engine *e) { return e->prow; }
@@ -706,21 +788,22 @@ int tdm_engine_ctx(const struct tdm_engine *e) { return e->ctx; }
 int tdm_engine_round_rows(const struct tdm_engine *e) { return e->round_rows; }
 const int *tdm_engine_round_parents(const struct tdm_engine *e) { return e->round_parent; }
 
-int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits)
+int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits, int32_t *gids)
 {
-    if (chunk(e, ids, R, from, logits, PASS_VERIFY) != 0) return -1;
+    if (chunk(e, ids, R, from, logits, gids, PASS_VERIFY) != 0) return -1;
     for (int r = 0; r < R; r++) e->round_parent[r] = r - 1;
     e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
     return 0;
 }
 
-int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from, float *logits)
+int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from, float *logits,
+                                int32_t *gids)
 {
     int32_t par[ROWS];
     for (int r = 0; r < R; r++) par[r] = parent[r];
     e->round_rows = 0;
     if (tdm_copy_async(e->d_parent, par, (size_t)R * sizeof(int32_t), e->st) != 0 ||
-        chunk(e, ids, R, from, logits, PASS_TREE) != 0)
+        chunk(e, ids, R, from, logits, gids, PASS_TREE) != 0)
         return -1;
     /* the recurrence reads every state once, and again for each node whose parent is not the
      * node before it (gdn.cu: the reload that rebuilds the parent's state) */

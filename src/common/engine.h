@@ -10,7 +10,7 @@
  * head returns FP32 logits. T tokens are processed in chunks of at most TDM_ENGINE_MAX_ROWS rows
  * through the M-row kernels, which are row-invariant by construction: forwarding T tokens in one
  * call gives the same bits as T one-token calls. Everything runs on the engine's own stream; the
- * forward returns after its logits are on the host. */
+ * forward returns after its logits (or its greedy ids: the _ids forms) are on the host. */
 #ifndef TDM_ENGINE_H
 #define TDM_ENGINE_H
 #include "model.h"
@@ -31,8 +31,10 @@ int tdm_engine_supported(const struct tdm_model *m);
 /* Uploads m's weights to device 0 and allocates the state of one sequence of up to ctx tokens: per
  * attention layer BF16 K and V caches [ctx][Hkv][D], per GDN layer a BF16 conv state [K-1][C] and
  * an FP32 state [Hv][Dk][Dv], activations for TDM_ENGINE_MAX_ROWS rows. m must outlive the engine
- * (its small vectors are read at upload only, but its config is kept). Prints one "# " line with
- * the device memory it holds to stderr. Returns NULL with tdm_err() (no device, unsupported
+ * (its small vectors are read at upload only, but its config is kept). qwen3_5's in_proj_b and
+ * in_proj_a are uploaded as one weight where they concatenate exactly (TANDEM_GDN_FUSE_BA). Prints
+ * one "# " line with the device memory it holds, and in how many GDN layers in_proj_b and in_proj_a
+ * are one product, to stderr. Returns NULL with tdm_err() (no device, unsupported
  * layout, out of device memory naming what was being allocated). */
 struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx);
 void tdm_engine_free(struct tdm_engine *e);
@@ -63,6 +65,20 @@ int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logi
 int tdm_engine_prefill(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits);
 int tdm_engine_prefill_rows(const struct tdm_engine *e);
 
+/* Greedy ids chosen on the device. The _ids forms take, besides logits (NULL, or as in the plain
+ * form), out_ids: NULL, or one int32 per row logits_from..T-1 (R-1 for a verify, n-1 for a tree
+ * verify): the row's argmax over its FP32 logits, ties to the lower id, NaN never chosen
+ * (kernels/layers.h: tdm_argmax_rows), run on the device over the logits buffer the head wrote, in
+ * the same pass and the same CUDA graph (every pass whose head runs computes them; only the copy
+ * depends on out_ids) — so the ids are the host tdm_argmax's choice on the same bits (they can
+ * differ only on a row whose id 0 is NaN: tdm_argmax keeps 0 there). With logits NULL only the ids
+ * cross to the host (4 bytes a row instead of 4V); the head runs for rows logits_from..T-1 when
+ * either is asked for. The plain forms are the _ids forms with out_ids NULL. */
+int tdm_engine_forward_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids);
+int tdm_engine_prefill_ids(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits,
+                           int32_t *out_ids);
+
 /* Clears the sequence: position 0, KV caches, conv and GDN states zeroed. */
 int tdm_engine_reset(struct tdm_engine *e);
 
@@ -73,7 +89,9 @@ int tdm_engine_reset(struct tdm_engine *e);
  * states are only read (kernels/layers.h: the verify forms); the rows' GDN inputs are kept. Each
  * row's logits are the bits R one-token steps would give (the M-row kernels are row-invariant).
  * logits NULL, or [R - logits_from][V] FP32 for rows logits_from..R-1 (logits_from = R: none, and
- * the head is skipped). Every verify shape runs from a CUDA graph after its first use.
+ * the head is skipped). tdm_engine_verify_ids also gives the rows' greedy ids (the _ids forms above:
+ * a greedy round's acceptance needs only those). Every verify shape runs from a CUDA graph after
+ * its first use (one graph per shape whether the logits, the ids or both are copied).
  * tdm_engine_commit(e, j) then consumes the first j rows (1 <= j <= R): the position advances by j,
  * the K/V rows of the rest are dropped (only the length counts), and the conv and recurrent
  * states are run over the j kept rows from the round's entry state with the forward's kernels —
@@ -82,6 +100,8 @@ int tdm_engine_reset(struct tdm_engine *e);
  * Returns 0, or -1 with tdm_err(): bad R / logits_from / j, context full, a token id outside the
  * vocabulary, no round to commit (nothing changes), a CUDA failure (the state is then undefined). */
 int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits);
+int tdm_engine_verify_ids(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits,
+                          int32_t *out_ids);
 int tdm_engine_commit(struct tdm_engine *e, int j);
 /* Tree rounds: tdm_engine_verify_tree feeds n = 1..TDM_ENGINE_MAX_ROWS nodes, node 0 the root (the
  * last emitted token, parent[0] = -1) and every other node after its parent (0 <= parent[t] < t;
@@ -89,7 +109,8 @@ int tdm_engine_commit(struct tdm_engine *e, int j);
  * committed tokens, its ancestors and itself, and its logits are the bits the one-token steps over
  * its root-to-node path give (kernels/layers.h, Trees: the tree kernels repeat the chain kernels'
  * arithmetic along each path, so there is no near-tie exception on the GPU); its K/V rows go to
- * pos + t, the GDN states are only read, the nodes' GDN inputs are kept. logits as for a chain.
+ * pos + t, the GDN states are only read, the nodes' GDN inputs are kept. logits as for a chain;
+ * tdm_engine_verify_tree_ids also gives the nodes' greedy ids.
  * Tree verifies run from a CUDA graph per (n, logits_from) after the first use, the parents read
  * from device memory. tdm_engine_commit_path then consumes a root-to-node path of the last verify
  * (chain or tree): path[0] = 0, path[j] a child of path[j-1], len >= 1: the path's K/V rows are
@@ -101,6 +122,8 @@ int tdm_engine_commit(struct tdm_engine *e, int j);
  * changes). */
 int tdm_engine_verify_tree(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from,
                            float *logits);
+int tdm_engine_verify_tree_ids(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from,
+                               float *logits, int32_t *out_ids);
 int tdm_engine_commit_path(struct tdm_engine *e, const int *path, int len);
 /* GDN state bytes the rounds moved since the engine was made: a chain verify reads every recurrent
  * state once and writes none; a tree verify reads it once more for each node whose parent is not

@@ -14,9 +14,9 @@ int tdm_engine_ctx(const struct tdm_engine *e);
 int tdm_engine_round_rows(const struct tdm_engine *e);
 /* The launches of a verify of R rows (checked by the caller: 1..TDM_ENGINE_MAX_ROWS, in the context,
  * ids in the vocabulary, 0 <= from <= R) and of a commit of j of them (1 <= j <= the round's rows),
- * as engine.h's tdm_engine_verify and tdm_engine_commit describe; the stream is synchronised on
- * return. */
-int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits);
+ * as engine.h's tdm_engine_verify_ids and tdm_engine_commit describe (gids: the rows' greedy ids,
+ * or NULL); the stream is synchronised on return. */
+int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits, int32_t *gids);
 int tdm_engine_commit_rows(struct tdm_engine *e, int j);
 
 /* What the MTP drafter uses of the engine. Borrowed activations: every pass of engine.c
@@ -53,7 +53,7 @@ void tdm_emtp_reset(struct tdm_emtp *x);
  * of a root-to-node path of the last verify (checked against its parents: path[0] = 0, path[j]'s
  * parent path[j-1]); a path 0..len-1 commits as tdm_engine_commit_rows(e, len). */
 int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const int *parent, int R, int from,
-                                float *logits);
+                                float *logits, int32_t *gids);
 int tdm_engine_commit_path_rows(struct tdm_engine *e, const int *path, int len);
 /* The parents of the last verify's rows (a chain's are r - 1); valid while tdm_engine_round_rows
  * is not 0. */

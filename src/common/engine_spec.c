@@ -17,24 +17,35 @@ static int verify_check(const struct tdm_engine *e, const char *who, const int32
     return 0;
 }
 
-int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits)
+int tdm_engine_verify_ids(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits, int32_t *out_ids)
 {
     if (verify_check(e, "tdm_engine_verify", ids, R, logits_from) != 0) return -1;
-    if (tdm_engine_verify_rows(e, ids, R, logits_from, logits) != 0)
+    if (tdm_engine_verify_rows(e, ids, R, logits_from, logits, out_ids) != 0)
         return tdm_err_prefix("CUDA engine: verify of %d rows at position %d", R, tdm_engine_pos(e));
     return 0;
 }
 
-int tdm_engine_verify_tree(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from, float *logits)
+int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits)
+{
+    return tdm_engine_verify_ids(e, ids, R, logits_from, logits, NULL);
+}
+
+int tdm_engine_verify_tree_ids(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from,
+                               float *logits, int32_t *out_ids)
 {
     if (verify_check(e, "tdm_engine_verify_tree", ids, n, logits_from) != 0) return -1;
     for (int t = 0; t < n; t++)
         if (t == 0 ? parent[0] != -1 : parent[t] < 0 || parent[t] >= t)
             return tdm_errf("tdm_engine_verify_tree: node %d's parent %d: node 0 is the root (-1), every other node's "
                             "parent comes before it", t, parent[t]);
-    if (tdm_engine_verify_tree_rows(e, ids, parent, n, logits_from, logits) != 0)
+    if (tdm_engine_verify_tree_rows(e, ids, parent, n, logits_from, logits, out_ids) != 0)
         return tdm_err_prefix("CUDA engine: tree verify of %d nodes at position %d", n, tdm_engine_pos(e));
     return 0;
+}
+
+int tdm_engine_verify_tree(struct tdm_engine *e, const int32_t *ids, const int *parent, int n, int logits_from, float *logits)
+{
+    return tdm_engine_verify_tree_ids(e, ids, parent, n, logits_from, logits, NULL);
 }
 
 int tdm_engine_commit_path(struct tdm_engine *e, const int *path, int len)

@@ -1,6 +1,9 @@
 #include "linear.h"
+#include "err.h"
 #include "formats.h"
+#include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *tdm_wfmt_name(enum tdm_wfmt f)
 {
@@ -69,6 +72,68 @@ struct tdm_qweight tdm_qweight_rows(const struct tdm_qweight *w, int64_t r0, int
     v.row0 = w->row0 + r0;
     v.n = n;
     return v;
+}
+
+/* Bytes of one stored weight row (0: a format without a row layout). */
+static int64_t row_bytes(enum tdm_wfmt fmt, int64_t k)
+{
+    switch (fmt) {
+    case TDM_W_BF16: return k * 2;
+    case TDM_W_F32: return k * 4;
+    case TDM_W_FP8: return k;
+    case TDM_W_NVFP4: return k / 2;
+    default: return 0;
+    }
+}
+
+int tdm_qweight_cat_exact(const struct tdm_qweight *a, const struct tdm_qweight *b)
+{
+    const int64_t B = TDM_FP8_BLOCK;
+    if (a->fmt != b->fmt || a->k != b->k || a->k < 1 || a->n < 1 || b->n < 1 || a->row0 < 0 || b->row0 < 0) return 0;
+    switch (a->fmt) {
+    case TDM_W_BF16:
+    case TDM_W_F32: return 1;
+    case TDM_W_NVFP4: return a->k % TDM_NVFP4_GROUP == 0 && a->scale2 == b->scale2;
+    case TDM_W_FP8:
+        return a->scale_dt == b->scale_dt && a->row0 % B == 0 && a->n % B == 0 && b->row0 % B == 0;
+    default: return 0;
+    }
+}
+
+int tdm_qweight_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_qweight *out, void **buf)
+{
+    *buf = NULL;
+    if (!tdm_qweight_cat_exact(a, b))
+        return tdm_errf("%s %" PRId64 "x%" PRId64 " and %s %" PRId64 "x%" PRId64 ": rows that do not concatenate "
+                        "exactly (format, k, NVFP4 scale_2 or FP8 128-row blocks)",
+                        tdm_wfmt_name(a->fmt), a->n, a->k, tdm_wfmt_name(b->fmt), b->n, b->k);
+    const int64_t k = a->k, n = a->n + b->n, rb = row_bytes(a->fmt, k);
+    /* scale rows: NVFP4 one per weight row (k/16 e4m3); FP8 one per 128 rows (ceil(k/128) of scale_dt) */
+    int64_t sa = 0, sb = 0, s_row = 0, s_a0 = 0, s_b0 = 0;
+    if (a->fmt == TDM_W_NVFP4) {
+        s_row = k / TDM_NVFP4_GROUP;
+        sa = a->n, sb = b->n, s_a0 = a->row0, s_b0 = b->row0;
+    } else if (a->fmt == TDM_W_FP8) {
+        const int64_t B = TDM_FP8_BLOCK;
+        s_row = (k + B - 1) / B * (int64_t)tdm_dtype_size(a->scale_dt);
+        sa = a->n / B, sb = (b->n + B - 1) / B, s_a0 = a->row0 / B, s_b0 = b->row0 / B;
+    }
+    const int64_t wbytes = n * rb, soff = (wbytes + 15) / 16 * 16, sbytes = (sa + sb) * s_row;
+    char *p = malloc((size_t)(soff + sbytes > 0 ? soff + sbytes : 1));
+    if (!p) return tdm_errf("%" PRId64 "x%" PRId64 " %s weight: out of host memory", n, k, tdm_wfmt_name(a->fmt));
+    memcpy(p, (const char *)a->w + a->row0 * rb, (size_t)(a->n * rb));
+    memcpy(p + a->n * rb, (const char *)b->w + b->row0 * rb, (size_t)(b->n * rb));
+    if (sbytes) {
+        memcpy(p + soff, (const char *)a->scale + s_a0 * s_row, (size_t)(sa * s_row));
+        memcpy(p + soff + sa * s_row, (const char *)b->scale + s_b0 * s_row, (size_t)(sb * s_row));
+    }
+    *out = *a;
+    out->n = n;
+    out->row0 = 0;
+    out->w = p;
+    out->scale = sbytes ? p + soff : NULL;
+    *buf = p;
+    return 0;
 }
 
 float tdm_dot(const float *a, const float *b, int64_t n)

@@ -35,6 +35,18 @@ int64_t tdm_qweight_bytes(const struct tdm_qweight *w);
 void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out);
 /* A view of rows [r0, r0+n) of w. */
 struct tdm_qweight tdm_qweight_rows(const struct tdm_qweight *w, int64_t r0, int64_t n);
+/* Whether a's rows followed by b's make one stored matrix with the same dequantized rows, so that
+ * one product over it gives both: the same format and k, and scales that stay with their rows.
+ * BF16 and F32: always. NVFP4: the group scales are per row; the global scale_2 multiplies every
+ * sum, so both must have the same one (different ones would need the group scales requantized,
+ * not exact). FP8: a 128x128 block scale is shared by 128 rows, so a's rows must be whole blocks
+ * (row0 and n multiples of 128), b must start at a block boundary, and the scales one type (a
+ * 48-row in_proj_b is not: its block would need two scales). */
+int tdm_qweight_cat_exact(const struct tdm_qweight *a, const struct tdm_qweight *b);
+/* That matrix [a.n + b.n, k], row0 0: a's stored rows, then b's, with their scales (NVFP4: the
+ * common scale_2). Its storage is host memory in *buf (free() it after use; out points into it).
+ * Returns 0, or -1 with tdm_err() saying why (not exact, out of memory). */
+int tdm_qweight_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_qweight *out, void **buf);
 /* The FP32 dot product every reference sum uses (fixed order). */
 float tdm_dot(const float *a, const float *b, int64_t n);
 /* y[m][n] = sum_k x[m][k] * W[n][k] in FP32 (x holds BF16-valued floats by convention). */

@@ -27,6 +27,10 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs a prefill chunk's GDN layers (past 32 rows) through the prefill kernels (the conv "
      "parallel over tokens, the same bits; the chunked delta rule, the same function in another summation "
      "order); off runs them token by token as decode does"},
+    {"TANDEM_GDN_FUSE_BA", "on", "on|off",
+     "CUDA engine: on runs qwen3_5's in_proj_b and in_proj_a as one product per GDN layer (one [2Hv, H] "
+     "weight, b's rows then a's) where the two concatenate exactly (same format and k; NVFP4 the same "
+     "scale_2; FP8 whole 128-row blocks), else two; off runs two products (the older path, for comparison)"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "

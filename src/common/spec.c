@@ -201,6 +201,8 @@ static int expand(struct drafter *d, int t, int want, int32_t *out)
         if (d->de) { /* t's path (root..t) as one verify on the committed state; its last row drafts */
             for (int x = t, a = dep; a >= 0; a--, x = d->parent[x]) d->dver[a] = d->ids[x];
             d->ndver = dep + 1;
+            if (want == 1) /* a chain's draft, the top-1: its id chosen on the device, no logits copied */
+                return tdm_engine_verify_ids(d->de, d->dver, dep + 1, dep, NULL, out) != 0 ? -1 : 1;
             if (tdm_engine_verify(d->de, d->dver, dep + 1, dep, d->dlog) != 0) return -1;
             return tdm_topk(d->dlog, d->V, want, out);
         }
@@ -275,25 +277,42 @@ static int draft_engine_follow(struct drafter *d, const int32_t *fed, int len)
     return tdm_engine_commit(d->de, len);
 }
 
-/* ---- the verified model: the CPU reference or the CUDA engine ---- */
+/* ---- the verified model: the CPU reference or the CUDA engine ----
+ * Each pass gives the greedy ids of its rows (from..T-1) in gid, and their logits in logits when
+ * keep: the CPU reference computes the logits in any case and takes the ids from them with
+ * tdm_argmax; the engine chooses the ids on the device (engine.h: the _ids forms) and copies the
+ * logits only when keep (4 bytes a row instead of 4V). */
 
-struct target { struct tdm_ref *r; struct tdm_engine *e; };
+struct target { struct tdm_ref *r; struct tdm_engine *e; int V; };
 
-static int target_forward(struct target *t, const int32_t *ids, int T, int from, float *logits, float *final_h)
+static int host_ids(const struct target *t, const float *logits, int rows, int32_t *gid)
 {
-    return t->e ? tdm_engine_forward(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
+    for (int i = 0; i < rows; i++) gid[i] = (int32_t)tdm_argmax(logits + (size_t)i * t->V, t->V);
+    return 0;
 }
-/* The prompt: on the engine in prefill chunks (tdm_engine_prefill), as tandem-run's plain decode
- * does, so that both start from the same state. */
-static int target_prefill(struct target *t, const int32_t *ids, int T, int from, float *logits, float *final_h)
+static int target_forward(struct target *t, const int32_t *ids, int T, int from, int keep, float *logits, int32_t *gid,
+                          float *final_h)
 {
-    return t->e ? tdm_engine_prefill(t->e, ids, T, from, logits) : tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h);
+    if (t->e) return tdm_engine_forward_ids(t->e, ids, T, from, keep ? logits : NULL, gid);
+    return tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h) != 0 ? -1 : host_ids(t, logits, T - from, gid);
+}
+/* The prompt: on the engine in prefill chunks (tdm_engine_prefill_ids), as tandem-run's plain
+ * decode does, so that both start from the same state. */
+static int target_prefill(struct target *t, const int32_t *ids, int T, int from, int keep, float *logits, int32_t *gid,
+                          float *final_h)
+{
+    if (t->e) return tdm_engine_prefill_ids(t->e, ids, T, from, keep ? logits : NULL, gid);
+    return tdm_ref_forward(t->r, ids, T, from, logits, NULL, final_h) != 0 ? -1 : host_ids(t, logits, T - from, gid);
 }
 static int target_pos(const struct target *t) { return t->e ? tdm_engine_pos(t->e) : tdm_ref_pos(t->r); }
-static int target_verify(struct target *t, const struct drafter *d, int tree, float *logits, float *final_h)
+static int target_verify(struct target *t, const struct drafter *d, int tree, int keep, float *logits, int32_t *gid,
+                         float *final_h)
 {
-    if (!t->e) return tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h);
-    return tree ? tdm_engine_verify_tree(t->e, d->ids, d->parent, d->n, 0, logits) : tdm_engine_verify(t->e, d->ids, d->n, 0, logits);
+    if (!t->e)
+        return tdm_ref_verify(t->r, d->ids, d->parent, d->n, tree, logits, final_h) != 0 ? -1 : host_ids(t, logits, d->n, gid);
+    float *lg = keep ? logits : NULL;
+    return tree ? tdm_engine_verify_tree_ids(t->e, d->ids, d->parent, d->n, 0, lg, gid)
+                : tdm_engine_verify_ids(t->e, d->ids, d->n, 0, lg, gid);
 }
 static int target_commit(struct target *t, const int *path, int len)
 {
@@ -336,6 +355,14 @@ static int pick(const struct tdm_spec_opts *o, const float *x, int V, long e)
     return tdm_argmax(x, V);
 }
 
+/* The e-th emitted token from a row: with its logits on the host (keep), pick() on them, as
+ * before the ids came from the device; else the row's greedy id (the same token: pick() without
+ * a fault is tdm_argmax, the ids' rule). */
+static int32_t choose(const struct tdm_spec_opts *o, int keep, const float *row, int32_t id, int V, long e)
+{
+    return keep ? (int32_t)pick(o, row, V, e) : id;
+}
+
 int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, const int32_t *prompt, int n_prompt,
                       int n_new, int32_t *out, float *out_logits, struct tdm_spec_stats *st)
 {
@@ -354,7 +381,10 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     if (!o->tree_depth && (o->draft < 1 || o->draft > MAXN - 1)) return tdm_errf("--draft %d: expected 1 to %d", o->draft, MAXN - 1);
     if (n_new <= 0) return 0;
     const int ctx = n_prompt + n_new + MAXN + 1;
-    struct target tg = {NULL, NULL};
+    struct target tg = {NULL, NULL, V};
+    /* the logits cross to the host only when they are asked for, or a fault is to be injected */
+    const int keep = out_logits != NULL || o->fault_at > 0;
+    int32_t gid[MAXN];
     struct drafter d = {.kind = o->kind, .o = o, .V = V, .H = H, .cur = -1};
     float *logits = xmalloc((size_t)MAXN * V * sizeof(float)), *fh = xmalloc((size_t)MAXN * H * sizeof(float));
     const int cuda = o->backend == TDM_BACKEND_CUDA;
@@ -382,14 +412,15 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     if (tg.e && pc > tdm_engine_prefill_rows(tg.e)) pc = tdm_engine_prefill_rows(tg.e);
     for (int at = 0; at < n_prompt; at += pc) {
         int T = n_prompt - at < pc ? n_prompt - at : pc;
-        if (target_prefill(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, logits, ph ? ph + (size_t)at * H : NULL) != 0)
+        if (target_prefill(&tg, prompt + at, T, at + T == n_prompt ? T - 1 : T, keep, logits, gid,
+                           ph ? ph + (size_t)at * H : NULL) != 0)
             goto done;
         last_at = at;
         if (d.me && at + T < n_prompt && mtp_engine_feed(&d, at, prompt + at + 1, T, 0) != 0) goto done;
     }
     st->prefill_ms = now_ms() - t0;
     long e = 0;
-    int32_t last = (int32_t)pick(o, logits, V, e);
+    int32_t last = choose(o, keep, logits, gid[0], V, e);
     if (out_logits) memcpy(out_logits, logits, (size_t)V * sizeof(float));
     out[e++] = last;
 
@@ -424,8 +455,8 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     }
 
     while (o->kind == TDM_SPEC_OFF && e < n_new) { /* one token at a time: the plain decode path */
-        if (target_forward(&tg, &last, 1, 0, logits, NULL) != 0) goto done;
-        last = (int32_t)pick(o, logits, V, e);
+        if (target_forward(&tg, &last, 1, 0, keep, logits, gid, NULL) != 0) goto done;
+        last = choose(o, keep, logits, gid[0], V, e);
         if (out_logits) memcpy(out_logits + (size_t)e * V, logits, (size_t)V * sizeof(float));
         out[e++] = last;
     }
@@ -446,13 +477,13 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         }
         if (build(&d, 0, maxdepth) != 0) goto done;
         const int tree = o->tree_depth > 0;
-        if (target_verify(&tg, &d, tree, logits, fh) != 0) goto done;
+        if (target_verify(&tg, &d, tree, keep, logits, gid, fh) != 0) goto done;
         /* greedy acceptance: the longest path of argmax tokens, plus the bonus */
         int path[MAXN], len = 1, cur = 0;
         path[0] = 0;
         for (;;) {
             const float *row = logits + (size_t)cur * V;
-            int32_t tok = (int32_t)pick(o, row, V, e);
+            int32_t tok = choose(o, keep, row, gid[cur], V, e);
             if (out_logits) memcpy(out_logits + (size_t)e * V, row, (size_t)V * sizeof(float));
             out[e++] = tok;
             last = tok;

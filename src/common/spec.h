@@ -106,7 +106,12 @@ struct tdm_spec_stats {
 
 /* Prefill the prompt (>= 1 token) and emit n_new tokens by speculative rounds (o->kind != OFF) or
  * one token at a time (OFF), on o->backend. out [n_new]; out_logits NULL or [n_new][V]: the logits
- * row each token was chosen from. Returns 0; -1 with tdm_err() for bad options or input, an
+ * row each token was chosen from. Greedy acceptance needs only each row's argmax: on the CUDA
+ * engine the ids are chosen on the device (engine.h: the _ids forms) and the logits cross to the
+ * host only when out_logits is given or TANDEM_SPEC_FAULT is set (the tokens are then picked from
+ * them on the host, as the CPU's are); on the CPU reference the ids are tdm_argmax of its logits.
+ * A draft engine's chain drafts come the same way (top-1 ids; a tree's top-b still reads logits).
+ * Returns 0; -1 with tdm_err() for bad options or input, an
  * unsupported combination, no device or out of device memory; -2 with tdm_err() when a CUDA call
  * failed during the run (the tools exit 1 then, 2 for -1). */
 int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, const int32_t *prompt, int n_prompt,

@@ -37,7 +37,8 @@ near() {
         { echo "$2: ${v:-absent}, expected $3" >>"$tmp/err"; return 1; }
 }
 TIMES="verify_ms verify_ms_min verify_last_row_logits_ms commit_ms commit_ms_min round_ms round_ms_min x_step
-       round_last_row_logits_ms x_step_last_row_logits bytes.weights_even bytes.kv bytes.gdn_state bytes.total_even gb_per_s"
+       round_last_row_logits_ms x_step_last_row_logits verify_ids_ms verify_ids_ms_min round_ids_ms x_step_ids
+       bytes.weights_even bytes.kv bytes.gdn_state bytes.total_even gb_per_s"
 # the series' figures: $1 the JSON, $2 the array, $3 its length
 series_ok() {
     i=0
@@ -47,6 +48,8 @@ series_ok() {
     done
     ! $JG "$1" "$2.$3" >/dev/null 2>&1
 }
+# Each figure is also timed with only the greedy ids copied (ids_ms, verify_ids_ms, round_ids_ms,
+# x_step_ids, ids_speedup: tdm_engine_forward_ids / tdm_engine_verify_ids with no logits).
 # $1 the model's name, $2 the JSON, $3 its stdout, $4 whether the drafter runs (true/false), $5 the
 # FP32 GDN state bytes of the model (all layers)
 check_run() {
@@ -57,6 +60,7 @@ check_run() {
     : >"$tmp/err"
     t "$1: the JSON has the step's figures, positive" \
       "pos $2 step.ms step.ms_min step.tokens_per_s step.bytes.total_even step.gb_per_s step_again.ms &&
+       pos $2 step.ids_ms step.ids_tokens_per_s step_again.ids_ms &&
        eq $2 step.includes_logits_copy true && eq $2 step.bytes.gdn_state $((2 * $5)).0"
     t "$1: every chain, tree and spec series has every figure, positive" \
       "series_ok $2 chain 3 && series_ok $2 tree 2 && series_ok $2 spec 4"
@@ -72,6 +76,8 @@ check_run() {
        if [ $4 = true ]; then pos $2 spec.0.draft_ms spec.3.draft_ms acceptance.3.draft_ms; else eq $2 spec.0.draft_ms null; fi"
     t "$1: the acceptance table and the targets" \
       "pos $2 acceptance.0.round_ms acceptance.3.tokens_per_s acceptance.3.speedup targets.round32.x_step targets.speedup.best &&
+       pos $2 acceptance.0.round_ids_ms acceptance.3.ids_tokens_per_s acceptance.3.ids_speedup &&
+       pos $2 targets.round32.x_step_ids targets.speedup.best_ids &&
        near $2 acceptance.0.tokens_per_round 1.9 && near $2 acceptance.3.tokens_per_round 3.79 && eq $2 targets.round16 null &&
        eq $2 targets.speedup.drafter_timed $4"
 }

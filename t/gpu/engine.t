@@ -5,9 +5,15 @@
 # CPU reference; greedy ids; the prompt in one call against one-row and 5-row calls, bit for bit;
 # context overflow refused. Then, for both fixtures, tandem-run --backend cuda through
 # fixture_check (the CPU reference's gate, on the engine's dumps: prompt logits, greedy ids, step
-# logits under --force), graphed decode steps against eager ones bit for bit; the real 27B layer
-# shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts, top-10) in every format against
-# the CPU reference; and a synthetic qwen3_5_moe model against the CPU reference.
+# logits under --force; the greedy ids run without --dump-logits, so they are chosen on the device),
+# graphed decode steps against eager ones bit for bit, and the greedy ids path (no --dump-logits:
+# ids chosen on the device, no logits copied but the last step's) giving the logits path's tokens,
+# graphed and eager, with every device id equal to the host argmax where the logits come;
+# qwen35-tiny's in_proj_b and in_proj_a run as one product in each GDN layer (the engine's line says
+# so); the real 27B layer shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts,
+# top-10) in every format against the CPU reference, the 27B's also with in_proj_b and in_proj_a as
+# two products (TANDEM_GDN_FUSE_BA=off) bit for bit as one; and a synthetic qwen3_5_moe model
+# against the CPU reference.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -36,21 +42,42 @@ for fmt in bf16 fp8 nvfp4; do
        $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >/dev/null 2>>$tmp/err ||
        { sed 's/^/# /' $tmp/err; false; }"
     grep '^# CUDA engine' "$tmp/err" | head -1
+    if [ $model = qwen35-tiny ]; then
+        t "tandem-run --backend cuda, $model/$fmt: in_proj_b and in_proj_a one product in each of the 3 GDN layers" \
+          "grep '^# CUDA engine' $tmp/err | head -1 | grep -q 'in_proj_b + in_proj_a one product in 3 of 3 GDN layers'"
+    fi
     t "tandem-run --backend cuda, $model/$fmt: fixture_check bounds" \
       "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
        rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
+    t "tandem-run --backend cuda, $model/$fmt: forced steps without --dump-logits (greedy ids on the device) print the argmax ids of the run with it" \
+      "$RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >$tmp/forced-l.tok 2>$tmp/err &&
+       $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok >$tmp/forced-i.tok 2>>$tmp/err &&
+       [ -s $tmp/forced-l.tok ] && cmp -s $tmp/forced-l.tok $tmp/forced-i.tok || { sed 's/^/# /' $tmp/err; false; }"
 done
 for fmt in bf16 nvfp4; do
     t "tandem-run --backend cuda, $model/$fmt: 24 greedy steps from the captured graph (TANDEM_CUDA_GRAPH=on) equal eager launches (off), every logit bit for bit" \
       "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err &&
        TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/e.st >$tmp/e.tok 2>>$tmp/err &&
        cmp -s $tmp/g.st $tmp/e.st && cmp -s $tmp/g.tok $tmp/e.tok || { sed 's/^/# /' $tmp/err; false; }"
+    t "tandem-run --backend cuda, $model/$fmt: 24 greedy steps on the ids path (no --dump-logits), graphed and eager, give the logits path's tokens; with --dump-logits the device's id equals the host argmax on all 23 steps" \
+      "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 --dump-logits $tmp/g.st >$tmp/g.tok 2>$tmp/err.l &&
+       TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt -p $F/prompt.tok -n 24 >$tmp/gi.tok 2>$tmp/err.g &&
+       TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt -p $F/prompt.tok -n 24 >$tmp/ei.tok 2>$tmp/err.e &&
+       cmp -s $tmp/gi.tok $tmp/g.tok && cmp -s $tmp/ei.tok $tmp/g.tok &&
+       grep -q '^# greedy ids chosen on the device: logits copied on 23 of 23 steps (--dump-logits); the device.s id equals their host argmax on 23 of 23' $tmp/err.l &&
+       grep -q '^# greedy ids chosen on the device: logits copied on 1 of 23 steps (the last, for the hash); the device.s id equals their host argmax on 1 of 1' $tmp/err.g &&
+       [ \"\$(grep '^# last logits hash' $tmp/err.l)\" = \"\$(grep '^# last logits hash' $tmp/err.g)\" ] ||
+       { cat $tmp/err.l $tmp/err.g $tmp/err.e 2>/dev/null | sed 's/^/# /'; false; }"
 done
 done
 # The real Qwen3.8-27B layer shapes (H 5120, attention 24/4 heads of 256, GDN 16/48 heads of 128,
 # MLP 17408), two layers (GDN, attention) and a cut vocabulary, in each stored format: the engine's
 # logits against the CPU reference's over a 6-token prompt and 3 greedy steps (teacher-forced on
-# the CPU's ids). Bound 2e-2: the fixtures' bound for the GPU against the reference.
+# the CPU's ids). Bound 2e-2: the fixtures' bound for the GPU against the reference. Then the same
+# forced run with in_proj_b and in_proj_a as two 48x5120 products (TANDEM_GDN_FUSE_BA=off): every
+# logit bit for bit as the one 96x5120 product's (tdm_mm_kchains gives both shapes 8 chains, and
+# nothing else of a shape changes a column's bits), and the engine's line says one product in 1 of
+# 1 GDN layers, then 0 of 1.
 printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
 for fmt in bf16 fp8 nvfp4; do
     M27=$tmp/m27-$fmt
@@ -59,9 +86,14 @@ for fmt in bf16 fp8 nvfp4; do
        bin/tandem-run -m $M27 --backend cpu -p $tmp/p27.tok -n 0 --dump-logits $tmp/cpu0.st >/dev/null 2>>$tmp/err &&
        $RUN -m $M27 -p $tmp/p27.tok -n 0 --dump-logits $tmp/gpu0.st >/dev/null 2>>$tmp/err &&
        bin/tandem-run -m $M27 --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/cpu.st >$tmp/cpu.tok 2>>$tmp/err &&
-       $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>>$tmp/err &&
+       $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>$tmp/err.one &&
        build/t/logits_cmp $tmp/gpu0.st $tmp/cpu0.st 2e-2 >$tmp/cmp && build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >>$tmp/cmp;
-       rc=\$?; sed 's/^/#   /' $tmp/cmp; rm -rf $M27; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
+       rc=\$?; sed 's/^/#   /' $tmp/cmp; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err $tmp/err.one; false; }"
+    t "27B layer shapes, $fmt: in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off) give one product's logits bit for bit" \
+      "TANDEM_GDN_FUSE_BA=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu2.st >/dev/null 2>$tmp/err.two &&
+       grep -q 'one product in 1 of 1 GDN layers' $tmp/err.one && grep -q 'one product in 0 of 1 GDN layers' $tmp/err.two &&
+       cmp -s $tmp/gpu.st $tmp/gpu2.st || { sed 's/^/# /' $tmp/err.one $tmp/err.two; false; }"
+    rm -rf "$M27"
 done
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of
 # 128, 512 experts of width 512, top-10, shared expert 512), two layers (GDN with the MoE MLP,

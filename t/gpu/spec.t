@@ -7,11 +7,15 @@
 # committed), the round protocol's refusals, the MTP drafter's logits against the CPU reference
 # and the fixture (qwen35-tiny in every format, qwen3next-tiny's MoE MTP in BF16),
 # tdm_spec_generate's mtp, ngram and draft chains and ngram and draft trees against plain CUDA
-# decode. Then the tools on the fixtures: tandem-run --backend cuda --spec mtp, ngram and draft,
-# chains and --tree, give plain --backend cuda decode's tokens and logits dump byte for byte, with
+# decode (and without logits, the greedy ids chosen on the device, its tokens, graphed and eager).
+# Then the tools on the fixtures: tandem-run --backend cuda --spec mtp, ngram and draft,
+# chains and --tree, give plain --backend cuda decode's tokens and logits dump byte for byte, and
+# without --dump-logits (the greedy ids path: no logits copied) its tokens, with
 # the round statistics on stderr and in --json (mtp: the CPU reference's acceptance per depth); an
 # mtp tree refused (exit 2, one line); tandem-exactcheck --backend cuda passes (exit 0: twins with
-# tree verify and tree commit, speculative chains and trees bit for bit, graphed vs eager) and
+# tree verify and tree commit, the device's greedy ids of the twins' rows equal to the host argmax
+# of their logits, speculative chains and trees bit for bit, graphed vs eager, the greedy ids path
+# giving the tokens of the runs with logits) and
 # fails on an injected difference (exit 1). Skips without a CUDA device.
 out=$(build/t/spec_gpu)
 rc=$?
@@ -32,14 +36,18 @@ fi
 RUN="bin/tandem-run --backend cuda -p $F/prompt.tok -n 32"
 for fmt in bf16 fp8 nvfp4; do
     $RUN -m "$F/$fmt" --dump-logits "$tmp/plain.st" >"$tmp/plain.tok" 2>"$tmp/err" || { sed 's/^/# /' "$tmp/err"; }
+    t "$fmt: tandem-run --backend cuda without --dump-logits (greedy ids on the device), graphed and eager, gives the tokens of the run with it" \
+      "TANDEM_CUDA_GRAPH=on $RUN -m $F/$fmt >$tmp/ids.tok 2>$tmp/err && [ -s $tmp/plain.tok ] && cmp -s $tmp/ids.tok $tmp/plain.tok &&
+       TANDEM_CUDA_GRAPH=off $RUN -m $F/$fmt >$tmp/ids.tok 2>>$tmp/err && cmp -s $tmp/ids.tok $tmp/plain.tok"
     other=bf16; [ $fmt = bf16 ] && other=nvfp4
     for a in "--spec mtp" "--spec mtp --draft 12" "--spec ngram" "--spec ngram --draft 12" "--spec draft --draft-model $F/$fmt" \
              "--spec draft --draft-model $F/$fmt --draft 31" "--spec draft --draft-model $F/$other --draft 3" \
              "--spec ngram --tree 3,2,1" "--spec draft --draft-model $F/$fmt --tree 3,2,1" \
              "--spec draft --draft-model $F/$other --tree 2,2,2,1"; do
-        t "$fmt: tandem-run --backend cuda $a gives plain cuda decode's tokens and logits dump, byte for byte" \
+        t "$fmt: tandem-run --backend cuda $a gives plain cuda decode's tokens and logits dump, byte for byte, and its tokens without --dump-logits (greedy ids on the device)" \
           "$RUN -m $F/$fmt $a --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err && [ -s $tmp/plain.tok ] &&
-           cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
+           cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st &&
+           $RUN -m $F/$fmt $a >$tmp/ids.tok 2>$tmp/err.ids && cmp -s $tmp/ids.tok $tmp/plain.tok"
         printf '#   %s: %s\n' "$a" "$(grep '^# speculative:' "$tmp/err" | sed 's/^# //')"
     done
 done
@@ -73,16 +81,34 @@ for fmt in bf16 nvfp4; do
        grep -q '^speculative draft tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
        grep -q '^speculative mtp   tree .*not run on the cuda backend' $tmp/out &&
        [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 6 ] &&
+       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 6 ] &&
+       grep -q '^device greedy ids of (a).s rows vs the host argmax of their logits: [1-9][0-9]* rows: identical (0 differ)' $tmp/out &&
+       [ \$(build/t/json_get $tmp/ec.json device_ids.verdict) = '\"identical\"' ] &&
+       [ \$(build/t/json_get $tmp/ec.json graphs.ids_path_verdict) = '\"identical\"' ] &&
        [ \$(build/t/json_get $tmp/ec.json verdict) = '\"pass\"' ] && [ \$(build/t/json_get $tmp/ec.json graphs.verdict) = '\"identical\"' ]"
     sed 's/^/#   /' "$tmp/out"
 done
+# in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off) writing their rows side by side
+# as the one product does: verify, commit and tree commit still equal one-token decode, and the
+# outputs equal the one product's bit for bit (6x256 and 12x256 both sum in one chain).
+t "TANDEM_GDN_FUSE_BA=off: tandem-exactcheck --backend cuda, bf16, ngram: exit 0, twins (tree+commit too) and ngram chain and tree identical" \
+  "TANDEM_GDN_FUSE_BA=off $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err &&
+   grep -q 'one product in 0 of 3 GDN layers' $tmp/err && [ \$(grep -c '^twins .*: identical' $tmp/out) -eq 5 ] &&
+   grep -q '^speculative ngram chain 4 .*: identical' $tmp/out &&
+   grep -q '^speculative ngram tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out"
+sed 's/^/#   /' "$tmp/out"
+t "TANDEM_GDN_FUSE_BA=off: tandem-run --backend cuda --spec ngram --tree 3,2,1 gives one product's plain decode, byte for byte" \
+  "$RUN -m $F/bf16 --dump-logits $tmp/plain.st >$tmp/plain.tok 2>$tmp/err &&
+   TANDEM_GDN_FUSE_BA=off $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err &&
+   [ -s $tmp/plain.tok ] && cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
 t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3) fails with exit 1" \
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"
 if [ -d "$FIX/qwen3next-tiny" ]; then
     t "tandem-exactcheck --backend cuda --spec mtp on qwen3next-tiny (MoE MTP layer): exit 0, the chain identical, graphed = eager" \
       "$EC -m $FIX/qwen3next-tiny/bf16 -p $FIX/qwen3next-tiny/prompt.tok --spec mtp >$tmp/out 2>$tmp/err &&
-       grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out && [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 2 ]"
+       grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out && [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 2 ] &&
+       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 2 ]"
     sed 's/^/#   /' "$tmp/out"
 else
     n=$((n + 1)); echo "ok $n # SKIP fixture qwen3next-tiny not found in $FIX"

@@ -5,6 +5,17 @@
  *       FP32 ulp before the rounding), every element written;
  *     a tree commit's row gather (tdm_rows_compact): equal to the host loop bit for bit, the base
  *       on the host and in device memory, the other rows and columns untouched.
+ *   qwen3_5's in_proj_b and in_proj_a as one product (the engine's upload, tdm_dweight_upload_cat)
+ *   against the two products written side by side into rows of 2n (the engine's two-product path),
+ *   for the 27B's shape (48 x 5120) and the tiny fixture's (6 x 256) in BF16, 48 x 5120 in NVFP4
+ *   with one scale_2, and FP8 parts of whole 128-row blocks; 1, 2, 5, 16, 17 and 32 rows (the
+ *   skinny kernels) and 33 and 100 (the wide GEMM):
+ *     both against the CPU reference (tdm_dot over the parts' rows): |y - ref| <= 1e-4 sum_k |x w|
+ *       + 2^-8 |ref| (matmul_gpu.c's bound for BF16 output), every output written;
+ *     the skinny kernels bit for bit where tdm_mm_kchains gives the fused shape (2n, k) the parts'
+ *       chain count (true for every shape here: the settings of a shape change no bits but through
+ *       kchains, tiles.h); the wide GEMM's differing values reported, not failed;
+ *     tdm_dweight_upload_cat refuses FP8 48-row parts (a 128-row scale block across both).
  *   the forward on the tiny fixtures (TANDEM_FIXTURES/qwen35-tiny: dense qwen3_5;
  *   TANDEM_FIXTURES/qwen3next-tiny: qwen3_next, grouped GDN projections and MoE in every layer),
  *   per stored format (bf16, fp8, nvfp4), the prompt in one call of T rows (chunks of 32), then
@@ -24,6 +35,16 @@
  *       both margins, not failed);
  *     row invariance: the prompt in T one-row calls, and in calls of 5 rows, followed by the same
  *       steps, gives every logit bit for bit as the one T-row call;
+ *     qwen3_5 (qwen35-tiny): an engine made with TANDEM_GDN_FUSE_BA=off (in_proj_b and in_proj_a as
+ *       two products) gives the same prompt and step logits bit for bit where tdm_mm_kchains gives
+ *       (2Hv, H) the chains of (Hv, H) (the tiny fixture's 12 x 256 and 6 x 256: one chain each),
+ *       else within the CPU bound of the CPU reference;
+ *     greedy ids on the device (the _ids forms), graphed and eager (TANDEM_CUDA_GRAPH on, off): each
+ *       row's id equals the host tdm_argmax of its logits — the prompt in one call with logits and
+ *       ids, and ids only from row T/2; the steps alternating logits + ids and ids only (the step's
+ *       graph captured on an ids-only step, replayed both ways); a 5-row call, ids only from row 2;
+ *       the prefill path with logits + ids, ids only, ids only of the last row — and the logits
+ *       that come with ids are the one-call feed's bits;
  *     errors: context overflow refused with nothing consumed. */
 #include "compare.h"
 #include "device.h"
@@ -31,11 +52,13 @@
 #include "engine_glue.h"
 #include "err.h"
 #include "formats.h"
+#include "matmul.h"
 #include "model.h"
 #include "ref.h"
 #include "safetensors.h"
 #include "settings.h"
 #include "tap.h"
+#include "tiles.h"
 #include "tokens.h"
 #include <math.h>
 #include <stdlib.h>
@@ -157,6 +180,150 @@ static void test_rows_compact(void)
     free(h); free(want); free(got);
 }
 
+/* ---- in_proj_b and in_proj_a as one product ---- */
+
+static struct tdm_tiles *tiles;
+
+struct hw {
+    struct tdm_qweight q;
+    void *w, *scale;
+};
+
+/* A stored weight [n, k] in fmt from random floats (NVFP4 with the given scale_2; FP8 F32 scales). */
+static void make_hw(struct hw *h, enum tdm_wfmt fmt, int64_t n, int64_t k, float scale2)
+{
+    memset(h, 0, sizeof *h);
+    float *f = hal((size_t)(n * k) * sizeof *f);
+    for (int64_t i = 0; i < n * k; i++) f[i] = frand() * 0.05f * (1 + (i % 3));
+    h->q.fmt = fmt;
+    h->q.n = n;
+    h->q.k = k;
+    h->q.scale_dt = TDM_DT_F32;
+    if (fmt == TDM_W_BF16) {
+        uint16_t *w = hal((size_t)(n * k) * 2);
+        for (int64_t i = 0; i < n * k; i++) w[i] = tdm_f32_to_bf16(f[i]);
+        h->w = w;
+    } else if (fmt == TDM_W_NVFP4) {
+        h->w = hal((size_t)(n * k / 2));
+        h->scale = hal((size_t)(n * k / TDM_NVFP4_GROUP));
+        tdm_nvfp4_quantize(f, n, k, scale2, h->w, h->scale, &h->q.scale2);
+    } else {
+        const int64_t B = TDM_FP8_BLOCK;
+        h->w = hal((size_t)(n * k));
+        h->scale = hal((size_t)(((n + B - 1) / B) * ((k + B - 1) / B)) * 4);
+        tdm_fp8_quantize(f, n, k, 0, h->w, h->scale, TDM_DT_F32);
+    }
+    h->q.w = h->w;
+    h->q.scale = h->scale;
+    free(f);
+}
+
+/* b [n, k] and a [n, k]: the product through the one weight [b; a] into y1 [m][2n], and the two
+ * products into y2 at columns 0 and n (row stride 2n), for each row count, against each other and
+ * against the CPU reference. */
+static void test_cat_case(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, float scale2, tdm_stream st)
+{
+    struct hw hb, ha;
+    make_hw(&hb, fmt, n, k, scale2);
+    make_hw(&ha, fmt, n, k, scale2);
+    struct tdm_dweight db, da, dcat;
+    if (tdm_dweight_upload(&hb.q, &db) != 0 || tdm_dweight_upload(&ha.q, &da) != 0) bail("upload");
+    const int cat_rc = tdm_dweight_upload_cat(&hb.q, &ha.q, &dcat);
+    ok(cat_rc == 0 && dcat.n == 2 * n && dcat.k == k && dcat.row0 == 0, "%s: [b; a] uploaded as one %lldx%lld weight%s%s",
+       label, (long long)(2 * n), (long long)k, cat_rc ? ": " : "", cat_rc ? tdm_err() : "");
+    if (cat_rc != 0) {
+        tdm_dweight_free(&db); tdm_dweight_free(&da);
+        free(hb.w); free(hb.scale); free(ha.w); free(ha.scale);
+        return;
+    }
+    const int XR = 100, N2 = (int)(2 * n);
+    uint16_t *hx = hal((size_t)XR * k * 2);
+    float *xf = hal((size_t)XR * k * sizeof *xf);
+    for (int64_t i = 0; i < XR * k; i++) {
+        hx[i] = tdm_f32_to_bf16(frand() * 2.0f);
+        xf[i] = tdm_bf16_to_f32(hx[i]);
+    }
+    /* the reference and sum |x w| of every (row, column), columns 0..n-1 from b, n..2n-1 from a */
+    float *ref = hal((size_t)XR * N2 * sizeof *ref), *mag = hal((size_t)XR * N2 * sizeof *mag), *row = hal((size_t)k * sizeof *row);
+    for (int c = 0; c < N2; c++) {
+        tdm_qweight_row(c < n ? &hb.q : &ha.q, c < n ? c : c - n, row);
+        for (int r = 0; r < XR; r++) {
+            const float *xr = xf + (size_t)r * k;
+            double s = 0;
+            for (int64_t i = 0; i < k; i++) s += fabs((double)xr[i] * row[i]);
+            ref[(size_t)r * N2 + c] = tdm_dot(xr, row, k);
+            mag[(size_t)r * N2 + c] = (float)s;
+        }
+    }
+    uint16_t *dx = dal((size_t)XR * k * 2), *dy1 = dal((size_t)XR * N2 * 2), *dy2 = dal((size_t)XR * N2 * 2);
+    uint16_t *y1 = hal((size_t)XR * N2 * 2), *y2 = hal((size_t)XR * N2 * 2);
+    up(dx, hx, (size_t)XR * k * 2);
+    const int same_chains = tdm_mm_kchains(2 * n, k) == tdm_mm_kchains(n, k);
+    static const int rows[] = {1, 2, 5, 16, 17, 32, 33, 100};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        const int m = rows[ri], wide = m > 32;
+        const size_t yb = (size_t)m * N2 * 2;
+        poison(dy1, yb);
+        poison(dy2, yb);
+        if (tdm_matmul(&dcat, dx, k, m, dy1, N2, TDM_MM_BF16, tiles, st) != 0 ||
+            tdm_matmul(&db, dx, k, m, dy2, N2, TDM_MM_BF16, tiles, st) != 0 ||
+            tdm_matmul(&da, dx, k, m, dy2 + n, N2, TDM_MM_BF16, tiles, st) != 0 || tdm_stream_sync(st) != 0)
+            bail("matmul");
+        down(y1, dy1, yb);
+        down(y2, dy2, yb);
+        long bad1 = 0, bad2 = 0, unwritten = 0, differ = 0;
+        double worst = 0;
+        for (int r = 0; r < m; r++)
+            for (int c = 0; c < N2; c++) {
+                const size_t i = (size_t)r * N2 + c;
+                const double want = ref[i], tol = 1e-4 * mag[i] + ldexp(fabs(want), -8) + 1e-30;
+                const double g1 = tdm_bf16_to_f32(y1[i]), g2 = tdm_bf16_to_f32(y2[i]);
+                unwritten += isnan(g1) || isnan(g2);
+                bad1 += !(fabs(g1 - want) <= tol);
+                bad2 += !(fabs(g2 - want) <= tol);
+                differ += y1[i] != y2[i];
+                const double e = fabs(g1 - want) / (mag[i] + 1e-30);
+                if (!(e <= worst)) worst = e;
+            }
+        ok(bad1 == 0 && bad2 == 0 && unwritten == 0, "%s, %d rows%s: one product and two products vs the CPU reference: %ld "
+           "and %ld of %d outside the bound (worst %.2e of sum|xw|), %ld unwritten", label, m, wide ? " (wide GEMM)" : "",
+           bad1, bad2, m * N2, worst, unwritten);
+        if (!wide && same_chains)
+            ok(differ == 0, "%s, %d rows: one product equals the two products bit for bit (kchains %d for %lldx%lld and "
+               "%lldx%lld): %ld of %d values differ", label, m, tdm_mm_kchains(n, k), (long long)(2 * n), (long long)k,
+               (long long)n, (long long)k, differ, m * N2);
+        else
+            printf("# %s, %d rows%s: one product vs two products: %ld of %d values differ (kchains %d vs %d; not required "
+                   "equal)\n", label, m, wide ? " (wide GEMM)" : "", differ, m * N2, tdm_mm_kchains(2 * n, k),
+                   tdm_mm_kchains(n, k));
+    }
+    tdm_cuda_free(dx); tdm_cuda_free(dy1); tdm_cuda_free(dy2);
+    tdm_dweight_free(&db); tdm_dweight_free(&da); tdm_dweight_free(&dcat);
+    free(hx); free(xf); free(ref); free(mag); free(row); free(y1); free(y2);
+    free(hb.w); free(hb.scale); free(ha.w); free(ha.scale);
+}
+
+static void test_cat_products(void)
+{
+    tdm_stream st;
+    if (tdm_stream_create(&st) != 0) bail("stream");
+    test_cat_case("b + a bf16 48x5120 (27B)", TDM_W_BF16, 48, 5120, 0, st);
+    test_cat_case("b + a bf16 6x256 (qwen35-tiny)", TDM_W_BF16, 6, 256, 0, st);
+    test_cat_case("b + a nvfp4 48x5120, one scale_2", TDM_W_NVFP4, 48, 5120, 0.0125f, st);
+    test_cat_case("b + a fp8 128x512 (whole blocks)", TDM_W_FP8, 128, 512, 0, st);
+    /* FP8 48-row parts do not concatenate: refused, nothing uploaded */
+    struct hw hb, ha;
+    make_hw(&hb, TDM_W_FP8, 48, 512, 0);
+    make_hw(&ha, TDM_W_FP8, 48, 512, 0);
+    struct tdm_dweight d;
+    const int rc = tdm_dweight_upload_cat(&hb.q, &ha.q, &d);
+    ok(rc != 0 && d.owned == NULL && strstr(tdm_err(), "do not concatenate"),
+       "b + a fp8 48x512: one weight refused (\"%s\"), nothing uploaded", rc ? tdm_err() : "accepted");
+    if (rc == 0) tdm_dweight_free(&d);
+    free(hb.w); free(hb.scale); free(ha.w); free(ha.scale);
+    tdm_stream_destroy(st);
+}
+
 /* ---- the forward on the fixture ---- */
 
 static const float *ref_tensor(const struct tdm_stfile *f, const char *name, int64_t *rows, int V)
@@ -201,6 +368,76 @@ static int top1_differ(const float *got, const float *ref, int rows, int V, cons
         }
     }
     return n;
+}
+
+/* The greedy ids the engine chooses on the device against the host tdm_argmax (see the top): want
+ * [T + S - 1][V] the logits of run_engine's one-call feed (prompt rows, then the row after each
+ * forced id). A fresh engine per TANDEM_CUDA_GRAPH setting (read at tdm_engine_new); the setting is
+ * put back as it was. */
+static void test_ids(const struct tdm_model *m, const char *lab, const int32_t *prompt, int T, const int32_t *force, int S,
+                     const float *want)
+{
+    const int V = m->cfg.vocab, rows = T + S - 1;
+    float *lg = hal((size_t)rows * V * 4);
+    int32_t *gid = hal((size_t)rows * 4), *gid2 = hal((size_t)rows * 4);
+    const char *was = getenv("TANDEM_CUDA_GRAPH");
+    char *saved = was ? strdup(was) : NULL;
+#define ARGMAX(x, r) tdm_argmax((x) + (size_t)(r) * V, V)
+    for (int graph = 1; graph >= 0; graph--) {
+        if (setenv("TANDEM_CUDA_GRAPH", graph ? "on" : "off", 1) != 0) bail("setenv");
+        struct tdm_engine *e = tdm_engine_new(m, rows);
+        if (!e) bail("engine");
+        long checked = 0, differ = 0, bits = 0;
+        /* the prompt in one call (chunks of 32), logits and ids */
+        memset(gid, 0xff, (size_t)rows * 4);
+        if (tdm_engine_forward_ids(e, prompt, T, 0, lg, gid) != 0) bail("tdm_engine_forward_ids, prompt");
+        for (int r = 0; r < T; r++, checked++) differ += gid[r] != ARGMAX(lg, r);
+        bits += memcmp(lg, want, (size_t)T * V * 4) != 0;
+        /* the steps: even ones with logits and ids, odd ones ids only (the step graph is captured on
+         * step 1, an ids-only one, and replayed both ways) */
+        for (int i = 0; i + 1 < S; i++, checked++) {
+            const int with = i % 2 == 0;
+            float *row = lg + (size_t)(T + i) * V;
+            int32_t g = -1;
+            if (tdm_engine_forward_ids(e, &force[i], 1, 0, with ? row : NULL, &g) != 0) bail("tdm_engine_forward_ids, step");
+            differ += g != ARGMAX(want, T + i);
+            if (with) {
+                differ += g != ARGMAX(row, 0);
+                bits += memcmp(row, want + (size_t)(T + i) * V, (size_t)V * 4) != 0;
+            }
+        }
+        /* ids only: prompt rows T/2..T-1 (the second chunk's offset), then a 5-row call from row 2 */
+        if (tdm_engine_reset(e) != 0) bail("engine reset");
+        const int from = T / 2;
+        memset(gid, 0xff, (size_t)rows * 4);
+        if (tdm_engine_forward_ids(e, prompt, T, from, NULL, gid) != 0) bail("tdm_engine_forward_ids, ids only");
+        for (int r = from; r < T; r++, checked++) differ += gid[r - from] != ARGMAX(want, r);
+        if (S >= 6) {
+            if (tdm_engine_forward_ids(e, force, 5, 2, NULL, gid) != 0) bail("tdm_engine_forward_ids, 5 rows");
+            for (int r = 2; r < 5; r++, checked++) differ += gid[r - 2] != ARGMAX(want, T + r);
+        }
+        /* the prefill path (its own logits, close to but not the bits of the forward's): logits and
+         * ids, then ids only, then the last row's id only */
+        int32_t last = -1;
+        memset(gid, 0xff, (size_t)rows * 4);
+        memset(gid2, 0xff, (size_t)rows * 4);
+        if (tdm_engine_reset(e) != 0 || tdm_engine_prefill_ids(e, prompt, T, 0, lg, gid) != 0 || tdm_engine_reset(e) != 0 ||
+            tdm_engine_prefill_ids(e, prompt, T, 0, NULL, gid2) != 0 || tdm_engine_reset(e) != 0 ||
+            tdm_engine_prefill_ids(e, prompt, T, T - 1, NULL, &last) != 0)
+            bail("tdm_engine_prefill_ids");
+        for (int r = 0; r < T; r++, checked++) differ += gid[r] != ARGMAX(lg, r) || gid2[r] != gid[r];
+        differ += last != gid[T - 1];
+        ok(differ == 0 && bits == 0 && tdm_engine_pos(e) == T,
+           "%s: greedy ids on the device, %s: %ld of %ld rows differ from the host argmax of the same logits (forward "
+           "with and without logits, the step graph both ways, from rows T/2 and 2, the prefill path); %ld logits blocks "
+           "fetched with ids differ from the one-call feed's bits", lab, graph ? "graphs on" : "eager (TANDEM_CUDA_GRAPH=off)",
+           differ, checked + 1, bits);
+        tdm_engine_free(e);
+    }
+#undef ARGMAX
+    if (saved ? setenv("TANDEM_CUDA_GRAPH", saved, 1) : unsetenv("TANDEM_CUDA_GRAPH")) bail("setenv");
+    free(saved);
+    free(lg); free(gid); free(gid2);
 }
 
 static void test_fixture(const char *fix, const char *model, const char *fmt)
@@ -294,6 +531,36 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
            modes[k] == 1 ? "one-row" : "5-row", S - 1, diff, (long)rows * V, T);
     }
 
+    /* qwen3_5: in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off) against one */
+    if (m->cfg.arch != TDM_ARCH_QWEN3_NEXT) {
+        const int H = m->cfg.hidden, Hv = m->cfg.gdn_v_heads;
+        const int same = tdm_mm_kchains(2 * Hv, H) == tdm_mm_kchains(Hv, H);
+        const char *was = getenv("TANDEM_GDN_FUSE_BA");
+        char *prev = was ? strdup(was) : NULL;
+        setenv("TANDEM_GDN_FUSE_BA", "off", 1);
+        struct tdm_engine *e2 = tdm_engine_new(m, rows);
+        if (prev) setenv("TANDEM_GDN_FUSE_BA", prev, 1);
+        else unsetenv("TANDEM_GDN_FUSE_BA");
+        free(prev);
+        if (!e2) bail("engine with TANDEM_GDN_FUSE_BA=off");
+        memset(tw, 0xff, (size_t)rows * V * 4);
+        if (run_engine(e2, prompt, T, gref, S, 0, tw, V) != 0) bail("engine forward (TANDEM_GDN_FUSE_BA=off)");
+        tdm_engine_free(e2);
+        long diff = 0;
+        for (size_t i = 0; i < (size_t)rows * V; i++) diff += memcmp(&tw[i], &lg[i], 4) != 0;
+        snprintf(what, sizeof what, "%s two b/a products vs the CPU reference", lab);
+        double e2c = rel_err_excused(what, tw, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
+        if (same)
+            ok(diff == 0, "%s: in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off): %ld of %ld logits differ "
+               "from one product's (bit for bit: kchains %d for %dx%d and %dx%d)", lab, diff, (long)rows * V,
+               tdm_mm_kchains(Hv, H), 2 * Hv, H, Hv, H);
+        else
+            ok(e2c <= CPU_BOUND && nskip * 8 <= rows, "%s: in_proj_b and in_proj_a as two products (TANDEM_GDN_FUSE_BA=off) "
+               "vs the CPU reference: relative error %.2e <= %.0e (%ld logits differ from one product's: kchains %d vs %d)",
+               lab, e2c, CPU_BOUND, diff, tdm_mm_kchains(2 * Hv, H), tdm_mm_kchains(Hv, H));
+    }
+    test_ids(m, lab, prompt, T, gref, S, lg);
+
     /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM and the
      * flash prefill attention past 32 rows), then the forced steps: close to the CPU reference, not
      * the bits of the M-row kernels */
@@ -329,6 +596,11 @@ int main(void)
     test_embed();
     test_silu_mul();
     test_rows_compact();
+    char arch[16];
+    tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+    if (tdm_tiles_load(NULL, arch, &tiles) != 0) bail("tile tables");
+    test_cat_products();
+    tdm_tiles_free(tiles);
     const char *fix = tdm_setting("TANDEM_FIXTURES");
     char probe[4096];
     struct stat sb;

@@ -7,8 +7,9 @@
  *     and every element must be written; the tile tables' setting gives the default's bits;
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound.
- * Shapes: every projection shape of Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/shapes.c),
- * edge shapes and the tiny fixtures' shapes. */
+ * Shapes: every projection shape of Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/shapes.c), the
+ * engine's one product of qwen3_5's in_proj_b and in_proj_a (the 27B's 96x5120), edge shapes and
+ * the tiny fixtures' shapes (12x256: qwen35-tiny's in_proj_b and in_proj_a as one). */
 #include "device.h"
 #include "err.h"
 #include "formats.h"
@@ -255,6 +256,10 @@ int main(void)
                 run_case(label, fmts[f], f == 1 && (i & 1) ? TDM_DT_BF16 : TDM_DT_F32, nk[i][0], nk[i][1], 0, nk[i][0]);
             }
     }
+    /* the CUDA engine's one product of the 27B's in_proj_b and in_proj_a ([b; a], 2 x 48 rows):
+     * BF16 as the checkpoints store them, NVFP4 where both share a scale_2 */
+    run_case("qwen3.8-27b in_proj_b + in_proj_a bf16 96x5120", TDM_W_BF16, TDM_DT_F32, 96, 5120, 0, 96);
+    run_case("qwen3.8-27b in_proj_b + in_proj_a nvfp4 96x5120", TDM_W_NVFP4, TDM_DT_F32, 96, 5120, 0, 96);
     /* edges: n not a multiple of the tile, k a multiple of 16 but not 64 (NVFP4), partial slabs and
      * FP8 blocks, views into a fused matrix (FP8 blocks straddling the view's start) */
     run_case("edge nvfp4 100x1040 (k%64 != 0)", TDM_W_NVFP4, TDM_DT_F32, 100, 1040, 0, 100);
@@ -266,7 +271,7 @@ int main(void)
     run_case("edge bf16 40x200", TDM_W_BF16, TDM_DT_F32, 40, 200, 0, 40);
     run_case("edge bf16 100x1000", TDM_W_BF16, TDM_DT_F32, 100, 1000, 0, 100);
     /* the tiny fixtures' projection shapes (qwen35-tiny, qwen3next-tiny) */
-    static const int64_t tiny[][2] = {{768, 256}, {128, 256}, {256, 384}, {640, 256}, {384, 256}, {6, 256},
+    static const int64_t tiny[][2] = {{768, 256}, {128, 256}, {256, 384}, {640, 256}, {384, 256}, {6, 256}, {12, 256},
                                       {512, 256}, {256, 512}, {256, 256}, {8, 256}, {256, 128}};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++)
         for (int f = 0; f < 3; f++) {

@@ -4,7 +4,9 @@
  * commit leaves the same state as immediate commit (and, for a chain, as one-token decoding); a
  * one-token step after a deferred commit applies the pending factors; the speculative engine's
  * chains (mtp, ngram, draft) give one-token decode's logits bit for bit, its trees the same
- * tokens or a first divergence at a near tie. */
+ * tokens or a first divergence at a near tie; without logits asked for (the greedy ids path: on the
+ * CPU the ids are tdm_argmax of the logits, on the CUDA engine chosen on the device) every run
+ * gives the tokens of the run with logits, and TANDEM_SPEC_FAULT still acts. */
 #include "err.h"
 #include "model.h"
 #include "ref.h"
@@ -223,6 +225,11 @@ static void engine_tests(const struct tdm_model *m)
         free(ol);
         return;
     }
+    /* the greedy ids path (no logits asked for): the same tokens */
+    int32_t ids_out[64];
+    memset(ids_out, 0xff, sizeof ids_out);
+    ok(tdm_spec_generate(m, &o, prompt, NP, N, ids_out, NULL, &st) == 0 && memcmp(ids_out, ref, (size_t)N * sizeof *ref) == 0,
+       "plain decode without logits (greedy ids path): the tokens of the run with logits");
     static const enum tdm_spec_kind kinds[] = {TDM_SPEC_MTP, TDM_SPEC_NGRAM, TDM_SPEC_DRAFT};
     for (int ki = 0; ki < 3; ki++)
         for (int tree = 0; tree < 2; tree++) {
@@ -234,6 +241,12 @@ static void engine_tests(const struct tdm_model *m)
             int rc = tdm_spec_generate(m, &so, prompt, NP, N, out, ol, &st);
             const char *name = tdm_spec_name(so.kind);
             if (rc != 0) { ok(0, "%s %s: %s", name, tree ? "tree" : "chain", tdm_err()); continue; }
+            struct tdm_spec_stats ist;
+            memset(ids_out, 0xff, sizeof ids_out);
+            ok(tdm_spec_generate(m, &so, prompt, NP, N, ids_out, NULL, &ist) == 0 &&
+                   memcmp(ids_out, out, (size_t)N * sizeof *out) == 0 && ist.rounds == st.rounds && ist.accepted == st.accepted,
+               "%s %s without logits (greedy ids path): the tokens, rounds and acceptance of the run with logits", name,
+               tree ? "tree" : "chain");
             if (!tree) {
                 ok(memcmp(out, ref, (size_t)N * sizeof *out) == 0 && same_bits(ol, rl, (size_t)N * V),
                    "%s chain: one-token decode's tokens and logits bits (%d rounds, %ld accepted)", name, st.rounds, st.accepted);
@@ -257,6 +270,20 @@ static void engine_tests(const struct tdm_model *m)
                    st.nshapes ? st.shapes[0].nodes : 0);
             }
         }
+    /* a fault (TANDEM_SPEC_FAULT=3) acts without logits asked for too: the third token is the lowest logit's */
+    {
+        struct tdm_spec_opts so = o;
+        so.kind = TDM_SPEC_NGRAM;
+        so.fault_at = 3;
+        memset(ids_out, 0xff, sizeof ids_out);
+        const int rc = tdm_spec_generate(m, &so, prompt, NP, N, ids_out, NULL, &st);
+        int lowest = 0;
+        for (int i = 1; i < V; i++)
+            if (rl[(size_t)2 * V + i] < rl[(size_t)2 * V + lowest]) lowest = i;
+        ok(rc == 0 && memcmp(ids_out, ref, 2 * sizeof *ref) == 0 && ids_out[2] == lowest && ids_out[2] != ref[2],
+           "ngram chain with TANDEM_SPEC_FAULT=3 and no logits asked for: tokens 0, 1 as plain decode's, token 2 the lowest "
+           "logit (%d, plain %d)", ids_out[2], ref[2]);
+    }
     /* traffic: deferral reads each state once per round, immediate commit twice */
     struct tdm_spec_opts so = o;
     so.kind = TDM_SPEC_DRAFT;

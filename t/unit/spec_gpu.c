@@ -8,7 +8,10 @@
  *     committed ones too: they are fed the same tokens), so each round also checks that the
  *     previous commit left the states of one-token decoding; after the last commit a plain step
  *     equals the one-token step; the position advances by j. The same schedule with
- *     TANDEM_CUDA_GRAPH=off gives the same bits;
+ *     TANDEM_CUDA_GRAPH=off gives the same bits. Greedy ids on the device (tdm_engine_verify_ids):
+ *     before each round's verify an ids-only verify of the same rows (from row 0, or R/2 in odd
+ *     rounds; it is replaced by the verify after it) gives the host argmax of the one-token
+ *     logits, and the verify with logits and ids gives the host argmax of its own logits;
  *   the round protocol: a commit without a verify, a commit of 0 or R + 1 rows, a verify of 0 or
  *     33 rows, a verify past the context, and a commit after a forward are refused without
  *     changing the position; a refused round leaves the state intact (the next rows still equal
@@ -30,7 +33,9 @@
  *     previous node's, a root-to-node path committed each round (paths 0..j-1 and others): every
  *     node's logits equal the one-token steps along its path on a reference engine fed the same
  *     committed tokens, bit for bit; the position advances by the path; a step after the rounds
- *     equals the reference; graphed and eager alike. Bad parents (no root, a parent after its node,
+ *     equals the reference; graphed and eager alike; an ids-only verify before each round's verify
+ *     and the verify's own ids (tdm_engine_verify_ids, tdm_engine_verify_tree_ids) give the host
+ *     argmax of the node rows' logits. Bad parents (no root, a parent after its node,
  *     a node its own parent), a tree past the context, bad paths (not from the root, not a child,
  *     too long, empty, rows 0..2 that are no path) and a commit after a forward are refused with the
  *     position unchanged, and a round after them still follows one-token decode;
@@ -39,8 +44,10 @@
  *     checkpoint as the draft model) give plain CUDA decode's tokens and logits bit for bit, and the
  *     round statistics add up; an mtp chain accepts per depth what the CPU reference's mtp chain
  *     accepts (the drafts are the CPU's unless an MTP near tie flips one: then this fails and the
- *     draft check above shows the margin); ngram and draft trees give plain CUDA decode's bits too; an
- *     mtp tree is refused as not supported by the CUDA engine yet. */
+ *     draft check above shows the margin); ngram and draft trees give plain CUDA decode's bits too;
+ *     without logits asked for (the greedy ids path: ids chosen on the device, no logits copied)
+ *     plain decode and every case give the same tokens, graphed and eager; an mtp tree is refused as
+ *     not supported by the CUDA engine yet. */
 #include "compare.h"
 #include "device.h"
 #include "engine.h"
@@ -84,9 +91,10 @@ static void one_token(const struct tdm_model *m, const int32_t *prompt, int np, 
 }
 
 /* The schedule of rounds on a fresh engine; returns the rows that differ from one[] (bit for bit),
- * -1 if the position went wrong. */
+ * -1 if the position went wrong. *id_bad: greedy ids from the device that differ from the host
+ * argmax (of one[] for the ids-only verifies, of the returned logits otherwise), of *id_rows. */
 static long rounds(const struct tdm_model *m, const int32_t *prompt, int np, const int32_t *seq, const float *one,
-                   float *got, int *verified)
+                   float *got, int *verified, long *id_bad, long *id_rows)
 {
     const int V = m->cfg.vocab;
     struct tdm_engine *e = tdm_engine_new(m, np + NSEQ);
@@ -94,12 +102,24 @@ static long rounds(const struct tdm_model *m, const int32_t *prompt, int np, con
     if (tdm_engine_forward(e, prompt, np, np, NULL) != 0) bail("prefill");
     long bad = 0;
     int p = 0;
+    int32_t gid[TDM_ENGINE_MAX_ROWS];
     *verified = 0;
+    *id_bad = *id_rows = 0;
     for (int k = 0; k < NROUNDS; k++) {
         const int R = schedule[k][0], j = schedule[k][1];
         if (p + R > NSEQ) bail("the schedule outruns the sequence");
-        if (tdm_engine_verify(e, seq + p, R, 0, got) != 0) bail("tdm_engine_verify");
+        /* the greedy ids path: ids only (the verify below replaces this round) */
+        const int from = k % 2 ? R / 2 : 0;
+        if (tdm_engine_verify_ids(e, seq + p, R, from, NULL, gid) != 0) bail("tdm_engine_verify_ids, ids only");
+        for (int r = from; r < R; r++) *id_bad += gid[r - from] != tdm_argmax(one + (size_t)(p + r) * V, V);
+        *id_rows += R - from;
+        if ((k % 3 == 2 ? tdm_engine_verify(e, seq + p, R, 0, got) : tdm_engine_verify_ids(e, seq + p, R, 0, got, gid)) != 0)
+            bail("tdm_engine_verify");
         for (int r = 0; r < R; r++) bad += !same_bits(got + (size_t)r * V, one + (size_t)(p + r) * V, (size_t)V);
+        if (k % 3 != 2) {
+            for (int r = 0; r < R; r++) *id_bad += gid[r] != tdm_argmax(got + (size_t)r * V, V);
+            *id_rows += R;
+        }
         *verified += R;
         if (tdm_engine_commit(e, j) != 0) bail("tdm_engine_commit");
         p += j;
@@ -120,13 +140,17 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
     float *one = hal((size_t)NSEQ * V * 4), *got = hal((size_t)TDM_ENGINE_MAX_ROWS * V * 4);
     one_token(m, prompt, np, seq, one);
     int n;
-    long bad = rounds(m, prompt, np, seq, one, got, &n);
+    long id_bad, id_rows;
+    long bad = rounds(m, prompt, np, seq, one, got, &n, &id_bad, &id_rows);
     ok(bad == 0, "%s: %d rounds of 1..32 rows, 1..R committed (graphs on): %ld of %d verified rows differ from one-token "
        "decode (bit for bit), the position advances by the committed rows", fmt, NROUNDS, bad, n);
+    ok(id_bad == 0, "%s: the rounds' greedy ids on the device (graphs on; ids-only verifies and verifies with logits): "
+       "%ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
     if (setenv("TANDEM_CUDA_GRAPH", "off", 1) != 0) bail("setenv");
-    bad = rounds(m, prompt, np, seq, one, got, &n);
+    bad = rounds(m, prompt, np, seq, one, got, &n, &id_bad, &id_rows);
     if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");
     ok(bad == 0, "%s: the same rounds eager (TANDEM_CUDA_GRAPH=off): %ld of %d rows differ", fmt, bad, n);
+    ok(id_bad == 0, "%s: their greedy ids eager: %ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
 
     /* the protocol */
     struct tdm_engine *e = tdm_engine_new(m, np + 8);
@@ -383,8 +407,11 @@ static void ref_path(struct tdm_engine *r, const int32_t *prompt, int np, const 
         if (tdm_engine_forward(r, &tok[i], 1, 0, out + (size_t)i * V) != 0) bail("reference step");
 }
 
-/* The tree schedule on a fresh engine; returns the node rows that differ from the reference. */
-static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np, float *got, float *refl, int *verified)
+/* The tree schedule on a fresh engine; returns the node rows that differ from the reference.
+ * *id_bad: greedy ids from the device (an ids-only verify before each round's, and the round's
+ * own) that differ from the host argmax of the round's node logits, of *id_rows. */
+static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np, float *got, float *refl, int *verified,
+                        long *id_bad, long *id_rows)
 {
     const int V = m->cfg.vocab, ctx = np + NSEQ;
     struct tdm_engine *e = tdm_engine_new(m, ctx), *r = tdm_engine_new(m, ctx);
@@ -393,7 +420,9 @@ static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np
     int32_t hist[NSEQ], ids[TDM_ENGINE_MAX_ROWS], tok[TDM_ENGINE_MAX_ROWS];
     int nh = 0, parent[TDM_ENGINE_MAX_ROWS], path[TDM_ENGINE_MAX_ROWS];
     long bad = 0;
+    int32_t gid_a[TDM_ENGINE_MAX_ROWS], gid_b[TDM_ENGINE_MAX_ROWS];
     *verified = 0;
+    *id_bad = *id_rows = 0;
     uint64_t saved = rng;
     rng = 0x5eed5eed5eedull; /* the same ids whatever ran before: graphed and eager runs compare */
     for (int k = 0; k < NTROUNDS; k++) {
@@ -406,8 +435,18 @@ static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np
             ids[t] = x % 6 == 0 ? ids[parent[t]] : x % 6 == 1 ? ids[t - 1] : (int32_t)(next() % (uint64_t)V);
         }
         if (nh + n > NSEQ - 2) bail("the schedule outruns the context");
-        if ((rule == 0 ? tdm_engine_verify(e, ids, n, 0, got) : tdm_engine_verify_tree(e, ids, parent, n, 0, got)) != 0)
+        /* the greedy ids path first: ids only (the verify below replaces this round) */
+        if ((rule == 0 ? tdm_engine_verify_ids(e, ids, n, 0, NULL, gid_a)
+                       : tdm_engine_verify_tree_ids(e, ids, parent, n, 0, NULL, gid_a)) != 0)
+            bail("verify, ids only");
+        if ((rule == 0 ? tdm_engine_verify_ids(e, ids, n, 0, got, gid_b)
+                       : tdm_engine_verify_tree_ids(e, ids, parent, n, 0, got, gid_b)) != 0)
             bail("verify");
+        for (int t = 0; t < n; t++) {
+            const int32_t want = tdm_argmax(got + (size_t)t * V, V);
+            *id_bad += (gid_a[t] != want) + (gid_b[t] != want);
+        }
+        *id_rows += 2 * n;
         /* every node against the one-token steps along its path (each leaf's path once) */
         for (int leaf = 0; leaf < n; leaf++) {
             if (leaf + 1 < n && parent[leaf + 1] == leaf) continue;
@@ -439,14 +478,18 @@ static void test_tree_rounds(const struct tdm_model *m, const char *fmt, const i
     const int V = m->cfg.vocab, R = TDM_ENGINE_MAX_ROWS;
     float *got = hal((size_t)R * V * 4), *refl = hal((size_t)R * V * 4);
     int n;
-    long bad = tree_rounds(m, prompt, np, got, refl, &n);
+    long id_bad, id_rows;
+    long bad = tree_rounds(m, prompt, np, got, refl, &n, &id_bad, &id_rows);
     ok(bad == 0, "%s: %d tree rounds (1 to 32 nodes: branching 3,2,1, stars, siblings and back-ups, a chain between) "
        "with root-to-node paths committed (graphs on): %ld of %d node rows differ from the one-token steps along their "
        "paths (bit for bit), the position advances by the path", fmt, NTROUNDS, bad, n);
+    ok(id_bad == 0, "%s: the tree rounds' greedy ids on the device (graphs on; ids only and with logits): %ld of %ld "
+       "differ from the host argmax of the node logits", fmt, id_bad, id_rows);
     if (setenv("TANDEM_CUDA_GRAPH", "off", 1) != 0) bail("setenv");
-    bad = tree_rounds(m, prompt, np, got, refl, &n);
+    bad = tree_rounds(m, prompt, np, got, refl, &n, &id_bad, &id_rows);
     if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");
     ok(bad == 0, "%s: the same tree rounds eager (TANDEM_CUDA_GRAPH=off): %ld of %d rows differ", fmt, bad, n);
+    ok(id_bad == 0, "%s: their greedy ids eager: %ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
 
     /* the protocol */
     struct tdm_engine *e = tdm_engine_new(m, np + 8), *r = tdm_engine_new(m, np + 8);
@@ -505,6 +548,26 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
     o.fault_at = 0;
     o.backend = TDM_BACKEND_CUDA;
     if (tdm_spec_generate(m, &o, prompt, np, N, ref, rl, &st) != 0) bail("plain CUDA decode");
+    /* the greedy ids path of so (no logits asked for), graphed and eager: the first token that
+     * differs from want, or -1 */
+    int32_t *ido = hal((size_t)N * 4);
+#define IDS_PATH(so, want, first)                                                                                  \
+    do {                                                                                                           \
+        (first) = -1;                                                                                              \
+        for (int g = 0; g < 2; g++) {                                                                              \
+            struct tdm_spec_stats ist;                                                                             \
+            if (setenv("TANDEM_CUDA_GRAPH", g ? "off" : "on", 1) != 0) bail("setenv");                             \
+            memset(ido, 0xff, (size_t)N * 4);                                                                      \
+            if (tdm_spec_generate(m, &(so), prompt, np, N, ido, NULL, &ist) != 0) bail("the greedy ids path");     \
+            for (int t = 0; t < N && (first) < 0; t++)                                                             \
+                if (ido[t] != (want)[t]) (first) = t;                                                              \
+        }                                                                                                          \
+        if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");                                             \
+    } while (0)
+    int idiv;
+    IDS_PATH(o, ref, idiv);
+    ok(idiv < 0, "%s plain decode without logits (greedy ids on the device), graphed and eager: the %d tokens of plain "
+       "decode with logits (first differing token %d)", fmt, N, idiv);
     struct { enum tdm_spec_kind kind; const struct tdm_model *dm; int draft, chunk; const char *tree, *name; } cases[] = {
         {TDM_SPEC_MTP, NULL, 4, 0, NULL, "mtp chain 4"},
         {TDM_SPEC_MTP, NULL, 1, 0, NULL, "mtp chain 1"},
@@ -547,6 +610,9 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
         ok(div < 0 && same_bits(ol, want_l, (size_t)N * V),
            "%s %s: plain CUDA decode's %d tokens and logits bit for bit (%d rounds, %ld accepted; first differing token %d)",
            fmt, cases[i].name, N, st.rounds, st.accepted, div);
+        IDS_PATH(so, want, idiv);
+        ok(idiv < 0, "%s %s without logits (greedy ids on the device), graphed and eager: the same %d tokens (first "
+           "differing token %d)", fmt, cases[i].name, N, idiv);
         /* a tree verify reads the states once more per node whose parent is not the node before it */
         const int tree = cases[i].tree != NULL;
         ok(st.rounds > 0 && st.accepted + st.rounds + 1 == N &&
@@ -578,7 +644,8 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
     if (tdm_spec_parse_tree("2,1", &so) != 0) bail("tree");
     ok(tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &st) == -1 && strstr(tdm_err(), "not supported by the CUDA engine yet"),
        "%s: an mtp tree refused on the CUDA backend: %s", fmt, tdm_err());
-    free(ref); free(out); free(rl); free(ol); free(cref); free(crl);
+#undef IDS_PATH
+    free(ref); free(out); free(rl); free(ol); free(cref); free(crl); free(ido);
 }
 
 int main(void)
