@@ -8,6 +8,7 @@
 #include "formats.h"
 #include "layers.h"
 #include "layers_dev.cuh"
+#include "mm_skinny.cuh"
 #include <string.h>
 
 using namespace tdm_ly;
@@ -15,8 +16,6 @@ using namespace tdm_ly;
 namespace {
 
 constexpr int MOE_THREADS = 256;
-constexpr int OUT_PER_WARP = 4;                                   // an 8-lane group per output value
-constexpr int OUT_PER_BLOCK = OUT_PER_WARP * MOE_THREADS / 32;    // 32
 constexpr int ORDER_THREADS = 1024;
 
 // ---- one stored weight row, decoded element by element as tdm_qweight_row does ----------------
@@ -107,13 +106,6 @@ __device__ __forceinline__ float group_dot(const float *x, const RowRef &r, int 
     return acc;
 }
 
-__device__ __forceinline__ RowRef expert_row(const tdm_moe_mat &m, int e, int row)
-{
-    return row_ref(m.fmt, m.scale_dt == TDM_DT_BF16, (const uint8_t *)m.w + (int64_t)e * m.w_stride,
-                   m.scale ? (const uint8_t *)m.scale + (int64_t)e * m.scale_stride : nullptr,
-                   m.scale2 ? m.scale2[e] : 0.0f, m.k, row);
-}
-
 // ---- kernels ------------------------------------------------------------------------------------
 
 // order = the pairs sorted by (sel, pair index): a pair's rank is the number of pairs before it.
@@ -130,51 +122,262 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
     }
 }
 
-// Grid (blocks of 32 outputs, the pairs in order). The pair's input row (x row r for gate+up, its
-// act row for down) is staged in shared memory as FP32; warp w's group q computes output
-// blockIdx.x * 32 + 4 w + q. A pair whose expert is outside 0..E-1 gets NaN.
-__global__ void __launch_bounds__(MOE_THREADS)
-gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
-               const int32_t *order, uint16_t *act)
+// ---- the routed experts' matrices: 16-byte chunks decoded in registers --------------------------
+//
+// A stored weight row is cut into chunks of 16 bytes (32 k NVFP4, 16 k FP8, 8 k BF16). A row is
+// owned by a group of G lanes (G the power of two >= min(chunks, 32): 32 for the 80B's gate and
+// up, 16 for its NVFP4 down); chunk c belongs to lane c mod G, so a warp reads contiguous bytes of
+// its rows. A lane loads BATCH chunks of its row (gate and up together) with 16-byte loads, decodes
+// them in registers with the dense kernels' helpers (mm_layout.h, mm_skinny.cuh) and FMAs them in
+// FP32 against the pair's input row, staged once per block in shared memory as FP32 with 4 floats
+// of padding after every 32 (the lanes of a quarter-warp read distinct banks for every format).
+
+constexpr int FAST_THREADS = 256;
+constexpr int BATCH = 4;   // chunks of each matrix a lane has in flight
+// Blocks a SM at least: gate+up <= 80 registers a thread (3 blocks), down <= 64 (4): what ptxas
+// compiles without spilling for every format.
+constexpr int GATE_UP_MIN_BLOCKS = 3, DOWN_MIN_BLOCKS = 4;
+
+template <int F> struct ChunkK;   // k per 16-byte chunk
+template <> struct ChunkK<TDM_W_NVFP4> { static constexpr int K = 32; };
+template <> struct ChunkK<TDM_W_FP8> { static constexpr int K = 16; };
+template <> struct ChunkK<TDM_W_BF16> { static constexpr int K = 8; };
+
+__host__ __device__ __forceinline__ int xpad(int k) { return k + 4 * (k >> 5); }
+// Floats of the staged input row of k values (zeros up to a multiple of 32).
+__host__ __device__ __forceinline__ int xs_floats(int k) { return (k + 31) / 32 * 36; }
+
+struct WChunk {
+    uint4 w;        // 16 bytes of the row
+    uint32_t sc;    // NVFP4: the two e4m3 group scales (low byte first); FP8: the block scale's F32 bits
+};
+
+__device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+// One matrix row of a pair, as the loads need it.
+struct RowPtr {
+    const uint8_t *w;   // the row's bytes
+    const uint8_t *s;   // NVFP4: the row's group scales; FP8: its 128-row block's scales
+    int rowbytes;       // bytes of the stored row
+};
+
+__device__ __forceinline__ RowPtr row_ptr(const tdm_moe_mat &m, int e, int row)
 {
-    extern __shared__ float xs[];
-    const int pair = order[blockIdx.y], r = pair / k, e = sel[pair];
-    const int H = g.k, I = g.n;
-    const int lane = threadIdx.x & 31, q = lane >> 3, p = lane & 7;
-    const int n = blockIdx.x * OUT_PER_BLOCK + (threadIdx.x >> 5) * OUT_PER_WARP + q;
-    uint16_t *out = act + (size_t)pair * I;
-    if (e < 0 || e >= E) {   // the same for the whole block
-        if (p == 0 && n < I) out[n] = 0x7fc0;
-        return;
+    RowPtr p;
+    const uint8_t *w = (const uint8_t *)m.w + (int64_t)e * m.w_stride;
+    const uint8_t *s = m.scale ? (const uint8_t *)m.scale + (int64_t)e * m.scale_stride : nullptr;
+    if (m.fmt == TDM_W_NVFP4) {
+        p.rowbytes = m.k / 2;
+        p.s = s + (int64_t)row * (m.k / TDM_NVFP4_GROUP);
+    } else if (m.fmt == TDM_W_FP8) {
+        p.rowbytes = m.k;
+        p.s = s + (int64_t)(row / TDM_FP8_BLOCK) * ((m.k + TDM_FP8_BLOCK - 1) / TDM_FP8_BLOCK) *
+                      (m.scale_dt == TDM_DT_BF16 ? 2 : 4);
+    } else {
+        p.rowbytes = m.k * 2;
+        p.s = nullptr;
     }
-    const uint16_t *xr = x + (size_t)r * ldx;
-    for (int i = threadIdx.x; i < H; i += MOE_THREADS) xs[i] = bf2f(xr[i]);
-    __syncthreads();
-    const int row = n < I ? n : I - 1;   // every lane takes part in the group's shuffles
-    const float gs = group_dot(xs, expert_row(g, e, row), H, p);
-    const float us = group_dot(xs, expert_row(u, e, row), H, p);
-    if (p == 0 && n < I) out[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(gs))), bfr(us)));
+    p.w = w + (int64_t)row * p.rowbytes;
+    return p;
 }
 
-__global__ void __launch_bounds__(MOE_THREADS)
-down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y)
+// Chunk ch of a row. VEC: the row is 16-byte aligned and every chunk full (rowbytes % 16 == 0;
+// for NVFP4 the scales of a chunk then sit at an even offset); else byte loads, zeros past the row.
+template <int F, bool VEC>
+__device__ __forceinline__ void load_wchunk(WChunk &c, const RowPtr &p, int ch, int scale_bf16, int k)
 {
-    extern __shared__ float as[];
-    const int pair = order[blockIdx.y], e = sel[pair];
-    const int I = d.k, H = d.n;
-    const int lane = threadIdx.x & 31, q = lane >> 3, p = lane & 7;
-    const int n = blockIdx.x * OUT_PER_BLOCK + (threadIdx.x >> 5) * OUT_PER_WARP + q;
-    uint16_t *out = y + (size_t)pair * H;
-    if (e < 0 || e >= E) {
-        if (p == 0 && n < H) out[n] = 0x7fc0;
+    const uint8_t *q = p.w + 16 * ch;
+    if (VEC) {
+        c.w = tdm_mm::ldg_stream(q);
+    } else {
+        uint32_t v[4];
+        tdm_mm::load_bytes<4>(v, q, min(16, p.rowbytes - 16 * ch));
+        c.w = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    if constexpr (F == TDM_W_NVFP4) {
+        if (VEC) {
+            c.sc = tdm_mm::ldg_stream_u16(p.s + 2 * ch);
+        } else {
+            const int ng = k / TDM_NVFP4_GROUP;
+            c.sc = (2 * ch < ng ? (uint32_t)p.s[2 * ch] : 0u) | (2 * ch + 1 < ng ? (uint32_t)p.s[2 * ch + 1] << 8 : 0u);
+        }
+    } else if constexpr (F == TDM_W_FP8) {
+        const int b = ch >> 3;   // 8 chunks of 16 k to a 128-k block
+        c.sc = scale_bf16 ? (uint32_t)__ldg((const unsigned short *)p.s + b) << 16
+                          : __float_as_uint(__ldg((const float *)p.s + b));
+    } else {
+        c.sc = 0;
+    }
+}
+
+// acc + the chunk's products with xc[0 .. ChunkK<F>::K), in ascending k, by FMA. NVFP4 weights
+// are e2m1 * e4m3 group scale * 2^-7 (exact in BF16; the caller multiplies the row's sum by
+// scale_2 * 2^7); FP8: the chunk's code products summed from 0, then acc = fma(that, block scale, acc).
+template <int F>
+__device__ __forceinline__ float chunk_dot(const WChunk &c, const float *xc, float acc)
+{
+    const uint32_t w[4] = {c.w.x, c.w.y, c.w.z, c.w.w};
+    if constexpr (F == TDM_W_NVFP4) {
+        uint32_t sa, sb;
+        tdm_mm::nvfp4_scales(c.sc, sa, sb);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {   // word q: k 8q .. 8q+7, nibble i = k 8q+i
+            uint32_t b[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = tdm_mm::nvfp4_breg(w[q], j, q < 2 ? sa : sb);   // k 8q+j | 8q+j+4
+            const float4 xa = *reinterpret_cast<const float4 *>(xc + 8 * q);
+            const float4 xb = *reinterpret_cast<const float4 *>(xc + 8 * q + 4);
+            acc = fmaf(xa.x, bf_lo(b[0]), acc);
+            acc = fmaf(xa.y, bf_lo(b[1]), acc);
+            acc = fmaf(xa.z, bf_lo(b[2]), acc);
+            acc = fmaf(xa.w, bf_lo(b[3]), acc);
+            acc = fmaf(xb.x, bf_hi(b[0]), acc);
+            acc = fmaf(xb.y, bf_hi(b[1]), acc);
+            acc = fmaf(xb.z, bf_hi(b[2]), acc);
+            acc = fmaf(xb.w, bf_hi(b[3]), acc);
+        }
+        return acc;
+    } else if constexpr (F == TDM_W_FP8) {
+        float part = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {   // word q: k 4q .. 4q+3
+            const uint32_t b0 = tdm_mm::bf16x2_mul(tdm_fp8_place(w[q], 0), TDM_FP8_UNPLACE);   // k 4q | 4q+2
+            const uint32_t b1 = tdm_mm::bf16x2_mul(tdm_fp8_place(w[q], 1), TDM_FP8_UNPLACE);   // k 4q+1 | 4q+3
+            const float4 xv = *reinterpret_cast<const float4 *>(xc + 4 * q);
+            part = fmaf(xv.x, bf_lo(b0), part);
+            part = fmaf(xv.y, bf_lo(b1), part);
+            part = fmaf(xv.z, bf_hi(b0), part);
+            part = fmaf(xv.w, bf_hi(b1), part);
+        }
+        return fmaf(part, __uint_as_float(c.sc), acc);
+    } else {
+#pragma unroll
+        for (int q = 0; q < 2; q++) {   // words 2q, 2q+1: k 4q .. 4q+3
+            const float4 xv = *reinterpret_cast<const float4 *>(xc + 4 * q);
+            acc = fmaf(xv.x, bf_lo(w[2 * q]), acc);
+            acc = fmaf(xv.y, bf_hi(w[2 * q]), acc);
+            acc = fmaf(xv.z, bf_lo(w[2 * q + 1]), acc);
+            acc = fmaf(xv.w, bf_hi(w[2 * q + 1]), acc);
+        }
+        return acc;
+    }
+}
+
+// The group's G partial sums (G = 1 << lg), added in an xor butterfly over G/2, ..., 2, 1.
+__device__ __forceinline__ float group_sum(float v, int lg)
+{
+    for (int o = (1 << lg) >> 1; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+// Stages k values of a BF16 row as FP32 at xpad(i), zeros up to a multiple of 32.
+__device__ __forceinline__ void stage_row(float *xs, const uint16_t *xr, int k)
+{
+    const int kp = (k + 31) & ~31;
+    for (int i = threadIdx.x; i < kp; i += FAST_THREADS) xs[xpad(i)] = i < k ? bf2f(xr[i]) : 0.0f;
+}
+
+// Grid (blocks of 256 / G rows, the pairs in order); group q of the block (lanes of threadIdx.x
+// >> lg) computes output blockIdx.x * (256 / G) + q. nch: chunks of a row. A pair whose expert is
+// outside 0..E-1 gets NaN. The first batch of weights is loaded before the input row is staged.
+template <int F, bool VEC>
+__global__ void __launch_bounds__(FAST_THREADS, GATE_UP_MIN_BLOCKS)
+gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
+               const int32_t *order, uint16_t *act, int nch, int lg)
+{
+    extern __shared__ __align__(16) float xs[];
+    const int pair = order[blockIdx.y], r = pair / k, e = sel[pair];
+    const int H = g.k, I = g.n, G = 1 << lg;
+    const int gl = threadIdx.x & (G - 1);
+    const int n = blockIdx.x * (FAST_THREADS >> lg) + (threadIdx.x >> lg);
+    uint16_t *out = act + (size_t)pair * I;
+    if (e < 0 || e >= E) {   // the same for the whole block
+        if (gl == 0 && n < I) out[n] = 0x7fc0;
         return;
     }
-    const uint16_t *ar = act + (size_t)pair * I;
-    for (int i = threadIdx.x; i < I; i += MOE_THREADS) as[i] = bf2f(ar[i]);
+    const int row = n < I ? n : I - 1;   // every lane takes part in the group's shuffles
+    const RowPtr pg = row_ptr(g, e, row), pu = row_ptr(u, e, row);
+    const int gbf = g.scale_dt == TDM_DT_BF16, ubf = u.scale_dt == TDM_DT_BF16;
+    const int S = (nch + G - 1) >> lg;   // chunk steps of a lane
+    WChunk cg[BATCH], cu[BATCH];
+    auto load = [&](int s0) {
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int ch = ((s0 + b) << lg) + gl;
+            if (ch < nch) {
+                load_wchunk<F, VEC>(cg[b], pg, ch, gbf, H);
+                load_wchunk<F, VEC>(cu[b], pu, ch, ubf, H);
+            }
+        }
+    };
+    load(0);
+    stage_row(xs, x + (size_t)r * ldx, H);
     __syncthreads();
+    float ag = 0.0f, au = 0.0f;
+    for (int s0 = 0; s0 < S; s0 += BATCH) {
+        if (s0) load(s0);
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int ch = ((s0 + b) << lg) + gl;
+            if (ch < nch) {
+                const float *xc = xs + xpad(ch * ChunkK<F>::K);
+                ag = chunk_dot<F>(cg[b], xc, ag);
+                au = chunk_dot<F>(cu[b], xc, au);
+            }
+        }
+    }
+    ag = group_sum(ag, lg);
+    au = group_sum(au, lg);
+    if constexpr (F == TDM_W_NVFP4) {
+        ag = __fmul_rn(ag, __fmul_rn(g.scale2[e], 0x1p7f));
+        au = __fmul_rn(au, __fmul_rn(u.scale2[e], 0x1p7f));
+    }
+    if (gl == 0 && n < I) out[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(ag))), bfr(au)));
+}
+
+template <int F, bool VEC>
+__global__ void __launch_bounds__(FAST_THREADS, DOWN_MIN_BLOCKS)
+down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, int nch,
+            int lg)
+{
+    extern __shared__ __align__(16) float as[];
+    const int pair = order[blockIdx.y], e = sel[pair];
+    const int I = d.k, H = d.n, G = 1 << lg;
+    const int gl = threadIdx.x & (G - 1);
+    const int n = blockIdx.x * (FAST_THREADS >> lg) + (threadIdx.x >> lg);
+    uint16_t *out = y + (size_t)pair * H;
+    if (e < 0 || e >= E) {
+        if (gl == 0 && n < H) out[n] = 0x7fc0;
+        return;
+    }
     const int row = n < H ? n : H - 1;
-    const float s = group_dot(as, expert_row(d, e, row), I, p);
-    if (p == 0 && n < H) out[n] = f2bf(s);
+    const RowPtr pd = row_ptr(d, e, row);
+    const int dbf = d.scale_dt == TDM_DT_BF16;
+    const int S = (nch + G - 1) >> lg;
+    WChunk cd[BATCH];
+    auto load = [&](int s0) {
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int ch = ((s0 + b) << lg) + gl;
+            if (ch < nch) load_wchunk<F, VEC>(cd[b], pd, ch, dbf, I);
+        }
+    };
+    load(0);
+    stage_row(as, act + (size_t)pair * I, I);
+    __syncthreads();
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < S; s0 += BATCH) {
+        if (s0) load(s0);
+#pragma unroll
+        for (int b = 0; b < BATCH; b++) {
+            const int ch = ((s0 + b) << lg) + gl;
+            if (ch < nch) acc = chunk_dot<F>(cd[b], as + xpad(ch * ChunkK<F>::K), acc);
+        }
+    }
+    acc = group_sum(acc, lg);
+    if constexpr (F == TDM_W_NVFP4) acc = __fmul_rn(acc, __fmul_rn(d.scale2[e], 0x1p7f));
+    if (gl == 0 && n < H) out[n] = f2bf(acc);
 }
 
 constexpr int MAX_TOPK = TDM_ROUTE_MAX_K;   // the router's most chosen experts
@@ -291,6 +494,11 @@ extern "C" int tdm_moe_experts_check(const struct tdm_mlp *experts, int E)
             if (q->fmt == TDM_W_FP8 && q->row0 % TDM_FP8_BLOCK)
                 return tdm_errf("experts.%d.%s: an FP8 view starting at row %lld (not on a 128-row scale block)", e,
                                 kind_name[kind], (long long)q->row0);
+            if (kind == TDM_MOE_UP && (q->fmt != experts[0].gate.fmt ||
+                                       (q->fmt == TDM_W_FP8 && q->scale_dt != experts[0].gate.scale_dt)))
+                return tdm_errf("experts.%d.up_proj stored %s (%s scales), gate_proj %s (%s): the CUDA expert kernels read "
+                                "gate and up in one format", e, tdm_wfmt_name(q->fmt), tdm_dtype_name(q->scale_dt),
+                                tdm_wfmt_name(experts[0].gate.fmt), tdm_dtype_name(experts[0].gate.scale_dt));
             if (q->fmt == TDM_W_NVFP4 && k % TDM_NVFP4_GROUP)
                 return tdm_errf("experts.%d.%s: NVFP4 needs k a multiple of 16 (k = %lld)", e, kind_name[kind], (long long)k);
         }
@@ -405,15 +613,60 @@ static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const cha
     return 0;
 }
 
+// A matrix's chunk layout: chunks of a row, log2 of the lanes a row (G = the power of two >=
+// min(chunks, 32)), whether every row is 16-byte aligned with full chunks. Shapes only: the same
+// for every M, so the summation order is too.
+struct ChunkPlan { int nch, lg; bool vec; };
+static ChunkPlan chunk_plan(const struct tdm_moe_mat *m)
+{
+    const int64_t rowbytes = mat_w_bytes(m->fmt, 1, m->k);
+    ChunkPlan p;
+    p.nch = (int)((rowbytes + 15) / 16);
+    p.lg = 0;
+    while ((1 << p.lg) < p.nch && p.lg < 5) p.lg++;
+    p.vec = rowbytes % 16 == 0;
+    return p;
+}
+
+template <int F>
+static void launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem, const uint16_t *x,
+                           int64_t ldx, const int32_t *sel, int k, const int32_t *order, uint16_t *act, cudaStream_t st)
+{
+    const tdm_moe_mat &g = ex->m[TDM_MOE_GATE], &u = ex->m[TDM_MOE_UP];
+    if (cp.vec)
+        gate_up_kernel<F, true><<<grid, FAST_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+    else
+        gate_up_kernel<F, false><<<grid, FAST_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+}
+
+template <int F>
+static void launch_down(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem, const uint16_t *act,
+                        const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+{
+    const tdm_moe_mat &d = ex->m[TDM_MOE_DOWN];
+    if (cp.vec)
+        down_kernel<F, true><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+    else
+        down_kernel<F, false><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+}
+
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
                                const int32_t *sel, int k, const int32_t *order, uint16_t *act, void *stream)
 {
     if (check_pairs(ex, M, k, "tdm_moe_gate_up") != 0) return -1;
     if (!x || !sel || !order || !act || ldx < ex->H) return tdm_errf("tdm_moe_gate_up: bad arguments (ldx %lld)", (long long)ldx);
+    const struct tdm_moe_mat *g = &ex->m[TDM_MOE_GATE], *u = &ex->m[TDM_MOE_UP];
+    if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
+        return tdm_errf("tdm_moe_gate_up: gate and up stored in different formats");
     if (M == 0) return 0;
-    dim3 grid((ex->I + OUT_PER_BLOCK - 1) / OUT_PER_BLOCK, M * k);
-    gate_up_kernel<<<grid, MOE_THREADS, (size_t)ex->H * 4, (cudaStream_t)stream>>>(
-        ex->m[TDM_MOE_GATE], ex->m[TDM_MOE_UP], ex->E, x, ldx, sel, k, order, act);
+    const ChunkPlan cp = chunk_plan(g);
+    const int rows = FAST_THREADS >> cp.lg;
+    dim3 grid((ex->I + rows - 1) / rows, M * k);
+    const size_t smem = (size_t)xs_floats(ex->H) * 4;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (g->fmt == TDM_W_NVFP4) launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
+    else if (g->fmt == TDM_W_FP8) launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
+    else launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
     TDM_LAUNCH_CHECK();
     return 0;
 }
@@ -424,9 +677,15 @@ extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *ac
     if (check_pairs(ex, M, k, "tdm_moe_down") != 0) return -1;
     if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
     if (M == 0) return 0;
-    dim3 grid((ex->H + OUT_PER_BLOCK - 1) / OUT_PER_BLOCK, M * k);
-    down_kernel<<<grid, MOE_THREADS, (size_t)ex->I * 4, (cudaStream_t)stream>>>(ex->m[TDM_MOE_DOWN], ex->E, act, sel,
-                                                                                 order, y);
+    const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
+    const ChunkPlan cp = chunk_plan(d);
+    const int rows = FAST_THREADS >> cp.lg;
+    dim3 grid((ex->H + rows - 1) / rows, M * k);
+    const size_t smem = (size_t)xs_floats(ex->I) * 4;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (d->fmt == TDM_W_NVFP4) launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st);
+    else if (d->fmt == TDM_W_FP8) launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, sel, order, y, st);
+    else launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, sel, order, y, st);
     TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -10,12 +10,21 @@
  * Routing stays on the device: the grids are sized by the number of pairs M * k, which the host
  * knows, and the experts each pair uses are read from sel on the device, so that a decode step can
  * be captured in a CUDA graph. The pair (row r, slot j) — expert sel[r][j] for row r — owns its
- * programs on a grid axis; its arithmetic depends on its row's input and its expert only (the dot
- * products in tdm_dot's order: eight serial partial sums over k = p mod 8, a fixed tree), never on
+ * programs on a grid axis; its arithmetic depends on its row's input and its expert only, never on
  * M or the other rows, and no kernel uses atomics: an M-row call gives every row the bits of a
  * one-row call. The pairs are launched in ascending expert id (tdm_moe_order), so that rows which
- * share an expert read its weights back to back. Speed is for later: one 8-lane group per output
- * value, weights decoded element by element. */
+ * share an expert read its weights back to back.
+ *
+ * The expert matrices' dot products (gate, up, down) run in this fixed order, a function of the
+ * matrix's format and k only: the stored row is cut into chunks of 16 bytes (32 k NVFP4, 16 k
+ * FP8, 8 k BF16); a group of G lanes owns the row (G the power of two >= min(chunks, 32)); lane
+ * l of the group takes chunks l, l + G, l + 2G, ... in ascending order into one FP32 accumulator
+ * from 0, each chunk's products in ascending k by fused multiply-add (the input x as FP32, the
+ * weight decoded in registers: BF16 as stored; FP8 the e4m3 code, the chunk's 16 products summed
+ * from 0 and then acc = fma(that, block scale, acc); NVFP4 e2m1 * e4m3 group scale * 2^-7, exact
+ * in BF16); the G sums are added in an xor butterfly over G/2, ..., 2, 1; NVFP4 multiplies the
+ * total by scale_2 * 2^7. This is not tdm_dot's order (t/unit/layers_gpu.c bounds the difference
+ * by a relative error). The input row is staged once per block in shared memory as FP32. */
 #ifndef TDM_MOE_H
 #define TDM_MOE_H
 #include "matmul.h"
@@ -57,7 +66,7 @@ struct tdm_moe_experts {
 };
 
 /* 0 if the experts can be packed: every expert's matrix of one kind stored in one format (BF16,
- * FP8 with one scale dtype, or NVFP4), gate and up [I, H], down [H, I], H and I in 1..TDM_MOE_MAX_K,
+ * FP8 with one scale dtype, or NVFP4), gate and up in the same one, gate and up [I, H], down [H, I], H and I in 1..TDM_MOE_MAX_K,
  * FP8 views starting on a 128-row block; else -1 with tdm_err() naming the expert and the fault. */
 int tdm_moe_experts_check(const struct tdm_mlp *experts, int E);
 /* Bytes tdm_moe_experts_upload allocates for them. */
@@ -79,12 +88,14 @@ uint16_t *tdm_moe_scratch_out(void *scratch, int M, int k, int I);
 int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream);
 
 /* act[r k + j][i] = bf16(bf16(silu(bf16(x_r . gate_e[i]))) * bf16(x_r . up_e[i])), e = sel[r][j]
- * (ref: tdm_ref_mlp_act on expert e). x [M][H] (row stride ldx); act [M k][I]. Grid: I in blocks of
- * 32 values x the pairs in order. */
+ * (ref: tdm_ref_mlp_act on expert e; the dots in the order above). x [M][H] (row stride ldx); act
+ * [M k][I]. Gate and up in one pass: a lane loads its chunks of both rows together. Grid: I in
+ * blocks of 256 / G values (a group of G lanes a value) x the pairs in order; 256 threads. */
 int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, const int32_t *sel, int k,
                     const int32_t *order, uint16_t *act, void *stream);
 /* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
- * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts). y [M k][H]. */
+ * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts; the dots in the order above). y [M k][H].
+ * Grid: H in blocks of 256 / G values x the pairs in order. */
 int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
                  const int32_t *order, uint16_t *y, void *stream);
 
