@@ -40,7 +40,9 @@
 #define TDM_MMF_NVFP4 3
 
 /* Slabs of activations a CTA stages into shared memory at a time (double-buffered). */
+#ifndef TDM_MM_STAGE_SLABS
 #define TDM_MM_STAGE_SLABS 4
+#endif
 
 /* The settings each format's skinny kernel is built for, as (format, nt, mt, pf): nt n8-tiles a
  * warp, mt 16-row activation tiles (1: 1-16 rows, 2: 17-32), pf slabs of weights in flight (pf + 1
