@@ -31,7 +31,7 @@ SAN_TOOLS  := $(patsubst src/cmd/%.c,build/san/bin/%,$(CMD_SRC))
 SAN_UNITS  := $(patsubst t/unit/%.c,build/san/t/%,$(UNIT_SRC))
 GPU_UNITS  := $(patsubst t/unit/%.c,build/t/%,$(UNIT_SRC))
 
-.PHONY: all setup test test-gpu demo fuzz clean
+.PHONY: all setup test test-gpu demo fuzz clean kerneltrace
 all: $(TOOLS) $(GPU_UNITS)
 
 # The set-up step: jansson's headers (Debian's libjansson-dev), installed when run as root.
@@ -90,6 +90,12 @@ test-gpu: all
 
 demo: all
 	sh scripts/demo
+
+# A measuring aid, not part of the tools (bench/kerneltrace.c; scripts/gpu-run gaps): needs CUPTI.
+kerneltrace: build/kerneltrace.so
+build/kerneltrace.so: bench/kerneltrace.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(CUDA)/include $< -o $@ -L$(CUDA)/lib64 -lcupti -Wl,-rpath,$(CUDA)/lib64
 
 clean:
 	rm -rf build bin

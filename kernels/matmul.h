@@ -89,6 +89,11 @@ int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff
 /* Streaming read of `bytes` from p (16-byte loads over the whole GPU); the result goes to *sink
  * (device) so that the reads cannot be removed. */
 int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream);
+/* The NVFP4 skinny kernel's weight reads alone (no decode, no mma): n rows of rowbytes, each warp 16
+ * rows and one of `chains` parts of K cut as the kernel cuts them, lane (g, t) 16 bytes of rows g
+ * and g + 8 a 64-byte slab, depth (1, 2, 4 or 8) slabs in flight. n a multiple of 16, rowbytes of
+ * 64. */
+int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, uint64_t *sink, void *stream);
 /* Copy of `bytes` from src to dst with 16-byte loads and stores. */
 int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream);
 

@@ -24,7 +24,10 @@ static void usage(FILE *f)
             "streaming read and copy, and optionally a matrix kernel's bytes read over its time.\n"
             "  --mib N        size of each of the 4 rotating buffers in MiB (default: 8x L2, at least 512)\n"
             "  --reps N       timed repeats; the median is reported (default 20)\n"
-            "  --kernel F     also time the matrix kernel for weights in format F: nvfp4, fp8 or bf16\n"
+            "  --kernel F     also time the matrix kernel for weights in format F: nvfp4, fp8 or bf16;\n"
+            "                 nvfp4 also times its weight reads alone (the kernel's access pattern with\n"
+            "                 1, 2, 4 and 8 slabs in flight a warp, no arithmetic), when N is a multiple\n"
+            "                 of 16 and K of 128\n"
             "  --shape N,K    the weight shape for --kernel (N outputs, K inputs)\n"
             "  --rows M       activation rows for --kernel (default 1; above 32 runs the wide GEMM)\n"
             "  --json FILE    also write the results as JSON\n"
@@ -41,6 +44,7 @@ struct mm_ctx {
     void *y;
     int64_t m;
     const struct tdm_tiles *tiles;
+    uint64_t *sink; /* for rows_call */
 };
 
 static int mm_call(void *p, int i, void *stream)
@@ -48,6 +52,20 @@ static int mm_call(void *p, int i, void *stream)
     struct mm_ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     return tdm_matmul(w, c->x, w->k, c->m, c->y, w->n, TDM_MM_BF16, c->tiles, stream);
+}
+
+/* The NVFP4 weights of a working set read the skinny kernel's way, nothing else done. */
+struct rows_ctx {
+    struct tdm_wset *ws;
+    int chains, depth;
+    uint64_t *sink;
+};
+
+static int rows_call(void *p, int i, void *stream)
+{
+    struct rows_ctx *c = p;
+    const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
+    return tdm_dev_read_rows(w->w, w->n, w->k / 2, c->chains, c->depth, c->sink, stream);
 }
 
 struct buf_ctx {
@@ -150,7 +168,8 @@ int main(int argc, char **argv)
         struct tdm_wset ws;
         if (tdm_wset_alloc(&ws, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 7) != 0) tdm_die_check(prog);
         struct mm_ctx mc = {.ws = &ws, .m = rows, .tiles = tiles};
-        if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
+        if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0 ||
+            tdm_cuda_malloc((void **)&mc.sink, 64) != 0)
             tdm_die_check(prog);
         if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
         const double bytes = (double)tdm_matmul_bytes(&ws.w[0], rows);
@@ -163,13 +182,31 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld graph", kernel, n, k, rows);
         printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, graph_ms, bytes / graph_ms / 1e6);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
+        /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
+         * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic */
+        json_t *pattern = json_array();
+        const int chains = tdm_mm_kchains(n, k);
+        if (fmt == TDM_W_NVFP4 && n % 16 == 0 && k % 128 == 0) {
+            for (int depth = 1; depth <= 8; depth *= 2) {
+                struct rows_ctx rc = {.ws = &ws, .chains = chains, .depth = depth, .sink = mc.sink};
+                double ms;
+                if (tdm_time_calls(rows_call, &rc, ws.copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
+                const double wb = (double)n * (double)k / 2;
+                snprintf(name, sizeof name, "nvfp4 rows read alone, depth %d", depth);
+                printf("%-34s %14.0f %12.4f %10.1f\n", name, wb, ms, wb / ms / 1e6);
+                json_array_append_new(pattern, json_pack("{s:i, s:i, s:f, s:f}", "depth", depth, "chains", chains, "ms", ms,
+                                                         "gbps", wb / ms / 1e6));
+            }
+        }
         json_object_set_new(rec, "kernel",
                             json_pack("{s:s, s:I, s:I, s:i, s:f, s:i, s:f, s:f, s:f, s:f}", "format", kernel, "n", (json_int_t)n,
                                       "k", (json_int_t)k, "rows", (int)rows, "bytes", bytes, "copies", ws.copies, "eager_ms",
                                       eager_ms, "eager_gbps", bytes / eager_ms / 1e6, "graph_ms", graph_ms, "graph_gbps",
                                       bytes / graph_ms / 1e6));
+        json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
         tdm_cuda_free(mc.y);
+        tdm_cuda_free(mc.sink);
         tdm_wset_free(&ws);
         tdm_tiles_free(tiles);
     }

@@ -1,0 +1,145 @@
+/* kerneltrace — where a CUDA graph's time goes: the kernels' own time against the graph's span.
+ * A preloaded library (make kerneltrace; scripts/gpu-run gaps): LD_PRELOAD=build/kerneltrace.so
+ * COMMAND records every kernel through CUPTI's activity API (start and end on the GPU, the graph
+ * it ran in, the correlation id of the API call that launched it: one per graph launch) and, when
+ * COMMAND exits, writes one line per graph, in the order of their first launch, to
+ * $KERNELTRACE_OUT (default: standard error):
+ *   graph  the graph's id
+ *   launches  how many times it was launched;  kernels  kernels a launch
+ *   span_us   median over launches of (last kernel's end - first kernel's start)
+ *   busy_us   median over launches of the kernels' summed durations (one stream: they never overlap)
+ *   gaps      1 - busy / span, of the median launch: the share of the graph's span in which no
+ *             kernel ran (launch gaps between dependent nodes, and each kernel's ramp and tail
+ *             count as kernel time)
+ *   first     the first kernel's name (to tell the graphs apart)
+ * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
+ * on one line (graph 0). Not part of the library or the tools:
+ * a measuring aid for bench/NOTES.md. */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct krec { uint64_t start, end; uint32_t graph, corr, gorder; char name[48]; };
+static struct krec *recs;
+static size_t nrec, caprec;
+
+#define CUPTI_OK(x)                                                                            \
+    do {                                                                                       \
+        CUptiResult r_ = (x);                                                                  \
+        if (r_ != CUPTI_SUCCESS) {                                                             \
+            const char *s_ = NULL;                                                             \
+            cuptiGetResultString(r_, &s_);                                                     \
+            fprintf(stderr, "kerneltrace: %s: %s\n", #x, s_ ? s_ : "?");                       \
+            return;                                                                            \
+        }                                                                                      \
+    } while (0)
+
+static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_records)
+{
+    *size = 8 << 20;
+    *buf = aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+    (void)ctx; (void)stream; (void)size;
+    CUpti_Activity *a = NULL;
+    while (cuptiActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
+        if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
+        if (nrec == caprec) {
+            caprec = caprec ? 2 * caprec : 1 << 16;
+            struct krec *n = realloc(recs, caprec * sizeof *recs);
+            if (!n) { fprintf(stderr, "kerneltrace: out of memory\n"); exit(1); }
+            recs = n;
+        }
+        struct krec *r = &recs[nrec++];
+        r->start = k->start;
+        r->end = k->end;
+        r->graph = k->graphId;
+        r->corr = k->correlationId;
+        snprintf(r->name, sizeof r->name, "%s", k->name ? k->name : "?");
+    }
+    free(buf);
+}
+
+__attribute__((constructor)) static void trace_start(void)
+{
+    CUPTI_OK(cuptiActivityRegisterCallbacks(buf_requested, buf_completed));
+    CUPTI_OK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+/* Records ordered by (their graph's first appearance, correlation id, start). */
+static int cmp_rec(const void *a, const void *b)
+{
+    const struct krec *x = a, *y = b;
+    if (x->gorder != y->gorder) return x->gorder < y->gorder ? -1 : 1;
+    if (x->corr != y->corr) return x->corr < y->corr ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+__attribute__((destructor)) static void trace_report(void)
+{
+    cuptiActivityFlushAll(1);
+    const char *path = getenv("KERNELTRACE_OUT");
+    FILE *f = path && *path ? fopen(path, "w") : stderr;
+    if (!f) { perror(path); return; }
+    /* graphs in the order of their first kernel (records arrive in launch order per buffer) */
+    uint32_t seen[4096];
+    size_t nseen = 0;
+    for (size_t i = 0; i < nrec; i++) {
+        size_t g = 0;
+        while (g < nseen && seen[g] != recs[i].graph) g++;
+        if (g == nseen && nseen < sizeof seen / sizeof *seen) seen[nseen++] = recs[i].graph;
+        recs[i].gorder = (uint32_t)g;
+    }
+    qsort(recs, nrec, sizeof *recs, cmp_rec);
+    fprintf(f, "%-6s %8s %7s %10s %10s %6s  %s\n", "graph", "launches", "kernels", "span_us", "busy_us", "gaps", "first");
+    uint64_t *span = malloc((nrec ? nrec : 1) * sizeof *span), *busy = malloc((nrec ? nrec : 1) * sizeof *busy);
+    for (size_t i = 0; i < nrec;) {
+        size_t j = i, nl = 0, nk = 0;
+        uint64_t busy0 = 0;
+        while (j < nrec && recs[j].graph == recs[i].graph) {
+            size_t e = j;
+            uint64_t s = recs[j].start, t = recs[j].end, b = 0;
+            while (e < nrec && recs[e].graph == recs[i].graph && (recs[i].graph == 0 || recs[e].corr == recs[j].corr)) {
+                if (recs[e].start < s) s = recs[e].start;
+                if (recs[e].end > t) t = recs[e].end;
+                b += recs[e].end - recs[e].start;
+                e++;
+            }
+            if (recs[i].graph == 0) busy0 = b;
+            nk = e - j;
+            span[nl] = t - s;
+            busy[nl] = b;
+            nl++;
+            j = e;
+        }
+        if (recs[i].graph == 0) {
+            fprintf(f, "%-6s %8s %7zu %10s %10.1f %6s  %s (kernels outside graphs)\n", "0", "-", nk, "-", busy0 / 1e3, "-",
+                    recs[i].name);
+        } else {
+            /* the median launch by span, and its own busy time */
+            uint64_t *pair = malloc(nl * 2 * sizeof *pair);
+            for (size_t l = 0; l < nl; l++) { pair[2 * l] = span[l]; pair[2 * l + 1] = busy[l]; }
+            qsort(pair, nl, 2 * sizeof *pair, cmp_u64);
+            const uint64_t sm = pair[2 * (nl / 2)], bm = pair[2 * (nl / 2) + 1];
+            fprintf(f, "%-6u %8zu %7zu %10.1f %10.1f %5.1f%%  %s\n", recs[i].graph, nl, nk, sm / 1e3, bm / 1e3,
+                    sm ? 100.0 * (1.0 - (double)bm / (double)sm) : 0.0, recs[i].name);
+            free(pair);
+        }
+        i = j;
+    }
+    free(span);
+    free(busy);
+    if (f != stderr) fclose(f);
+}
