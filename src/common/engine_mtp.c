@@ -7,12 +7,13 @@
  *   oh = rmsnorm(x += y, mtp.norm); logits = oh head^T (FP32, the draft rows only); id = argmax
  * where h is the main model's final-norm row (engine_impl.h's final_xn) for real rows, the previous
  * step's oh for a chained draft step, and ids of a chained step are the previous step's argmax on
- * the device. Trees (tdm_engine_mtp_node): every call keeps the oh of its last real row in slot 0 of
- * the slots (x->sl), and a node call runs one such step on the oh its parent's call kept in another
- * slot, keeping its own oh in its slot. Real rows that are not consecutive final-norm rows (the
- * accepted path of a tree verify: tdm_engine_mtp_path) are gathered into x->hg first. The launches of the decoder layer are engine.c's attn_mixer and mlp with the MTP's
+ * the device. The launches of the decoder layer are engine.c's attn_mixer and mlp with the MTP's
  * weights, cache and residual buffers (the same kernels, arguments and order). Activations other
  * than the MTP's own are borrowed from the engine between its passes.
+ * Trees (tdm_engine_mtp_node): every call keeps the oh of its last real row in slot 0 of the slots
+ * (x->sl), and a node call runs one chained step on the oh its parent's call kept in another slot,
+ * keeping its own oh in its slot. Real rows that are not consecutive final-norm rows (the accepted
+ * path of a tree verify: tdm_engine_mtp_path) are gathered into x->hg first.
  * Graphs (TANDEM_CUDA_GRAPH): a call's launches run from a CUDA graph per shape (real rows T, drafts
  * k, first real row r0), captured on the shape's second use and replayed after, as engine.c's
  * passes are. Eager, the host position sizes and positions the attention; graphed, each
@@ -455,7 +456,8 @@ int tdm_engine_mtp_node(struct tdm_engine *e, int pos, int32_t id, int parent, i
     if (!x) return tdm_errf("tdm_engine_mtp_node: the MTP layer is not on the device (tdm_engine_mtp_init)");
     struct tdm_engine_view v;
     tdm_engine_view(e, &v);
-    if (pos < 0 || pos > x->pos) return tdm_errf("tdm_engine_mtp_node: position %d: the drafter has fed %d rows", pos, x->pos);
+    if (pos < 0 || pos > x->pos)
+        return tdm_errf("tdm_engine_mtp_node: position %d: the drafter has fed %d rows", pos, x->pos);
     if (pos + 1 > v.ctx) return tdm_errf("context full: MTP %d + 1 rows exceed --ctx %d", pos, v.ctx);
     if (parent < 0 || parent >= SLOTS || slot < 0 || slot >= SLOTS)
         return tdm_errf("tdm_engine_mtp_node: slots %d -> %d: 0 to %d", parent, slot, SLOTS - 1);
