@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "                           with the ids chosen on the device (a step's logits cross to the host\n"
             "                           only with --dump-logits, and on the last step for the hash line),\n"
             "                           --force, --dump-logits, and --spec mtp, ngram or draft with chain\n"
-            "                           rounds, ngram or draft with tree rounds (not an MTP tree yet); exit 2\n"
+            "                           or tree rounds (an MTP tree drafts each node on the engine); exit 2\n"
             "                           without a device or for shapes its kernels do not take\n"
             "      --dump-logits FILE   write F32 'logits' [rows, vocab] as safetensors: one row per position\n"
             "                           whose logits were computed (with -n 0: every prompt position)\n"
@@ -245,13 +245,12 @@ int main(int argc, char **argv)
     if (so.kind != TDM_SPEC_OFF && force_path) tdm_die_usage(prog, "--force and --spec do not go together", NULL);
     enum tdm_backend backend;
     const char *why;
-    const char *gap = so.kind != TDM_SPEC_OFF ? tdm_spec_cuda_gap(&so) : NULL;
-    /* a backend the job cannot run is refused before the model is read; auto is settled after */
-    if (tdm_backend_pick(backend_opt, gap, NULL, &backend, &why) != 0) tdm_die_input(prog);
+    /* a backend that cannot run is refused before the model is read; auto is settled after */
+    if (tdm_backend_pick(backend_opt, NULL, NULL, &backend, &why) != 0) tdm_die_input(prog);
     double t0 = tdm_now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
-    if (tdm_backend_pick(backend_opt, gap, m, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
     so.backend = backend;
     const struct tdm_config *c = &m->cfg;
     int32_t *prompt = NULL, *force = NULL;

@@ -151,7 +151,8 @@ const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_eng
  *     after mtp.norm; step j = 1..k-1 feeds (drafts[j-1], the previous step's output after mtp.norm)
  *     at position pos+T-1+j and drafts[j] = argmax of its head (ties to the lower id), the tokens
  *     chained on the device without a round trip. logits NULL or [k][V] FP32: the rows the drafts
- *     were chosen from. k = 0 runs no head (drafts and logits untouched).
+ *     were chosen from. k = 0 runs no head (drafts and logits untouched). logits row 0
+ *     is the last real row's: a tree's root takes its top-b from it.
  * ref.c's tdm_ref_mtp_h with its rounding points; row-invariant (any split of the real rows into
  * calls gives the same bits). Launches on the engine's stream, synchronised on return: with
  * TANDEM_CUDA_GRAPH on, from a CUDA graph per call shape (T, k, r0) captured on the shape's second
@@ -166,6 +167,33 @@ int tdm_engine_mtp(struct tdm_engine *e, int pos, const int32_t *next_ids, int T
  * prefill chunk of more than 32 tokens is fed to the drafter 32 rows at a time. */
 int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next_ids, int T, int k, int32_t *drafts,
                       float *logits);
+/* tdm_engine_mtp on real rows rows[0..T-1] of those final-norm rows, in that order, gathered on the
+ * device: rows increasing from row 0 or more, within 32 rows (a tree verify's accepted root-to-node
+ * path: tdm_engine_commit_path leaves the verify's rows in place). Consecutive rows are
+ * tdm_engine_mtp_at's call; others run from a CUDA graph per (T, k) whatever the rows (the same bits:
+ * the rows are row-invariant). */
+int tdm_engine_mtp_path(struct tdm_engine *e, int pos, const int *rows, const int32_t *next_ids, int T, int k,
+                        int32_t *drafts, float *logits);
+/* MTP trees (spec.c's expand; speculative.md): TDM_ENGINE_MTP_SLOTS slots on the device, each one
+ * MTP output after mtp.norm (BF16 [H]). Every tdm_engine_mtp / _at / _path call keeps the output of
+ * its last real row in slot 0: the tree's root, whose drafts are that call's first draft (argmax)
+ * and first logits row (the top-b: tdm_topk on the host).
+ * tdm_engine_mtp_node(e, pos, id, parent, slot, draft, logits) runs one draft row for a tree node
+ * at MTP position pos (0 <= pos <= tdm_engine_mtp_pos: a rewind as above; a node at depth d >= 1
+ * below a root whose last real row was at position p sits at p + d): it feeds (id, the output in
+ * slot parent), keeps its own output in slot `slot`, and gives draft (NULL, or the argmax of its
+ * head, ties to the lower id, chosen on the device) and logits (NULL or [V] FP32: the row the draft
+ * was chosen from). A node's launches are a chained draft step's (its input copied in from the
+ * slot, its output copied out: copies only), so a chain of node calls gives tdm_engine_mtp's drafts
+ * and logits bit for bit. Depth-first expansion keeps the MTP K/V rows below each node its
+ * ancestors' (siblings overwrite the rows they share), as the CPU reference's tree does. One CUDA
+ * graph serves every node (position and slots read from device memory; the same bits as eager).
+ * The position becomes pos + 1. Returns 0, or -1 with tdm_err(): no MTP uploaded, bad pos, a slot
+ * outside 0..TDM_ENGINE_MTP_SLOTS-1, a parent slot nothing has written since the last reset, context
+ * full, a token id outside the vocabulary (nothing changes then), a CUDA failure (the state is then
+ * undefined). */
+#define TDM_ENGINE_MTP_SLOTS (TDM_ENGINE_MAX_ROWS + 1)
+int tdm_engine_mtp_node(struct tdm_engine *e, int pos, int32_t id, int parent, int slot, int32_t *draft, float *logits);
 #ifdef __cplusplus
 }
 #endif

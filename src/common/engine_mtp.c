@@ -10,12 +10,18 @@
  * the device. The launches of the decoder layer are engine.c's attn_mixer and mlp with the MTP's
  * weights, cache and residual buffers (the same kernels, arguments and order). Activations other
  * than the MTP's own are borrowed from the engine between its passes.
+ * Trees (tdm_engine_mtp_node): every call keeps the oh of its last real row in slot 0 of the slots
+ * (x->sl), and a node call runs one chained step on the oh its parent's call kept in another slot,
+ * keeping its own oh in its slot. Real rows that are not consecutive final-norm rows (the accepted
+ * path of a tree verify: tdm_engine_mtp_path) are gathered into x->hg first.
  * Graphs (TANDEM_CUDA_GRAPH): a call's launches run from a CUDA graph per shape (real rows T, drafts
  * k, first real row r0), captured on the shape's second use and replayed after, as engine.c's
  * passes are. Eager, the host position sizes and positions the attention; graphed, each
  * mtp_rows call reads its position from d_posv (written before every launch: pos, then pos + T +
  * j - 1 for draft step j) and ctx - M sizes the grids, so one graph serves every position. The
- * token ids go in and the drafts and logits come out outside the graph. */
+ * token ids go in, gathered real rows are gathered, and the drafts and logits come out outside the
+ * graph. A node call is the shape (T = 0, k = 1, r0 = -1): its slots come from device memory
+ * (x->d_node, tdm_rows_compact's row terms), so one graph serves every node. */
 #include "device.h"
 #include "engine.h"
 #include "engine_glue.h"
@@ -26,11 +32,12 @@
 #include <stdlib.h>
 
 #define ROWS TDM_ENGINE_MAX_ROWS
-#define MAXALLOC 24
+#define MAXALLOC 28
 #define MTP_GRAPHS 64   /* call shapes with a graph; a call of another shape past these runs eager */
+#define SLOTS TDM_ENGINE_MTP_SLOTS
 
 struct mtp_graph {
-    int T, k, r0;       /* the shape */
+    int T, k, r0;       /* the shape (r0 = -1: gathered real rows; T = 0: a tree node) */
     int eager_runs;     /* captured on the second use */
     tdm_graph g;
 };
@@ -50,6 +57,14 @@ struct tdm_emtp {
     uint16_t *emb, *en, *hn, *cat;            /* [R][H] x3, [R][2H] */
     uint16_t *x, *xn, *oh;                    /* [R][H]: residual, layer norms' output, mtp.norm output */
     void *amax;                               /* tdm_argmax_rows scratch for one row */
+    uint16_t *hg;                             /* [R][H]: real rows gathered from the final-norm rows */
+    int32_t *d_rows;                          /* [ROWS]: their rows, less the first, for tdm_rows_compact */
+    uint16_t *sl;                             /* [SLOTS + 2][H]: row 0 a node call's h (its parent's slot),
+                                               * rows 1..SLOTS the slots, row SLOTS + 1 a node's oh on its
+                                               * way to its slot */
+    int32_t *d_node;                          /* [3]: a node call's 1 + parent, 1 + slot, SLOTS - slot */
+    int32_t node[3];                          /* its host copy */
+    uint64_t slots_set;                       /* bit s: slot s holds an oh (since the last reset) */
     int32_t *d_posv;                          /* [ROWS]: each mtp_rows call's position, graphed */
     int32_t posv[ROWS];                       /* its host copy */
     struct mtp_graph graphs[MTP_GRAPHS];
@@ -108,7 +123,11 @@ void tdm_emtp_free(struct tdm_emtp *x)
     free(x);
 }
 
-void tdm_emtp_reset(struct tdm_emtp *x) { x->pos = 0; }
+void tdm_emtp_reset(struct tdm_emtp *x)
+{
+    x->pos = 0;
+    x->slots_set = 0;
+}
 
 static void *dalloc(struct tdm_emtp *x, size_t bytes, size_t *count, const char *what)
 {
@@ -178,7 +197,10 @@ static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
         !(x->x = dalloc(x, R * H * 2, a, "activations")) || !(x->xn = dalloc(x, R * H * 2, a, "activations")) ||
         !(x->oh = dalloc(x, R * H * 2, a, "activations")) ||
         !(x->d_posv = dalloc(x, R * sizeof(int32_t), a, "positions")) ||
-        !(x->amax = dalloc(x, tdm_argmax_scratch_bytes(1, c->vocab), a, "argmax scratch")))
+        !(x->amax = dalloc(x, tdm_argmax_scratch_bytes(1, c->vocab), a, "argmax scratch")) ||
+        !(x->hg = dalloc(x, R * H * 2, a, "gathered rows")) || !(x->d_rows = dalloc(x, R * sizeof(int32_t), a, "row list")) ||
+        !(x->sl = dalloc(x, (SLOTS + 2) * H * 2, a, "tree slots")) ||
+        !(x->d_node = dalloc(x, sizeof x->node, a, "tree slot terms")))
         return -1;
     return 0;
 }
@@ -265,12 +287,34 @@ static int mtp_head(struct tdm_emtp *x, const struct tdm_engine_view *v, int r, 
     return 0;
 }
 
-/* The device work of a call (engine.h: tdm_engine_mtp) from ids already in x->ids: the T real rows,
- * then k chained drafts into x->draft and v->logits rows 0..k-1. graphed: positions from d_posv. */
-static int mtp_body(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, int T, int k, int graphed)
+/* A tree node's device work (engine.h: tdm_engine_mtp_node) from its id in x->ids[0] and its slot
+ * terms in x->d_node: its parent's slot to row 0 of x->sl, one row on it (a chained draft step's
+ * launches), the head into v->logits row 0 and x->draft[0], and its oh to its slot by way of row
+ * SLOTS + 1 (tdm_rows_compact with its rows from device memory, so the graph serves every node). */
+static int node_body(struct tdm_emtp *x, const struct tdm_engine_view *v, int graphed)
 {
     const int H = v->m->cfg.hidden;
-    if (mtp_rows(x, v, x->ids, v->final_xn + (size_t)r0 * H, T, graphed ? x->d_posv : NULL) != 0) return -1;
+    void *st = v->stream;
+    return tdm_rows_compact(x->sl, H, H, 0, NULL, x->d_node, 1, st) ||
+                   mtp_rows(x, v, x->ids, x->sl, 1, graphed ? x->d_posv : NULL) || mtp_head(x, v, 0, 0) ||
+                   tdm_copy_async(x->sl + (size_t)(SLOTS + 1) * H, x->oh, (size_t)H * 2, st) ||
+                   tdm_rows_compact(x->sl, H, H, 0, x->d_node + 1, x->d_node + 2, 1, st)
+               ? -1
+               : 0;
+}
+
+/* The device work of a call (engine.h: tdm_engine_mtp) from ids already in x->ids: the T real rows
+ * (final-norm rows r0.., or with r0 = -1 the rows gathered into x->hg), their last oh kept in slot 0,
+ * then k chained drafts into x->draft and v->logits rows 0..k-1; T = 0: a tree node (node_body).
+ * graphed: positions from d_posv. */
+static int mtp_body(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, int T, int k, int graphed)
+{
+    if (T == 0) return node_body(x, v, graphed);
+    const int H = v->m->cfg.hidden;
+    uint16_t *h = r0 >= 0 ? v->final_xn + (size_t)r0 * H : x->hg;
+    if (mtp_rows(x, v, x->ids, h, T, graphed ? x->d_posv : NULL) != 0 ||
+        tdm_copy_async(x->sl + (size_t)H, x->oh + (size_t)(T - 1) * H, (size_t)H * 2, v->stream) != 0)
+        return -1;
     if (k == 0) return 0;
     if (mtp_head(x, v, T - 1, 0) != 0) return -1;
     for (int j = 1; j < k; j++) {
@@ -300,7 +344,7 @@ static int mtp_run(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, 
     struct mtp_graph *sg = v->use_graph ? shape_graph(x, T, k, r0) : NULL;
     if (!sg) return mtp_body(x, v, r0, T, k, 0);
     void *st = v->stream;
-    const int pos = x->pos, rows = T + (k > 0 ? k - 1 : 0);
+    const int pos = x->pos, rows = T + (k > 0 ? k - 1 : 0) + (T == 0);
     x->posv[0] = pos;
     for (int j = 1; j < k; j++) x->posv[j] = pos + T + j - 1;
     if (!sg->g && sg->eager_runs >= 1) {
@@ -309,6 +353,7 @@ static int mtp_run(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, 
         tdm_graph cap = NULL;
         if (tdm_graph_end(st, &cap) != 0 || rc != 0) {
             if (cap) tdm_graph_destroy(cap);
+            if (T == 0) return tdm_err_prefix("capturing the CUDA graph of an MTP tree node");
             return tdm_err_prefix("capturing the CUDA graph of an MTP call of %d rows and %d drafts", T, k);
         }
         sg->g = cap;
@@ -321,25 +366,35 @@ static int mtp_run(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, 
     return mtp_body(x, v, r0, T, k, 0);
 }
 
-static int mtp_launches(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, const int32_t *next_ids, int T,
-                        int k, int32_t *drafts, float *logits)
+/* A call's inputs to the device, its device work and its outputs to the host: T >= 1 real rows
+ * (final-norm rows r0..r0+T-1, or rows[0..T-1] gathered into x->hg when rows is not NULL), or
+ * T = 0 a tree node (its id in ids[0], its slot terms in x->node); k drafts (drafts, logits: NULL
+ * or where they go). */
+static int mtp_launches(struct tdm_emtp *x, const struct tdm_engine_view *v, int r0, const int *rows,
+                        const int32_t *ids, int T, int k, int32_t *drafts, float *logits)
 {
-    const int V = v->m->cfg.vocab;
+    const int V = v->m->cfg.vocab, H = v->m->cfg.hidden;
     void *st = v->stream;
-    if (tdm_copy_async(x->ids, next_ids, (size_t)T * sizeof(int32_t), st) != 0 || mtp_run(x, v, r0, T, k) != 0) return -1;
-    if (k > 0 && (tdm_copy_async(drafts, x->draft, (size_t)k * sizeof(int32_t), st) != 0 ||
+    if (tdm_copy_async(x->ids, ids, (size_t)(T ? T : 1) * sizeof(int32_t), st) != 0) return -1;
+    if (rows) { /* rows rows[0]..rows[T-1] to x->hg, then each to its place (rows increasing: in place) */
+        int32_t rel[ROWS];
+        for (int t = 0; t < T; t++) rel[t] = rows[t] - rows[0];
+        if (tdm_copy_async(x->hg, v->final_xn + (size_t)rows[0] * H, (size_t)(rel[T - 1] + 1) * H * 2, st) != 0 ||
+            tdm_copy_async(x->d_rows, rel, (size_t)T * sizeof(int32_t), st) != 0 ||
+            tdm_rows_compact(x->hg, H, H, 0, NULL, x->d_rows, T, st) != 0)
+            return -1;
+    }
+    if (T == 0 && tdm_copy_async(x->d_node, x->node, sizeof x->node, st) != 0) return -1;
+    if (mtp_run(x, v, rows ? -1 : r0, T, k) != 0) return -1;
+    if (k > 0 && ((drafts && tdm_copy_async(drafts, x->draft, (size_t)k * sizeof(int32_t), st) != 0) ||
                   (logits && tdm_copy_async(logits, v->logits, (size_t)k * V * sizeof(float), st) != 0)))
         return -1;
     return tdm_stream_sync(st);
 }
 
-int tdm_engine_mtp(struct tdm_engine *e, int pos, const int32_t *next_ids, int T, int k, int32_t *drafts, float *logits)
-{
-    return tdm_engine_mtp_at(e, pos, 0, next_ids, T, k, drafts, logits);
-}
-
-int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next_ids, int T, int k, int32_t *drafts,
-                      float *logits)
+/* tdm_engine_mtp_at (rows NULL: final-norm rows r0..r0+T-1) and tdm_engine_mtp_path (rows). */
+static int mtp_call(struct tdm_engine *e, int pos, int r0, const int *rows, const int32_t *next_ids, int T, int k,
+                    int32_t *drafts, float *logits)
 {
     struct tdm_emtp *x = *tdm_engine_mtp_state(e);
     if (!x) return tdm_errf("tdm_engine_mtp: the MTP layer is not on the device (tdm_engine_mtp_init)");
@@ -347,18 +402,73 @@ int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next
     tdm_engine_view(e, &v);
     const struct tdm_config *c = &v.m->cfg;
     if (pos < 0 || pos > x->pos) return tdm_errf("tdm_engine_mtp: position %d: the drafter has fed %d rows", pos, x->pos);
-    if (T < 1 || T > ROWS || r0 < 0 || r0 + T > v.final_rows)
-        return tdm_errf("tdm_engine_mtp: real rows %d..%d (at most %d a call): the last forward chunk, verify or prefill "
-                        "chunk left %d final-norm rows", r0, r0 + T - 1, ROWS, v.final_rows);
+    if (T < 1 || T > ROWS) return tdm_errf("tdm_engine_mtp: %d real rows: 1 to %d a call", T, ROWS);
+    if (rows) {
+        int inc = rows[0] >= 0;
+        for (int t = 1; t < T; t++) inc &= rows[t] > rows[t - 1];
+        if (!inc || rows[T - 1] - rows[0] >= ROWS)
+            return tdm_errf("tdm_engine_mtp_path: real rows %d..%d: not increasing from row 0 or more, within %d rows",
+                            rows[0], rows[T - 1], ROWS);
+        int run = 1; /* consecutive rows need no gather */
+        for (int t = 1; t < T; t++) run &= rows[t] == rows[0] + t;
+        r0 = rows[0];
+        if (run) rows = NULL;
+    }
+    const int last = rows ? rows[T - 1] : r0 + T - 1;
+    if (r0 < 0 || last >= v.final_rows)
+        return tdm_errf("tdm_engine_mtp: real rows %d..%d: the last forward chunk, verify or prefill chunk left %d "
+                        "final-norm rows", r0, last, v.final_rows);
     if (k < 0 || k > ROWS - 1) return tdm_errf("tdm_engine_mtp: %d drafts: 0 to %d", k, ROWS - 1);
     if (k > 0 && !drafts) return tdm_errf("tdm_engine_mtp: %d drafts and nowhere to put them", k);
-    const int rows = T + (k > 0 ? k - 1 : 0);
-    if (pos + rows > v.ctx) return tdm_errf("context full: MTP %d + %d rows exceed --ctx %d", pos, rows, v.ctx);
+    const int n = T + (k > 0 ? k - 1 : 0);
+    if (pos + n > v.ctx) return tdm_errf("context full: MTP %d + %d rows exceed --ctx %d", pos, n, v.ctx);
     for (int t = 0; t < T; t++)
         if (next_ids[t] < 0 || next_ids[t] >= c->vocab)
             return tdm_errf("token id %d is out of the vocabulary (%d ids)", next_ids[t], c->vocab);
     x->pos = pos;
-    if (mtp_launches(x, &v, r0, next_ids, T, k, drafts, logits) != 0)
+    if (mtp_launches(x, &v, r0, rows, next_ids, T, k, drafts, logits) != 0)
         return tdm_err_prefix("CUDA engine: MTP drafter at position %d", pos);
+    x->slots_set |= 1;
+    return 0;
+}
+
+int tdm_engine_mtp(struct tdm_engine *e, int pos, const int32_t *next_ids, int T, int k, int32_t *drafts, float *logits)
+{
+    return mtp_call(e, pos, 0, NULL, next_ids, T, k, drafts, logits);
+}
+
+int tdm_engine_mtp_at(struct tdm_engine *e, int pos, int r0, const int32_t *next_ids, int T, int k, int32_t *drafts,
+                      float *logits)
+{
+    return mtp_call(e, pos, r0, NULL, next_ids, T, k, drafts, logits);
+}
+
+int tdm_engine_mtp_path(struct tdm_engine *e, int pos, const int *rows, const int32_t *next_ids, int T, int k,
+                        int32_t *drafts, float *logits)
+{
+    if (!rows) return tdm_errf("tdm_engine_mtp_path: no rows");
+    return mtp_call(e, pos, 0, rows, next_ids, T, k, drafts, logits);
+}
+
+int tdm_engine_mtp_node(struct tdm_engine *e, int pos, int32_t id, int parent, int slot, int32_t *draft, float *logits)
+{
+    struct tdm_emtp *x = *tdm_engine_mtp_state(e);
+    if (!x) return tdm_errf("tdm_engine_mtp_node: the MTP layer is not on the device (tdm_engine_mtp_init)");
+    struct tdm_engine_view v;
+    tdm_engine_view(e, &v);
+    if (pos < 0 || pos > x->pos)
+        return tdm_errf("tdm_engine_mtp_node: position %d: the drafter has fed %d rows", pos, x->pos);
+    if (pos + 1 > v.ctx) return tdm_errf("context full: MTP %d + 1 rows exceed --ctx %d", pos, v.ctx);
+    if (parent < 0 || parent >= SLOTS || slot < 0 || slot >= SLOTS)
+        return tdm_errf("tdm_engine_mtp_node: slots %d -> %d: 0 to %d", parent, slot, SLOTS - 1);
+    if (!(x->slots_set >> parent & 1)) return tdm_errf("tdm_engine_mtp_node: slot %d holds no MTP output", parent);
+    if (id < 0 || id >= v.m->cfg.vocab) return tdm_errf("token id %d is out of the vocabulary (%d ids)", id, v.m->cfg.vocab);
+    x->node[0] = 1 + parent;
+    x->node[1] = 1 + slot;
+    x->node[2] = SLOTS - slot;
+    x->pos = pos;
+    if (mtp_launches(x, &v, -1, NULL, &id, 0, 1, draft, logits) != 0)
+        return tdm_err_prefix("CUDA engine: MTP tree node at position %d", pos);
+    x->slots_set |= (uint64_t)1 << slot;
     return 0;
 }

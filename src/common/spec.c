@@ -50,13 +50,6 @@ int tdm_spec_opts_init(struct tdm_spec_opts *o)
     return 0;
 }
 
-const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o)
-{
-    if (o->kind == TDM_SPEC_MTP && o->tree_depth)
-        return "--spec mtp with --tree is not supported by the CUDA engine yet (MTP chains are, and ngram and draft trees)";
-    return NULL;
-}
-
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o)
 {
     int d = 0;
@@ -111,8 +104,8 @@ struct drafter {
     float *mh, *mlog;        /* [MAXN][H]: MTP output h per node; [V]: logits of the latest step */
     float *root_log;         /* [V]: the root's draft logits (from the catch-up) */
     int root_pos;            /* main-model position of the root */
-    struct tdm_engine *me;   /* the CUDA engine running the MTP (then the chain below, not r) */
-    int32_t chain[MAXN];     /* [d]: the engine's draft at depth d + 1, chained at the last feed */
+    struct tdm_engine *me;   /* the CUDA engine running the MTP (then the chain below and its slots, not r) */
+    int32_t chain[MAXN];     /* [d]: the engine's draft at depth d + 1, chained at the last feed (a tree: the root's top-1) */
     int nchain;
     /* ngram */
     int32_t *hist;
@@ -148,17 +141,24 @@ static int mtp_feed_real(struct drafter *d, int p0, const int32_t *next, const f
 }
 
 /* The CUDA engine's MTP (engine.h: tdm_engine_mtp): rewound to p0 and fed the T real rows (next[t],
- * the main model's final-norm rows 0..T-1 of the engine's last forward chunk or verify, read on the
- * device), then k drafts chained on the device into d->chain: the inputs and positions of
- * mtp_feed_real and of expand's chain steps. */
-/* Feeds the drafter the T rows of the engine's last forward chunk, verify or prefill chunk (at MTP
- * positions p0..), TDM_ENGINE_MAX_ROWS a call, then drafts k tokens after the last row. */
-static int mtp_engine_feed(struct drafter *d, int p0, const int32_t *next, int T, int k)
+ * the main model's final-norm rows of the engine's last forward chunk or verify, read on the
+ * device: rows 0..T-1, TDM_ENGINE_MAX_ROWS a call, or with rows the rows rows[0..T-1], a tree
+ * round's accepted path), then k drafts chained on the device into d->chain: the inputs and
+ * positions of mtp_feed_real and of expand's chain steps. For a tree k is at most 1 (the root's
+ * top-1) and the last real row's logits go to root_log when the root has more than one child; the
+ * last real row's output stays on the device as slot 0, the root of expand's node calls. */
+static int mtp_engine_feed(struct drafter *d, int p0, const int *rows, const int32_t *next, int T, int k)
 {
+    float *lg = d->o->tree_depth && d->o->branch[0] > 1 && k > 0 ? d->root_log : NULL;
     d->nchain = 0;
-    for (int r0 = 0; r0 < T; r0 += TDM_ENGINE_MAX_ROWS) {
-        const int n = T - r0 < TDM_ENGINE_MAX_ROWS ? T - r0 : TDM_ENGINE_MAX_ROWS, last = r0 + n == T;
-        if (tdm_engine_mtp_at(d->me, p0 + r0, r0, next + r0, n, last ? k : 0, d->chain, NULL) != 0) return -1;
+    if (rows) {
+        if (tdm_engine_mtp_path(d->me, p0, rows, next, T, k, d->chain, lg) != 0) return -1;
+    } else {
+        for (int r0 = 0; r0 < T; r0 += TDM_ENGINE_MAX_ROWS) {
+            const int n = T - r0 < TDM_ENGINE_MAX_ROWS ? T - r0 : TDM_ENGINE_MAX_ROWS, last = r0 + n == T;
+            if (tdm_engine_mtp_at(d->me, p0 + r0, r0, next + r0, n, last ? k : 0, d->chain, last ? lg : NULL) != 0)
+                return -1;
+        }
     }
     d->nchain = k;
     return 0;
@@ -172,16 +172,32 @@ static int round_depth(const struct tdm_spec_opts *o, long e, int n_new)
     return left < want ? (int)(left > 0 ? left : 0) : want;
 }
 
+/* The drafts the engine's MTP chains at a feed: a chain's depth; for a tree only the root's top-1
+ * (expand's node calls draft the rest). */
+static int feed_drafts(const struct tdm_spec_opts *o, long e, int n_new)
+{
+    const int k = round_depth(o, e, n_new);
+    return o->tree_depth && k > 1 ? 1 : k;
+}
+
 /* Up to want proposals for the children of node t (its path fed as the drafter needs). */
 static int expand(struct drafter *d, int t, int want, int32_t *out)
 {
     const int dep = d->depth[t], p = d->parent[t];
     switch (d->kind) {
     case TDM_SPEC_MTP:
-        if (d->me) { /* a chain (tdm_spec_cuda_gap refuses trees), drafted at the last feed */
+        if (d->me && (!d->o->tree_depth || t == 0)) { /* a chain, or a tree's root: drafted at the last feed */
             if (dep >= d->nchain) return tdm_errf("MTP chain: no draft at depth %d (%d drafted)", dep + 1, d->nchain);
-            out[0] = d->chain[dep];
-            return 1;
+            if (want == 1) { out[0] = d->chain[dep]; return 1; }
+            return tdm_topk(d->root_log, d->V, want, out);
+        }
+        if (d->me) { /* a tree node: one MTP row on the engine, its output in slot t; a top-1 chosen on the device */
+            int32_t top;
+            if (tdm_engine_mtp_node(d->me, d->root_pos - 1 + dep, d->ids[t], p, t, want == 1 ? &top : NULL,
+                                    want == 1 ? NULL : d->mlog) != 0)
+                return -1;
+            if (want == 1) { out[0] = top; return 1; }
+            return tdm_topk(d->mlog, d->V, want, out);
         }
         if (t == 0) return tdm_topk(d->root_log, d->V, want, out);
         /* node t at depth dep >= 1: MTP position root_pos - 1 + dep, fed (its token, its parent's h) */
@@ -370,8 +386,6 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     const int V = c->vocab, H = c->hidden;
     memset(st, 0, sizeof *st);
     st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate";
-    const char *gap = o->backend == TDM_BACKEND_CUDA ? tdm_spec_cuda_gap(o) : NULL;
-    if (gap) return tdm_errf("--backend cuda: %s", gap);
     if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
     if (o->kind == TDM_SPEC_MTP && !m->has_mtp) return tdm_errf("%s: --spec mtp: the checkpoint has no MTP layer", m->dir);
     if (o->kind == TDM_SPEC_DRAFT && !o->draft_model) return tdm_errf("--spec draft needs --draft-model DIR");
@@ -416,7 +430,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
                            ph ? ph + (size_t)at * H : NULL) != 0)
             goto done;
         last_at = at;
-        if (d.me && at + T < n_prompt && mtp_engine_feed(&d, at, prompt + at + 1, T, 0) != 0) goto done;
+        if (d.me && at + T < n_prompt && mtp_engine_feed(&d, at, NULL, prompt + at + 1, T, 0) != 0) goto done;
     }
     st->prefill_ms = now_ms() - t0;
     long e = 0;
@@ -434,7 +448,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
         int32_t *next = xmalloc((size_t)n_prompt * sizeof(int32_t));
         memcpy(next, prompt + 1, (size_t)(n_prompt - 1) * sizeof(int32_t));
         next[n_prompt - 1] = last;
-        int frc = d.me ? mtp_engine_feed(&d, last_at, next + last_at, n_prompt - last_at, round_depth(o, e, n_new))
+        int frc = d.me ? mtp_engine_feed(&d, last_at, NULL, next + last_at, n_prompt - last_at, feed_drafts(o, e, n_new))
                        : mtp_feed_real(&d, 0, next, ph, n_prompt);
         free(next);
         if (frc != 0) goto done;
@@ -506,8 +520,8 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
             if (o->kind == TDM_SPEC_MTP) {
                 int32_t next[MAXN];
                 for (int j = 0; j < len; j++) next[j] = j + 1 < len ? d.ids[path[j + 1]] : last;
-                if (d.me) { /* the verify's rows 0..len-1 are the chain's path */
-                    if (mtp_engine_feed(&d, d.root_pos, next, len, round_depth(o, e, n_new)) != 0) goto done;
+                if (d.me) { /* the verify's rows of the path, left in place by the commit */
+                    if (mtp_engine_feed(&d, d.root_pos, path, next, len, feed_drafts(o, e, n_new)) != 0) goto done;
                 } else {
                     float *hp = xmalloc((size_t)len * H * sizeof(float));
                     for (int j = 0; j < len; j++) memcpy(hp + (size_t)j * H, fh + (size_t)path[j] * H, (size_t)H * sizeof(float));

@@ -23,11 +23,16 @@
  *    real rows (accepted tokens / bonus, and the verify's h of the path nodes): its last row drafts
  *    the next round's first token. In a tree, a node at depth d is drafted at MTP position
  *    root - 1 + d after rewinding there; in depth-first order the rows below belong to its
- *    ancestors, the same stack argument as the GDN factors'. On the CUDA engine (chains) the same
- *    rows and positions run in one call (tdm_engine_mtp) right after the commit: rewind, the L+1
- *    real rows with h read on the device from the verify's final-norm rows, then the next round's
- *    whole chain of drafts, each token the argmax of the previous step, chained on the device; the
- *    prompt is fed chunk by chunk (at most TDM_ENGINE_MAX_ROWS rows) as the prefill runs.
+ *    ancestors, the same stack argument as the GDN factors'. On the CUDA engine the same rows and
+ *    positions run in one call (tdm_engine_mtp_path) right after the commit: rewind, the L+1 real
+ *    rows with h read on the device from the verify's final-norm rows of the accepted path, then for
+ *    a chain the next round's whole chain of drafts, each token the argmax of the previous step,
+ *    chained on the device; the prompt is fed chunk by chunk (at most TDM_ENGINE_MAX_ROWS rows) as
+ *    the prefill runs. A tree on the engine takes that call's first draft and logits row as the
+ *    root's, and drafts each node with one MTP row (tdm_engine_mtp_node: the h of a node's parent
+ *    kept on the device in a slot per node, the top-1 chosen on the device, a top-b from its logits
+ *    on the host), at the CPU's positions in the CPU's order: the CPU's tree drafts up to near ties
+ *    of the MTP logits (the engine's sums run in another order).
  *  - ngram: prompt lookup without a model: the longest suffix (n..1 tokens) of the history (prompt,
  *    emitted tokens, the node's path) that occurred earlier, most recent match first; it proposes
  *    the token that followed (for a tree: distinct followers of the longest, then shorter matches).
@@ -71,15 +76,11 @@ struct tdm_spec_opts {
     long fault_at;                      /* TANDEM_SPEC_FAULT: testing only (settings.c) */
     int prefill_chunk;                  /* TANDEM_PREFILL_CHUNK */
     enum tdm_backend backend;           /* the verified model (and a draft model) on the CPU reference
-                                         * or the CUDA engine (chain rounds: mtp, ngram, draft; tree rounds: ngram,
-                                         * draft) */
+                                         * or the CUDA engine (chain and tree rounds with every drafter) */
 };
 /* Defaults: chain of TDM_SPEC_DEFAULT_DRAFT, n-gram up to TDM_SPEC_DEFAULT_NGRAM, switches from
  * the settings table. Returns 0 or -1 with tdm_err() (a bad switch value). */
 int tdm_spec_opts_init(struct tdm_spec_opts *o);
-/* NULL when the CUDA engine runs o's drafter and round shape, else what it does not support yet
- * (an MTP tree), for tdm_backend_pick's no_cuda. */
-const char *tdm_spec_cuda_gap(const struct tdm_spec_opts *o);
 /* "3,2,1": branching per depth (each 1..16, at most 31 depths; the tree is cut at 32 nodes). */
 int tdm_spec_parse_tree(const char *spec, struct tdm_spec_opts *o);
 /* The tree of o's branching when the drafter proposes every child it is asked for: depth-first

@@ -5,17 +5,19 @@
 # fixture in BF16, FP8 and NVFP4 (every row count 1..32 and committed count, graphed and eager),
 # tree rounds (every node against the one-token steps along its path, root-to-node paths
 # committed), the round protocol's refusals, the MTP drafter's logits against the CPU reference
-# and the fixture (qwen35-tiny in every format, qwen3next-tiny's MoE MTP in BF16),
-# tdm_spec_generate's mtp, ngram and draft chains and ngram and draft trees against plain CUDA
+# and the fixture (qwen35-tiny in every format, qwen3next-tiny's MoE MTP in BF16), MTP trees on the
+# engine (tdm_engine_mtp_node, tdm_engine_mtp_path: a chain of nodes = the chain bit for bit, a tree's
+# drafts = the CPU reference's top-b on the same inputs except at near ties, graphed = eager),
+# tdm_spec_generate's mtp, ngram and draft chains and trees against plain CUDA
 # decode (and without logits, the greedy ids chosen on the device, its tokens, graphed and eager).
 # Then the tools on the fixtures: tandem-run --backend cuda --spec mtp, ngram and draft,
 # chains and --tree, give plain --backend cuda decode's tokens and logits dump byte for byte, and
 # without --dump-logits (the greedy ids path: no logits copied) its tokens, with
-# the round statistics on stderr and in --json (mtp: the CPU reference's acceptance per depth); an
-# mtp tree refused (exit 2, one line); tandem-exactcheck --backend cuda passes (exit 0: twins with
+# the round statistics on stderr and in --json (mtp chains and trees: the CPU reference's acceptance
+# per depth); tandem-exactcheck --backend cuda passes (exit 0: twins with
 # tree verify and tree commit, the device's greedy ids of the twins' rows equal to the host argmax
-# of their logits, speculative chains and trees bit for bit, graphed vs eager, the greedy ids path
-# giving the tokens of the runs with logits) and
+# of their logits, speculative chains and trees of every drafter bit for bit, graphed vs eager, the
+# greedy ids path giving the tokens of the runs with logits) and
 # fails on an injected difference (exit 1). Skips without a CUDA device.
 out=$(build/t/spec_gpu)
 rc=$?
@@ -43,6 +45,7 @@ for fmt in bf16 fp8 nvfp4; do
     for a in "--spec mtp" "--spec mtp --draft 12" "--spec ngram" "--spec ngram --draft 12" "--spec draft --draft-model $F/$fmt" \
              "--spec draft --draft-model $F/$fmt --draft 31" "--spec draft --draft-model $F/$other --draft 3" \
              "--spec ngram --tree 3,2,1" "--spec draft --draft-model $F/$fmt --tree 3,2,1" \
+             "--spec mtp --tree 3,2,1" "--spec mtp --tree 2,2,2,1" \
              "--spec draft --draft-model $F/$other --tree 2,2,2,1"; do
         t "$fmt: tandem-run --backend cuda $a gives plain cuda decode's tokens and logits dump, byte for byte, and its tokens without --dump-logits (greedy ids on the device)" \
           "$RUN -m $F/$fmt $a --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err && [ -s $tmp/plain.tok ] &&
@@ -66,9 +69,16 @@ printf '#   cuda %s\n#   cpu  %s\n' "$(cat "$tmp/acc.cuda" 2>/dev/null)" "$(cat 
 t "tandem-run --backend cuda --spec draft --tree 3,2,1: tree round shapes and full acceptance on stderr" \
   "$RUN -m $F/bf16 --spec draft --draft-model $F/bf16 --tree 3,2,1 >/dev/null 2>$tmp/err &&
    grep -q '^# acceptance by draft depth: 1:1.000 2:1.000 3:1.000' $tmp/err && grep -q '^# round shape tree of 16 nodes' $tmp/err"
-t "tandem-run --backend cuda --spec mtp --tree 2,1: exit 2, one line: not supported by the CUDA engine yet" \
-  "$RUN -m $F/bf16 --spec mtp --tree 2,1 >/dev/null 2>$tmp/err; rc=\$?; [ \$rc -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] &&
-   grep -q 'not supported by the CUDA engine yet' $tmp/err"
+# An MTP tree's drafts are the CPU reference's up to MTP near ties (build/t/spec_gpu reports the
+# margins), so the acceptance per depth is the CPU's when both emit the same tokens (the CPU's tree is
+# the factored form, which may flip a near tie of the main model: then there is nothing to compare).
+t "tandem-run --backend cuda --spec mtp --tree 3,2,1: tree round shapes on stderr; acceptance per depth as the CPU reference's (when its tokens are the same)" \
+  "$RUN -m $F/bf16 --spec mtp --tree 3,2,1 >$tmp/tok.cuda 2>$tmp/err && grep -q '^# round shape tree of 16 nodes' $tmp/err &&
+   grep -q '^# GDN state traffic (replayed commit)' $tmp/err && grep '^# acceptance by draft depth' $tmp/err >$tmp/acc.cuda &&
+   bin/tandem-run --backend cpu -m $F/bf16 -p $F/prompt.tok -n 32 --spec mtp --tree 3,2,1 >$tmp/tok.cpu 2>$tmp/err.cpu &&
+   grep '^# acceptance by draft depth' $tmp/err.cpu >$tmp/acc.cpu && { ! cmp -s $tmp/tok.cuda $tmp/tok.cpu || cmp -s $tmp/acc.cuda $tmp/acc.cpu; }"
+printf '#   cuda %s\n#   cpu  %s\n#   the tokens: %s\n' "$(cat "$tmp/acc.cuda" 2>/dev/null)" "$(cat "$tmp/acc.cpu" 2>/dev/null)" \
+    "$(cmp -s "$tmp/tok.cuda" "$tmp/tok.cpu" && echo the same || echo 'differ: acceptance not compared')"
 
 EC="bin/tandem-exactcheck --backend cuda -p $F/prompt.tok -n 24"
 for fmt in bf16 nvfp4; do
@@ -79,9 +89,9 @@ for fmt in bf16 nvfp4; do
        grep -q '^speculative ngram chain 4 .*: identical' $tmp/out && grep -q '^speculative draft chain 4 .*: identical' $tmp/out &&
        grep -q '^speculative ngram tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
        grep -q '^speculative draft tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
-       grep -q '^speculative mtp   tree .*not run on the cuda backend' $tmp/out &&
-       [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 6 ] &&
-       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 6 ] &&
+       grep -q '^speculative mtp   tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
+       [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 7 ] &&
+       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 7 ] &&
        grep -q '^device greedy ids of (a).s rows vs the host argmax of their logits: [1-9][0-9]* rows: identical (0 differ)' $tmp/out &&
        [ \$(build/t/json_get $tmp/ec.json device_ids.verdict) = '\"identical\"' ] &&
        [ \$(build/t/json_get $tmp/ec.json graphs.ids_path_verdict) = '\"identical\"' ] &&
@@ -105,10 +115,12 @@ t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"
 if [ -d "$FIX/qwen3next-tiny" ]; then
-    t "tandem-exactcheck --backend cuda --spec mtp on qwen3next-tiny (MoE MTP layer): exit 0, the chain identical, graphed = eager" \
+    t "tandem-exactcheck --backend cuda --spec mtp on qwen3next-tiny (MoE MTP layer): exit 0, the chain and the tree identical, graphed = eager" \
       "$EC -m $FIX/qwen3next-tiny/bf16 -p $FIX/qwen3next-tiny/prompt.tok --spec mtp >$tmp/out 2>$tmp/err &&
-       grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out && [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 2 ] &&
-       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 2 ]"
+       grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out &&
+       grep -q '^speculative mtp   tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
+       [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 3 ] &&
+       [ \$(grep -c '^greedy ids path .*: identical' $tmp/out) -eq 3 ]"
     sed 's/^/#   /' "$tmp/out"
 else
     n=$((n + 1)); echo "ok $n # SKIP fixture qwen3next-tiny not found in $FIX"

@@ -299,23 +299,6 @@ static void engine_tests(const struct tdm_model *m)
     ok(memcmp(out, ref, (size_t)N * sizeof *out) == 0, "deferred and immediate commit give the same tokens");
     ok(strcmp(a.commit, "deferred") == 0 && strcmp(b.commit, "immediate") == 0, "the statistics name the commit (%s, %s)",
        a.commit, b.commit);
-    /* the CUDA backend: what it does not run yet is refused before any device is touched */
-    so.backend = TDM_BACKEND_CUDA;
-    int chains = 0;
-    for (int i = 0; i < 3; i++) { /* kinds[]: mtp, ngram, draft */
-        so.kind = kinds[i];
-        so.tree_depth = 0;
-        chains += tdm_spec_cuda_gap(&so) == NULL;
-    }
-    ok(chains == 3, "cuda backend: mtp, ngram and draft chains are supported (%d of 3)", chains);
-    so.kind = TDM_SPEC_NGRAM;
-    tdm_spec_parse_tree("2,1", &so);
-    ok(tdm_spec_cuda_gap(&so) == NULL, "cuda backend: an ngram tree is supported");
-    so.kind = TDM_SPEC_MTP;
-    ok(tdm_spec_generate(m, &so, prompt, NP, N, out, NULL, &a) == -1 &&
-           strstr(tdm_err(), "--spec mtp with --tree is not supported by the CUDA engine yet"),
-       "cuda backend: an mtp tree refused before any device is touched (%s)", tdm_err());
-    so.tree_depth = 0;
     free(rl);
     free(ol);
 }

@@ -39,15 +39,21 @@
  *     a node its own parent), a tree past the context, bad paths (not from the root, not a child,
  *     too long, empty, rows 0..2 that are no path) and a commit after a forward are refused with the
  *     position unchanged, and a round after them still follows one-token decode;
+ *   MTP trees on the engine (test_mtp_tree: tdm_engine_mtp_node, tdm_engine_mtp_path), on the same
+ *     fixtures: node calls along a chain give the chain's bits; a 3,2,1 tree's drafts are the CPU
+ *     reference's top-b on the same inputs except at near ties (the CPU's b+1 best logits closer than
+ *     0.25, or a routing near tie), its logits within 1e-2; graphed = eager; a tree verify's path
+ *     fed gathered = its rows one a call; bad calls refused;
  *   tdm_spec_generate on the CUDA backend: mtp chains (1, 4, 31 drafts; a prefill chunk of 5), ngram
  *     chains and draft chains (the model drafting for itself, every draft accepted; another format's
  *     checkpoint as the draft model) give plain CUDA decode's tokens and logits bit for bit, and the
  *     round statistics add up; an mtp chain accepts per depth what the CPU reference's mtp chain
  *     accepts (the drafts are the CPU's unless an MTP near tie flips one: then this fails and the
- *     draft check above shows the margin); ngram and draft trees give plain CUDA decode's bits too;
- *     without logits asked for (the greedy ids path: ids chosen on the device, no logits copied)
- *     plain decode and every case give the same tokens, graphed and eager; an mtp tree is refused as
- *     not supported by the CUDA engine yet. */
+ *     draft check above shows the margin); mtp trees (3,2,1, 2,2,2,2, 1,1,1, 4,2,1,1 with prefill
+ *     chunks of 5), ngram and draft trees give plain CUDA decode's bits too, and mtp trees the CPU
+ *     reference's acceptance per depth (unless an MTP near tie reorders a top-b: test_mtp_tree shows
+ *     the margins); without logits asked for (the greedy ids path: ids chosen on the device, no
+ *     logits copied) plain decode and every case give the same tokens, graphed and eager. */
 #include "compare.h"
 #include "device.h"
 #include "engine.h"
@@ -347,6 +353,258 @@ static void test_mtp(const char *fix, const char *model, const char *fmt)
     tdm_model_free(m);
 }
 
+/* ---- MTP trees on the engine (tdm_engine_mtp_node, tdm_engine_mtp_path) ---- */
+
+#define MTP_TREE "3,2,1" /* the tree test_mtp_tree drafts: 16 nodes, 10 of them drafting */
+
+/* The prompt on the engine in chunks of 32 rows, each chunk's rows fed to the MTP drafter as they
+ * come (as tdm_spec_generate feeds them), the last chunk with one draft: root_draft and root_logits
+ * [V] are the prompt's last MTP row's, whose output is slot 0. Returns the last chunk's first row. */
+static int engine_prompt(struct tdm_engine *e, const int32_t *prompt, int np, const int32_t *next, int32_t *root_draft,
+                         float *root_logits)
+{
+    if (tdm_engine_reset(e) != 0) bail("reset");
+    int last_at = 0;
+    for (int at = 0; at < np; at += TDM_ENGINE_MAX_ROWS) {
+        const int T = np - at < TDM_ENGINE_MAX_ROWS ? np - at : TDM_ENGINE_MAX_ROWS, last = at + T == np;
+        if (tdm_engine_forward(e, prompt + at, T, T, NULL) != 0 ||
+            tdm_engine_mtp(e, at, next + at, T, last, root_draft, last ? root_logits : NULL) != 0)
+            bail("the prompt and its MTP rows");
+        last_at = at;
+    }
+    return last_at;
+}
+
+/* The children of node t: their count, their indices in kids. */
+static int children(const int *parent, int n, int t, int *kids)
+{
+    int b = 0;
+    for (int c = t + 1; c < n; c++)
+        if (parent[c] == t) kids[b++] = c;
+    return b;
+}
+
+/* The tree (parent, depth: tdm_spec_tree_layout's, n nodes) drafted on the engine as spec.c's
+ * expand drafts it, after engine_prompt (lg row 0 its root logits): in depth-first order each node
+ * t with children takes its row of MTP logits (t > 0: tdm_engine_mtp_node at position np - 1 +
+ * depth, fed ids[t] and its parent's slot, its output in slot t; lg row t, the device's argmax in
+ * top1[t]) and gives its children its top-b (tdm_topk). ids[0] given, the others out. */
+static void engine_tree(struct tdm_engine *e, int np, const int *parent, const int *depth, int n, int32_t *ids, float *lg,
+                        int32_t *top1, int V)
+{
+    for (int t = 0; t < n; t++) {
+        int kids[TDM_SPEC_MAX_NODES];
+        const int b = children(parent, n, t, kids);
+        top1[t] = -1;
+        if (!b) continue;
+        if (t > 0 && tdm_engine_mtp_node(e, np - 1 + depth[t], ids[t], parent[t], t, &top1[t], lg + (size_t)t * V) != 0)
+            bail("tdm_engine_mtp_node");
+        int32_t top[TDM_SPEC_MAX_NODES];
+        tdm_topk(lg + (size_t)t * V, V, b, top);
+        for (int i = 0; i < b; i++) ids[kids[i]] = top[i];
+    }
+}
+
+/* MTP trees on the engine, on one fixture checkpoint:
+ *   a chain of tree nodes (each node the previous one's argmax, its parent the previous slot) gives
+ *     the drafts and logits of tdm_engine_mtp's chain bit for bit, twice (the node graph captured,
+ *     then replayed);
+ *   the tree MTP_TREE drafted on the engine as expand does (engine_tree) against the CPU reference
+ *     fed the same tokens at the same positions in the same order (tdm_ref_mtp_rewind /
+ *     tdm_ref_mtp_h with each parent's output): each drafting node's logits within CPU_BOUND
+ *     relative error, its top-b (the children's ids, in order) the CPU's top-b except where the CPU's
+ *     b+1 best logits have two neighbours closer than CLEAR_MARGIN (a near tie: reported with the
+ *     gap) or the row sits at a routing near tie (MoE); each node's device argmax the host argmax of
+ *     its logits; the same tree graphed twice and eager (TANDEM_CUDA_GRAPH=off): the same bits;
+ *   tdm_engine_mtp_path after a tree verify and the commit of a path that is not rows 0..: the
+ *     drafts and logits of the path's rows fed one row a call (tdm_engine_mtp_at), bit for bit, and
+ *     again (its graph); a node on its slot 0 gives its chain's second draft row;
+ *   bad node calls (slots outside 0..TDM_ENGINE_MTP_SLOTS-1, a parent slot not written since the
+ *     reset, a position past the rows fed, an id outside the vocabulary) and bad paths (not
+ *     increasing, past the verify's rows) are refused with the position unchanged. */
+static void test_mtp_tree(const char *fix, const char *model, const char *fmt)
+{
+    char dir[4096], path[4096], lab[160];
+    snprintf(dir, sizeof dir, "%s/%s/%s", fix, model, fmt);
+    snprintf(lab, sizeof lab, "%s/%s MTP tree", model, fmt);
+    struct tdm_model *m = tdm_model_load(dir);
+    if (!m) bail("model");
+    if (!m->has_mtp) bail("the fixture has no MTP layer");
+    const int V = m->cfg.vocab, H = m->cfg.hidden;
+    int32_t *prompt;
+    int np;
+    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
+    if (tdm_tokens_read(path, V, 0, &prompt, &np) != 0 || np < 2) bail("prompt");
+    struct tdm_spec_opts so;
+    if (tdm_spec_opts_init(&so) != 0 || tdm_spec_parse_tree(MTP_TREE, &so) != 0) bail("tree");
+    int parent[TDM_SPEC_MAX_NODES], depth[TDM_SPEC_MAX_NODES];
+    const int n = tdm_spec_tree_layout(&so, parent, depth);
+    const int ctx = np + KCHAIN + 8;
+
+    /* the CPU reference: the prompt and its MTP rows (the last one takes the greedy token after it) */
+    struct tdm_ref *r = tdm_ref_new(m, ctx);
+    float *ph = hal((size_t)np * H * 4), *cm = hal((size_t)np * V * 4), *mh = hal((size_t)np * H * 4);
+    int32_t *next = hal((size_t)np * 4);
+    if (tdm_ref_forward(r, prompt, np, np - 1, cm, NULL, ph) != 0) bail("reference forward");
+    for (int i = 0; i + 1 < np; i++) next[i] = prompt[i + 1];
+    next[np - 1] = tdm_argmax(cm, V);
+    if (tdm_ref_mtp_h(r, next, ph, np, cm, mh) != 0) bail("reference MTP");
+    const float root_gap = fminf(tdm_ref_router_gaps(r, 0)[np - 1], tdm_ref_router_gaps(r, 1)[np - 1]);
+
+    struct tdm_engine *e = tdm_engine_new(m, ctx);
+    if (!e || tdm_engine_mtp_init(e) != 0) bail("engine");
+
+    /* a chain of nodes against tdm_engine_mtp's chain */
+    int32_t gd[KCHAIN], nd[KCHAIN], d0;
+    float *gc = hal((size_t)KCHAIN * V * 4), *gn = hal((size_t)KCHAIN * V * 4);
+    const int last_at = engine_prompt(e, prompt, np, next, &d0, gn);
+    const int TL = np - last_at;
+    if (tdm_engine_mtp(e, last_at, next + last_at, TL, KCHAIN, gd, gc) != 0) bail("chained MTP");
+    int same = 1;
+    for (int run = 0; run < 2; run++) {
+        memset(gn, 0, (size_t)KCHAIN * V * 4);
+        if (tdm_engine_mtp(e, last_at, next + last_at, TL, 1, &nd[0], gn) != 0) bail("the root");
+        for (int j = 1; j < KCHAIN; j++)
+            if (tdm_engine_mtp_node(e, np - 1 + j, nd[j - 1], j - 1, j, &nd[j], gn + (size_t)j * V) != 0)
+                bail("tdm_engine_mtp_node along a chain");
+        same &= memcmp(nd, gd, sizeof gd) == 0 && same_bits(gn, gc, (size_t)KCHAIN * V) &&
+                tdm_engine_mtp_pos(e) == np + KCHAIN - 1;
+    }
+    ok(same, "%s: a chain of %d node calls (each on the previous node's slot) gives tdm_engine_mtp's chain of drafts "
+       "and logits bit for bit, twice (the node graph captured, then replayed), position %d", lab, KCHAIN - 1,
+       tdm_engine_mtp_pos(e));
+
+    /* the tree on the engine, then the CPU fed the same tokens */
+    int32_t ids[TDM_SPEC_MAX_NODES], ids2[TDM_SPEC_MAX_NODES], top1[TDM_SPEC_MAX_NODES], top1b[TDM_SPEC_MAX_NODES];
+    float *lg = hal((size_t)n * V * 4), *lg2 = hal((size_t)n * V * 4);
+    ids[0] = ids2[0] = next[np - 1];
+    engine_prompt(e, prompt, np, next, &d0, lg);
+    engine_tree(e, np, parent, depth, n, ids, lg, top1, V);
+    float *ch = hal((size_t)n * H * 4), *cl = hal((size_t)n * V * 4), ng[TDM_SPEC_MAX_NODES];
+    memcpy(cl, cm + (size_t)(np - 1) * V, (size_t)V * 4);
+    memcpy(ch, mh + (size_t)(np - 1) * H, (size_t)H * 4);
+    ng[0] = root_gap;
+    float *er = hal((size_t)n * V * 4), *cr = hal((size_t)n * V * 4), eg[TDM_SPEC_MAX_NODES];
+    int nexp = 0, nodes_tied = 0, nodes_bad = 0, id_bad = 0, skip[TDM_SPEC_MAX_NODES], nskip;
+    for (int t = 0; t < n; t++) {
+        int kids[TDM_SPEC_MAX_NODES];
+        const int b = children(parent, n, t, kids);
+        if (!b) continue;
+        if (t > 0) {
+            const int pos = np - 1 + depth[t];
+            if (tdm_ref_mtp_rewind(r, pos) != 0 ||
+                tdm_ref_mtp_h(r, &ids[t], ch + (size_t)parent[t] * H, 1, cl + (size_t)t * V, ch + (size_t)t * H) != 0)
+                bail("reference MTP tree node");
+            ng[t] = fminf(ng[parent[t]], tdm_ref_router_gaps(r, 1)[pos]);
+            id_bad += top1[t] != tdm_argmax(lg + (size_t)t * V, V);
+        }
+        memcpy(er + (size_t)nexp * V, lg + (size_t)t * V, (size_t)V * 4);
+        memcpy(cr + (size_t)nexp * V, cl + (size_t)t * V, (size_t)V * 4);
+        eg[nexp++] = ng[t];
+        /* the top-b against the CPU's on the same inputs; a difference needs a near tie among the CPU's b+1 best */
+        int32_t ct[TDM_SPEC_MAX_NODES + 1];
+        const float *x = cl + (size_t)t * V;
+        tdm_topk(x, V, b + 1, ct);
+        int differ = 0;
+        for (int i = 0; i < b; i++) differ |= ids[kids[i]] != ct[i];
+        if (!differ) continue;
+        float gap = INFINITY;
+        for (int i = 0; i < b; i++) gap = fminf(gap, x[ct[i]] - x[ct[i + 1]]);
+        const int tied = gap < CLEAR_MARGIN || ng[t] < TDM_ROUTER_NEAR_TIE;
+        nodes_tied += tied;
+        nodes_bad += !tied;
+        printf("# %s: node %d (depth %d): the engine's top-%d differs from the CPU's; the CPU's %d best logits are %.4f "
+               "apart at the closest (router margin %.4f): %s\n", lab, t, depth[t], b, b + 1, gap, ng[t],
+               tied ? "a near tie, reported" : "NOT a near tie");
+    }
+    char what[240];
+    snprintf(what, sizeof what, "%s vs the CPU reference", lab);
+    const double et = rel_err_excused(what, er, cr, nexp, V, eg, CPU_BOUND, skip, &nskip);
+    ok(et <= CPU_BOUND && nskip < nexp, "%s %s: the logits of its %d drafting nodes vs the CPU reference fed the same "
+       "tokens: relative error %.2e <= %.0e (%d rows excused at routing near ties)", lab, MTP_TREE, nexp, et, CPU_BOUND,
+       nskip);
+    ok(nodes_bad == 0, "%s %s: every drafting node's top-b (its children, in order) is the CPU reference's top-b on the "
+       "same inputs, except where the CPU's b+1 best logits lie closer than %.2f (%d nodes differ there, %d elsewhere)",
+       lab, MTP_TREE, CLEAR_MARGIN, nodes_tied, nodes_bad);
+    ok(id_bad == 0, "%s: each node's argmax chosen on the device is the host argmax of its logits (%d of %d differ)", lab,
+       id_bad, nexp - 1);
+    /* the same tree graphed again, and eager on another engine */
+    engine_prompt(e, prompt, np, next, &d0, lg2);
+    engine_tree(e, np, parent, depth, n, ids2, lg2, top1b, V);
+    same = memcmp(ids, ids2, (size_t)n * 4) == 0 && memcmp(top1, top1b, (size_t)n * 4) == 0;
+    for (int t = 0; t < n; t++) {
+        int kids[TDM_SPEC_MAX_NODES];
+        if (children(parent, n, t, kids)) same &= same_bits(lg + (size_t)t * V, lg2 + (size_t)t * V, (size_t)V);
+    }
+    if (setenv("TANDEM_CUDA_GRAPH", "off", 1) != 0) bail("setenv");
+    struct tdm_engine *eg0 = tdm_engine_new(m, ctx);
+    if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");
+    if (!eg0 || tdm_engine_mtp_init(eg0) != 0) bail("eager engine");
+    memset(lg2, 0, (size_t)n * V * 4);
+    engine_prompt(eg0, prompt, np, next, &d0, lg2);
+    engine_tree(eg0, np, parent, depth, n, ids2, lg2, top1b, V);
+    int same_eager = memcmp(ids, ids2, (size_t)n * 4) == 0 && memcmp(top1, top1b, (size_t)n * 4) == 0;
+    for (int t = 0; t < n; t++) {
+        int kids[TDM_SPEC_MAX_NODES];
+        if (children(parent, n, t, kids)) same_eager &= same_bits(lg + (size_t)t * V, lg2 + (size_t)t * V, (size_t)V);
+    }
+    tdm_engine_free(eg0);
+    ok(same && same_eager, "%s %s: graphed again and eager (TANDEM_CUDA_GRAPH=off): the same drafts and logits bit for "
+       "bit (again %s, eager %s)", lab, MTP_TREE, same ? "same" : "DIFFERENT", same_eager ? "same" : "DIFFERENT");
+
+    /* a tree verify of the main model, the commit of the path 0, 3, 4, and the path's rows to the drafter */
+    engine_prompt(e, prompt, np, next, &d0, lg2);
+    const int32_t tv[5] = {next[np - 1], prompt[0], prompt[1], prompt[np - 1], prompt[np / 2]};
+    const int tpar[5] = {-1, 0, 1, 0, 3}, tpath[3] = {0, 3, 4};
+    if (tdm_engine_verify_tree(e, tv, tpar, 5, 5, NULL) != 0 || tdm_engine_commit_path(e, tpath, 3) != 0)
+        bail("tree verify and path commit");
+    const int32_t nx[3] = {tv[3], tv[4], prompt[1]};
+    int32_t pd[3][2];
+    float *pl = hal((size_t)3 * 2 * V * 4);
+    for (int run = 0; run < 2; run++)
+        if (tdm_engine_mtp_path(e, np, tpath, nx, 3, 2, pd[run], pl + (size_t)run * 2 * V) != 0) bail("tdm_engine_mtp_path");
+    for (int j = 0; j < 3; j++)
+        if (tdm_engine_mtp_at(e, np + j, tpath[j], &nx[j], 1, j == 2 ? 2 : 0, pd[2], j == 2 ? pl + (size_t)4 * V : NULL) != 0)
+            bail("the path's rows one a call");
+    ok(memcmp(pd[0], pd[2], sizeof pd[0]) == 0 && memcmp(pd[1], pd[2], sizeof pd[0]) == 0 &&
+           same_bits(pl, pl + (size_t)4 * V, (size_t)2 * V) && same_bits(pl + (size_t)2 * V, pl + (size_t)4 * V, (size_t)2 * V) &&
+           tdm_engine_mtp_pos(e) == np + 4,
+       "%s: tdm_engine_mtp_path over rows 0, 3, 4 of a tree verify (twice: eager, then captured) gives the drafts and "
+       "logits of those rows fed one a call, bit for bit", lab);
+    /* slot 0 is the path's last row: a node on it, fed the first draft, gives the chain's second row */
+    int32_t d2;
+    if (tdm_engine_mtp_path(e, np, tpath, nx, 3, 1, &d0, NULL) != 0 ||
+        tdm_engine_mtp_node(e, np + 3, d0, 0, 1, &d2, gn) != 0)
+        bail("a node after the path");
+    ok(d2 == pd[0][1] && same_bits(gn, pl + (size_t)V, (size_t)V),
+       "%s: a node on slot 0 after the path, fed its first draft, gives the path's second draft row bit for bit", lab);
+
+    /* refusals */
+    const int mpos = tdm_engine_mtp_pos(e);
+    int refused = 0, cases = 0;
+#define REFUSED(call) (cases++, refused += (call) != 0 && tdm_engine_mtp_pos(e) == mpos)
+    const int back[3] = {0, 4, 3}, past[2] = {0, 5};
+    REFUSED(tdm_engine_mtp_path(e, np, back, nx, 3, 1, &d0, NULL));
+    REFUSED(tdm_engine_mtp_path(e, np, past, nx, 2, 1, &d0, NULL));
+    REFUSED(tdm_engine_mtp_node(e, mpos, d0, 0, TDM_ENGINE_MTP_SLOTS, &d2, NULL));
+    REFUSED(tdm_engine_mtp_node(e, mpos, d0, -1, 1, &d2, NULL));
+    REFUSED(tdm_engine_mtp_node(e, mpos, d0, TDM_ENGINE_MTP_SLOTS - 1, 1, &d2, NULL)); /* never written */
+    REFUSED(tdm_engine_mtp_node(e, mpos + 1, d0, 0, 1, &d2, NULL));
+    REFUSED(tdm_engine_mtp_node(e, mpos, V, 0, 1, &d2, NULL));
+#undef REFUSED
+    if (tdm_engine_reset(e) != 0) bail("reset");
+    cases++;
+    refused += tdm_engine_mtp_node(e, 0, d0, 0, 1, &d2, NULL) != 0 && tdm_engine_mtp_pos(e) == 0; /* the reset cleared the slots */
+    ok(refused == cases, "%s: %d of %d bad node and path calls refused with the position unchanged (last: \"%s\")", lab,
+       refused, cases, tdm_err());
+
+    tdm_engine_free(e);
+    tdm_ref_free(r);
+    free(ph); free(cm); free(mh); free(next); free(gc); free(gn); free(lg); free(lg2); free(ch); free(cl); free(er);
+    free(cr); free(pl); free(prompt);
+    tdm_model_free(m);
+}
+
 /* ---- tree rounds (tdm_engine_verify_tree / tdm_engine_commit_path) ---- */
 
 /* Round shapes: n nodes, a depth-first tree from a rule (0: a chain verified with tdm_engine_verify,
@@ -573,6 +831,10 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
         {TDM_SPEC_MTP, NULL, 1, 0, NULL, "mtp chain 1"},
         {TDM_SPEC_MTP, NULL, 31, 0, NULL, "mtp chain 31"},
         {TDM_SPEC_MTP, NULL, 3, 5, NULL, "mtp chain 3 (prefill chunks of 5)"},
+        {TDM_SPEC_MTP, NULL, 0, 0, "3,2,1", "mtp tree 3,2,1"},
+        {TDM_SPEC_MTP, NULL, 0, 0, "2,2,2,2", "mtp tree 2,2,2,2"},
+        {TDM_SPEC_MTP, NULL, 0, 0, "1,1,1", "mtp tree 1,1,1 (top-1 ids only)"},
+        {TDM_SPEC_MTP, NULL, 0, 5, "4,2,1,1", "mtp tree 4,2,1,1 (prefill chunks of 5)"},
         {TDM_SPEC_NGRAM, NULL, 4, 0, NULL, "ngram chain 4"},
         {TDM_SPEC_NGRAM, NULL, 31, 0, NULL, "ngram chain 31"},
         {TDM_SPEC_DRAFT, m, 4, 0, NULL, "draft chain 4 (itself)"},
@@ -628,22 +890,26 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
             ok(all, "%s %s: a model drafting for itself is always accepted, at every depth (depth 1: %ld of %ld)", fmt,
                cases[i].name, st.accepted_at[1], st.drafted_at[1]);
         }
-        if (cases[i].kind == TDM_SPEC_MTP) { /* the drafts are the CPU reference's: the same acceptance */
+        if (cases[i].kind == TDM_SPEC_MTP) { /* the drafts are the CPU reference's (trees: test_mtp_tree): the same acceptance */
             struct tdm_spec_stats cst;
             so.backend = TDM_BACKEND_CPU;
-            if (tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &cst) != 0) bail("CPU mtp chain");
+            if (tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &cst) != 0) bail("CPU mtp round");
             int same = cst.rounds == st.rounds && cst.accepted == st.accepted;
             for (int dd = 1; dd < TDM_SPEC_MAX_NODES; dd++)
                 same &= cst.drafted_at[dd] == st.drafted_at[dd] && cst.accepted_at[dd] == st.accepted_at[dd];
-            ok(same, "%s %s: the CPU reference's rounds and acceptance per depth (cuda %d rounds, %ld accepted; cpu %d, %ld)",
+            /* the CPU's tree is the factored form, which may flip a near tie of the main model: other
+             * tokens leave nothing to compare (said so) */
+            int cdiv = -1;
+            for (int t = 0; t < N && cdiv < 0; t++)
+                if (out[t] != want[t]) cdiv = t;
+            if (tree && cdiv >= 0)
+                printf("# %s %s: the CPU's tokens differ from token %d on: acceptance not compared\n", fmt, cases[i].name,
+                       cdiv);
+            ok(same || (tree && cdiv >= 0),
+               "%s %s: the CPU reference's rounds and acceptance per depth (cuda %d rounds, %ld accepted; cpu %d, %ld)",
                fmt, cases[i].name, st.rounds, st.accepted, cst.rounds, cst.accepted);
         }
     }
-    struct tdm_spec_opts so = o;
-    so.kind = TDM_SPEC_MTP;
-    if (tdm_spec_parse_tree("2,1", &so) != 0) bail("tree");
-    ok(tdm_spec_generate(m, &so, prompt, np, N, out, NULL, &st) == -1 && strstr(tdm_err(), "not supported by the CUDA engine yet"),
-       "%s: an mtp tree refused on the CUDA backend: %s", fmt, tdm_err());
 #undef IDS_PATH
     free(ref); free(out); free(rl); free(ol); free(cref); free(crl); free(ido);
 }
@@ -670,12 +936,17 @@ int main(void)
     for (int i = 0; i < 3; i++) {
         test_rounds(ms[i], fmts[i], prompt, np);
         test_mtp(fix, "qwen35-tiny", fmts[i]);
+        test_mtp_tree(fix, "qwen35-tiny", fmts[i]);
         test_tree_rounds(ms[i], fmts[i], prompt, np);
         test_generate(ms[i], ms[(i + 1) % 3], fmts[i], prompt, np);
     }
     snprintf(dir, sizeof dir, "%s/qwen3next-tiny", fix);
-    if (stat(dir, &sb) == 0) test_mtp(fix, "qwen3next-tiny", "bf16");
-    else ok(1, "# SKIP fixture qwen3next-tiny not found in %s", fix);
+    if (stat(dir, &sb) == 0) {
+        test_mtp(fix, "qwen3next-tiny", "bf16");
+        test_mtp_tree(fix, "qwen3next-tiny", "bf16");
+    } else {
+        ok(1, "# SKIP fixture qwen3next-tiny not found in %s", fix);
+    }
     for (int i = 0; i < 3; i++) tdm_model_free(ms[i]);
     free(prompt);
     return done_testing();
