@@ -9,6 +9,7 @@
 #include "layers.h"
 #include "layers_dev.cuh"
 #include "mm_skinny.cuh"
+#include "wide_tile.cuh"
 #include <string.h>
 
 using namespace tdm_ly;
@@ -424,6 +425,195 @@ combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, 
     }
 }
 
+// ---- the grouped form (moe.h): the pairs sorted by expert, then tensor-core GEMMs per expert tile ----
+
+constexpr int GROUP_RB = 64;          // rows a block of the counting and the scatter
+constexpr int PLAN_THREADS = 1024;
+
+// An expert id's bucket: itself, or E for an id outside 0..E-1 (its tiles write NaN).
+__device__ __forceinline__ int bucket_of(int32_t e, int E) { return e >= 0 && e < E ? e : E; }
+__device__ __forceinline__ int pad_rows(int n) { return (n + TDM_MOE_GROUP_PAD - 1) / TDM_MOE_GROUP_PAD * TDM_MOE_GROUP_PAD; }
+
+// Where tdm_moe_group keeps things in its buffer (group_view).
+struct GroupView {
+    int32_t *ntiles;   // [1] tiles made
+    int32_t *slots;    // [S] the pair of each slot, -1 for padding
+    int4 *tiles;       // [NT] {bucket, first slot, slots (16..128, a multiple of 16), 0}
+    int32_t *cnt;      // [NB][E + 1] a row block's pairs per bucket, then the pairs of that bucket in earlier blocks
+    int32_t *base;     // [E + 1] a bucket's first slot
+    int64_t S, NT;
+    int NB;
+    int64_t bytes;     // the whole buffer
+};
+// A block of GROUP_RB rows' buckets, in pair order, into shared memory; returns how many.
+__device__ __forceinline__ int stage_buckets(int32_t *sb, const int32_t *sel, int M, int k, int E)
+{
+    const int r0 = blockIdx.x * GROUP_RB, n = min(GROUP_RB, M - r0) * k;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sb[i] = bucket_of(sel[(int64_t)r0 * k + i], E);
+    __syncthreads();
+    return n;
+}
+
+// cnt[b][e] = block b's pairs of bucket e.
+__global__ void group_count_kernel(const int32_t *sel, int M, int k, int E, GroupView v)
+{
+    extern __shared__ int32_t sb[];
+    const int n = stage_buckets(sb, sel, M, k, E);
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) {
+        int c = 0;
+        for (int i = 0; i < n; i++) c += sb[i] == e;
+        v.cnt[(int64_t)blockIdx.x * (E + 1) + e] = c;
+    }
+}
+
+// One block: each thread takes a run of buckets; cnt becomes the pairs of the bucket in earlier
+// blocks; the buckets' padded sizes and tile counts are scanned over the threads (Hillis-Steele, in
+// shared memory); each thread then writes its buckets' bases, padding slots (-1) and tiles.
+__global__ void __launch_bounds__(PLAN_THREADS) group_plan_kernel(int E, GroupView v)
+{
+    __shared__ int64_t sp[PLAN_THREADS], stl[PLAN_THREADS];
+    const int nb = E + 1, per = (nb + PLAN_THREADS - 1) / PLAN_THREADS, tid = threadIdx.x;
+    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
+    int64_t pad = 0, ntl = 0;
+    for (int b = b0; b < b1; b++) {
+        int tot = 0;
+        for (int blk = 0; blk < v.NB; blk++) {
+            int32_t *c = &v.cnt[(int64_t)blk * nb + b];
+            const int n = *c;
+            *c = tot;
+            tot += n;
+        }
+        v.base[b] = tot;   // the bucket's size until the second walk
+        pad += pad_rows(tot);
+        ntl += (tot + TDM_MOE_TILE_ROWS - 1) / TDM_MOE_TILE_ROWS;
+    }
+    sp[tid] = pad;
+    stl[tid] = ntl;
+    __syncthreads();
+    for (int o = 1; o < PLAN_THREADS; o <<= 1) {   // inclusive scan
+        const int64_t a = tid >= o ? sp[tid - o] : 0, b = tid >= o ? stl[tid - o] : 0;
+        __syncthreads();
+        sp[tid] += a;
+        stl[tid] += b;
+        __syncthreads();
+    }
+    int64_t slot = sp[tid] - pad, tl = stl[tid] - ntl;
+    if (tid == PLAN_THREADS - 1) *v.ntiles = (int32_t)stl[tid];
+    for (int b = b0; b < b1; b++) {
+        const int tot = v.base[b], padded = pad_rows(tot);
+        v.base[b] = (int32_t)slot;
+        for (int s = tot; s < padded; s++) v.slots[slot + s] = -1;
+        for (int t0 = 0; t0 < tot; t0 += TDM_MOE_TILE_ROWS)
+            v.tiles[tl++] = make_int4(b, (int)(slot + t0), min(TDM_MOE_TILE_ROWS, padded - t0), 0);
+        slot += padded;
+    }
+}
+
+// slots[base[e] + cnt[b][e] + (the block's earlier pairs of bucket e)] = the pair.
+__global__ void group_scatter_kernel(const int32_t *sel, int M, int k, int E, GroupView v)
+{
+    extern __shared__ int32_t sb[];
+    const int n = stage_buckets(sb, sel, M, k, E);
+    const int64_t p0 = (int64_t)blockIdx.x * GROUP_RB * k;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int e = sb[i];
+        int rank = 0;
+        for (int j = 0; j < i; j++) rank += sb[j] == e;
+        v.slots[v.base[e] + v.cnt[(int64_t)blockIdx.x * (E + 1) + e] + rank] = (int32_t)(p0 + i);
+    }
+}
+
+// The grouped GEMMs: 4 x 2 warps, a tile of up to 128 slots x 64 weight rows (wide_tile.cuh).
+constexpr int GWM = 4;
+constexpr int GBM = 32 * GWM, GBN = 256 / GWM;
+static_assert(GBM == TDM_MOE_TILE_ROWS, "a CTA takes one tile");
+// Gate+up: weight-tile row j of warp column j / 32 is gate's (n8-tiles 0, 1) or up's (2, 3) row
+// for output 16 (j / 32) + j % 16: a lane's accumulators hold gate and up of the same outputs.
+__host__ __device__ __forceinline__ bool gu_is_up(int j) { return (j & 31) >= 16; }
+__host__ __device__ __forceinline__ int gu_out(int j) { return 16 * (j >> 5) + (j & 15); }
+constexpr int GU_OUTS = GBN / 2;   // outputs of a gate+up CTA
+
+// The operands of one CTA (wide_tile.cuh's Op): activation row r = a + (pairs[r] / div) * lda (x rows
+// by row for gate+up, act rows by pair for down); weight row j = m0's row c0 + j, or for gate+up
+// (GU) gate's or up's row c0 + gu_out(j); clamped into the matrix.
+template <bool GU>
+struct ExpertOp {
+    const int32_t *pairs;
+    const uint16_t *a;
+    int64_t lda;
+    int div;
+    const tdm_moe_mat *m0, *m1;
+    int e, c0;
+    int k, rows;
+    bool vec, x_vec;
+    __device__ const tdm_moe_mat &mat(int j) const { return GU && gu_is_up(j) ? *m1 : *m0; }
+    __device__ RowPtr wrow(int j) const
+    {
+        const tdm_moe_mat &m = mat(j);
+        return row_ptr(m, e, min(c0 + (GU ? gu_out(j) : j), m.n - 1));
+    }
+    __device__ const uint16_t *arow(int r) const { return pairs[r] >= 0 ? a + (int64_t)(pairs[r] / div) * lda : nullptr; }
+    __device__ const uint8_t *brow(int j) const { return wrow(j).w; }
+    __device__ const uint8_t *bgroups(int j) const { return wrow(j).s; }
+    __device__ float bscale(int j, int kb) const
+    {
+        const uint8_t *s = wrow(j).s;
+        return mat(j).scale_dt == TDM_DT_BF16 ? bf2f(((const uint16_t *)s)[kb]) : ((const float *)s)[kb];
+    }
+};
+
+// Grid (the most tiles, blocks of outputs); CTA (tile, block): GU, act[p][c0 .. c0 + 32) from gate and
+// up; else y[p][c0 .. c0 + 64) from down, for the pairs p of the tile's slots.
+template <int F, bool GU>
+__global__ void __launch_bounds__(tdm_wide::THREADS)
+grouped_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *a, int64_t lda, int div, GroupView v,
+               uint16_t *out, bool vec, bool x_vec)
+{
+    __shared__ int32_t pairs[GBM];
+    if ((int)blockIdx.x >= *v.ntiles) return;   // the same for the whole CTA
+    const int4 tl = v.tiles[blockIdx.x];
+    const int e = tl.x, rows = tl.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm = warp % GWM, wn = warp / GWM;
+    const int N = m0.n, c0 = blockIdx.y * (GU ? GU_OUTS : GBN), cols = min(GU ? GU_OUTS : GBN, N - c0);
+    for (int r = tid; r < GBM; r += tdm_wide::THREADS) pairs[r] = r < rows ? v.slots[tl.y + r] : -1;
+    __syncthreads();
+    if (e >= E) {   // ids outside 0..E-1: NaN, as the per-pair kernels
+        for (int i = tid; i < rows * cols; i += tdm_wide::THREADS)
+            if (pairs[i / cols] >= 0) out[(int64_t)pairs[i / cols] * N + c0 + i % cols] = 0x7fc0;
+        return;
+    }
+    const ExpertOp<GU> op{pairs, a, lda, div, &m0, &m1, e, c0, m0.k, rows, vec, x_vec};
+    float acc[2][4][4];
+    tdm_wide::mainloop<F, GWM>(op, acc);
+    const float s0 = F == TDM_W_NVFP4 ? __fmul_rn(m0.scale2[e], 0x1p7f) : 1.0f;
+    const float s1 = F == TDM_W_NVFP4 && GU ? __fmul_rn(m1.scale2[e], 0x1p7f) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = tdm_wide::tile_row(wm, i, h, g);
+            if (r >= rows || pairs[r] < 0) continue;
+            uint16_t *o = out + (int64_t)pairs[r] * N + c0;
+#pragma unroll
+            for (int j = 0; j < (GU ? 2 : 4); j++)
+#pragma unroll
+                for (int q = 0; q < 2; q++) {
+                    const int c = tdm_wide::tile_col(wn, j, q, t), n = GU ? gu_out(c) : c;
+                    if (n >= cols) continue;
+                    float y = acc[i][j][2 * h + q];
+                    if (F == TDM_W_NVFP4) y = __fmul_rn(y, s0);
+                    if constexpr (GU) {   // gate at c, up at c + 16 (n8-tile j + 2)
+                        float u = acc[i][j + 2][2 * h + q];
+                        if (F == TDM_W_NVFP4) u = __fmul_rn(u, s1);
+                        o[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(y))), bfr(u)));
+                    } else {
+                        o[n] = f2bf(y);
+                    }
+                }
+        }
+}
+
 // ---- the packed layout ----------------------------------------------------------------------------
 
 int64_t mat_w_bytes(enum tdm_wfmt fmt, int64_t n, int64_t k)
@@ -723,4 +913,103 @@ extern "C" int64_t tdm_moe_down_bytes(const struct tdm_moe_experts *ex, int M, i
     const int64_t P = (int64_t)M * k;
     const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
     return P * (d->w_stride + d->scale_stride) + P * ex->I * 2 + P * ex->H * 2;
+}
+
+// ---- the grouped form ---------------------------------------------------------------------------
+
+// Where tdm_moe_group keeps things in its buffer g (NULL: the offsets alone).
+static GroupView group_view(void *g, int M, int k, int E)
+{
+    GroupView v;
+    const int64_t P = (int64_t)M * k, nb = E + 1, used = nb < P ? nb : P;
+    v.S = P + (TDM_MOE_GROUP_PAD - 1) * used;
+    v.NT = (P + TDM_MOE_TILE_ROWS - 1) / TDM_MOE_TILE_ROWS + used;   // ceil(n / 128) per bucket of n pairs
+    v.NB = (M + GROUP_RB - 1) / GROUP_RB;
+    uintptr_t at = (uintptr_t)g;
+    v.ntiles = (int32_t *)at;
+    at += 256;
+    v.slots = (int32_t *)at;
+    at += round_up(v.S * 4, 256);
+    v.tiles = (int4 *)at;
+    at += round_up(v.NT * 16, 256);
+    v.cnt = (int32_t *)at;
+    at += round_up((int64_t)v.NB * nb * 4, 256);
+    v.base = (int32_t *)at;
+    at += round_up(nb * 4, 256);
+    v.bytes = (int64_t)(at - (uintptr_t)g);
+    return v;
+}
+
+
+extern "C" size_t tdm_moe_group_bytes(int M, int k, int E)
+{
+    return M < 1 || k < 1 || E < 1 ? 0 : (size_t)group_view(nullptr, M, k, E).bytes;
+}
+
+static int check_group(int M, int k, int E, const void *group, const char *who)
+{
+    if (M < 0 || k < 1 || k > MAX_TOPK || E < 1 || E > TDM_ROUTE_MAX_E || (int64_t)M * k > INT32_MAX / 2 || !group)
+        return tdm_errf("%s: bad arguments M %d, k %d (at most %d), E %d (at most %d)", who, M, k, MAX_TOPK, E,
+                        TDM_ROUTE_MAX_E);
+    return 0;
+}
+
+extern "C" int tdm_moe_group(const int32_t *sel, int M, int k, int E, void *group, void *stream)
+{
+    if (check_group(M, k, E, group, "tdm_moe_group") != 0) return -1;
+    if (!sel) return tdm_errf("tdm_moe_group: NULL sel");
+    if (M == 0) return 0;
+    const GroupView v = group_view(group, M, k, E);
+    const size_t smem = (size_t)GROUP_RB * k * 4;
+    cudaStream_t st = (cudaStream_t)stream;
+    group_count_kernel<<<v.NB, MOE_THREADS, smem, st>>>(sel, M, k, E, v);
+    TDM_LAUNCH_CHECK();
+    group_plan_kernel<<<1, PLAN_THREADS, 0, st>>>(E, v);
+    TDM_LAUNCH_CHECK();
+    group_scatter_kernel<<<v.NB, MOE_THREADS, smem, st>>>(sel, M, k, E, v);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+template <bool GU>
+static void launch_grouped(const struct tdm_moe_experts *ex, const tdm_moe_mat &m0, const tdm_moe_mat &m1,
+                           const uint16_t *a, int64_t lda, int div, const GroupView &v, uint16_t *out, cudaStream_t st)
+{
+    const dim3 grid((unsigned)v.NT, (unsigned)((m0.n + (GU ? GU_OUTS : GBN) - 1) / (GU ? GU_OUTS : GBN)));
+    const bool vec = chunk_plan(&m0).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
+    const int T = tdm_wide::THREADS;
+    if (m0.fmt == TDM_W_NVFP4)
+        grouped_kernel<TDM_W_NVFP4, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);
+    else if (m0.fmt == TDM_W_FP8)
+        grouped_kernel<TDM_W_FP8, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);
+    else
+        grouped_kernel<TDM_W_BF16, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);
+}
+
+extern "C" int tdm_moe_gate_up_grouped(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, int k,
+                                       const void *group, uint16_t *act, void *stream)
+{
+    if (!ex || !ex->owned || check_group(M, k, ex->E, group, "tdm_moe_gate_up_grouped") != 0 || !x || !act ||
+        ldx < ex->H)
+        return tdm_errf("tdm_moe_gate_up_grouped: bad arguments (experts %s, ldx %lld)",
+                        ex && ex->owned ? "uploaded" : "missing", (long long)ldx);
+    const struct tdm_moe_mat *g = &ex->m[TDM_MOE_GATE], *u = &ex->m[TDM_MOE_UP];
+    if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
+        return tdm_errf("tdm_moe_gate_up_grouped: gate and up stored in different formats");
+    if (M == 0) return 0;
+    launch_grouped<true>(ex, *g, *u, x, ldx, k, group_view((void *)group, M, k, ex->E), act, (cudaStream_t)stream);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_moe_down_grouped(const struct tdm_moe_experts *ex, const uint16_t *act, int M, int k,
+                                    const void *group, uint16_t *y, void *stream)
+{
+    if (!ex || !ex->owned || check_group(M, k, ex->E, group, "tdm_moe_down_grouped") != 0 || !act || !y)
+        return tdm_errf("tdm_moe_down_grouped: bad arguments (experts %s)", ex && ex->owned ? "uploaded" : "missing");
+    if (M == 0) return 0;
+    const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
+    launch_grouped<false>(ex, *d, *d, act, ex->I, 1, group_view((void *)group, M, k, ex->E), y, (cudaStream_t)stream);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }

@@ -108,6 +108,38 @@ int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, in
                     const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
                     int64_t ldsh, uint16_t *out, int64_t ldout, void *stream);
 
+/* ---- the grouped form (prefill chunks) ----------------------------------------------------------
+ * For M rows of a prefill chunk (any M; decode's and a verify's 1..32 rows keep the per-pair kernels
+ * above) the M k pairs are sorted by expert, stably (ascending pair index, so ascending row, within an
+ * expert), each expert's group padded to a multiple of TDM_MOE_GROUP_PAD slots and cut into tiles of
+ * at most TDM_MOE_TILE_ROWS slots (tdm_moe_group). Then two tensor-core GEMMs (kernels/wide_tile.cuh,
+ * the wide GEMM's main loop and decoders): a CTA takes one tile and one block of outputs, decodes that
+ * expert's weight tile once into shared memory for all of the tile's rows, gathers the rows' inputs by
+ * pair index and scatters its outputs to the pairs' rows of act [M k][I] and y [M k][H] (the per-pair
+ * kernels' layout, tdm_moe_scratch_act / _out), so tdm_moe_combine follows unchanged. The sums run in
+ * FP32 in the wide GEMM's order (BF16 products exact; FP8 block partial sums scaled; NVFP4 scale_2 *
+ * 2^7 on the sum) with the per-pair kernels' roundings after them: not their bits (no twin contract),
+ * checked by agreement with the CPU reference (t/unit/layers_gpu.c). Routing stays on the device: the
+ * grids are sized for the most tiles M k pairs can make and the CTAs past the tiles made return. No
+ * atomics. A pair whose expert is outside 0..E-1 gets NaN, as in the per-pair kernels. */
+#define TDM_MOE_GROUP_PAD 16
+#define TDM_MOE_TILE_ROWS 128
+
+/* Bytes of the grouping (device) for M rows of k experts among E: the tiles, the pairs in slot order,
+ * per-block counts. */
+size_t tdm_moe_group_bytes(int M, int k, int E);
+/* The grouping of the pairs of sel [M][k] into group (tdm_moe_group_bytes(M, k, E) bytes): three small
+ * launches (counts per block of rows, the plan in one block, the scatter), no host sync. */
+int tdm_moe_group(const int32_t *sel, int M, int k, int E, void *group, void *stream);
+/* tdm_moe_gate_up's act (the same roundings: bf16(bf16(silu(bf16(g))) * bf16(u))) in the grouped
+ * form, from tdm_moe_group's group of the same M, k and ex->E. Gate and up in one pass: a CTA's weight
+ * tile holds 32 rows of each for the same 32 outputs. */
+int tdm_moe_gate_up_grouped(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, int k,
+                            const void *group, uint16_t *act, void *stream);
+/* tdm_moe_down's y in the grouped form (y [p][h] = bf16(act[p] . down_e[h])). */
+int tdm_moe_down_grouped(const struct tdm_moe_experts *ex, const uint16_t *act, int M, int k, const void *group,
+                         uint16_t *y, void *stream);
+
 /* Bytes the calls must move: the chosen experts' weights (every pair counted: an upper bound when
  * rows share experts) and the activations. */
 int64_t tdm_moe_gate_up_bytes(const struct tdm_moe_experts *ex, int M, int k);

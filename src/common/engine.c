@@ -59,6 +59,7 @@ struct tdm_engine {
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
     int attn_prefill;                       /* chunks past ROWS rows: tdm_attn_prefill (TANDEM_ATTN_PREFILL) */
+    int moe_grouped;                        /* MoE layouts prefill e->prow rows, the experts grouped (TANDEM_MOE_GROUPED) */
     struct tdm_dweight head;                /* [V, H] */
     const void *embed;                      /* [V][H] BF16 or F32 on the device */
     int embed_f32;
@@ -380,7 +381,6 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
-    if (!(e->moe = tdm_emoe_new(m, ROWS, &e->mem.weights, &e->mem.act))) goto fail;
     if (!(e->final_norm = up_f32(e, m->final_norm, (size_t)c->hidden, "norm", -1))) goto fail;
     if (up_w(e, &m->head, &e->head, "lm_head", -1) != 0) goto fail;
     e->embed_f32 = m->embed.fmt == TDM_W_F32;
@@ -392,17 +392,19 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
         if (!p || tdm_cuda_h2d(p, m->embed.w, eb) != 0) goto fail;
         e->embed = p;
     }
-    /* prefill chunks: TANDEM_PREFILL_CHUNK rows of activations (at least ROWS, at most ctx); the
-     * MoE layers' buffers hold ROWS rows, so MoE layouts prefill ROWS at a time */
+    /* prefill chunks: TANDEM_PREFILL_CHUNK rows of activations (at least ROWS, at most ctx); MoE
+     * layouts take them through the experts' grouped form (TANDEM_MOE_GROUPED; off: ROWS at a time) */
     long pchunk = 0;
     if (tdm_setting_int("TANDEM_PREFILL_CHUNK", &pchunk) != 0 || pchunk < 1) {
         tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
         goto fail;
     }
     e->prow = pchunk < ctx ? (int)pchunk : ctx;
+    e->moe_grouped = strcmp(tdm_setting("TANDEM_MOE_GROUPED"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
-        if (e->ly[i].is_moe) e->prow = ROWS;
+        if (e->ly[i].is_moe && !e->moe_grouped) e->prow = ROWS;
     if (e->prow < ROWS) e->prow = ROWS;
+    if (!(e->moe = tdm_emoe_new(m, e->prow, &e->mem.weights, &e->mem.act))) goto fail;
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
     e->use_graph = strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0;
     e->attn_prefill = strcmp(tdm_setting("TANDEM_ATTN_PREFILL"), "off") != 0;
@@ -411,17 +413,20 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     int n_sep = 0; /* qwen3_5 GDN layers whose in_proj_b and in_proj_a stay two products */
     for (int i = 0; i < c->n_layers; i++) n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
+    int n_moe = 0;
+    for (int i = 0; i < c->n_layers; i++) n_moe += e->ly[i].is_moe;
+    const char *moe = !n_moe ? "" : e->moe_grouped ? ", MoE experts grouped" : ", MoE in chunks of 32 (TANDEM_MOE_GROUPED=off)";
     char fused[128] = "";
     if (e->n_one_ba || n_sep)
         snprintf(fused, sizeof fused, "; in_proj_b + in_proj_a one product in %d of %d GDN layers%s", e->n_one_ba,
                  e->n_one_ba + n_sep, e->fuse_ba ? "" : " (TANDEM_GDN_FUSE_BA=off)");
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
-            "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s); device free %.0f -> %.0f MB of "
+            "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
             "%.0f MB; decode steps %s%s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
-            e->gdn_scratch ? ", GDN chunked" : "", free0 / 1e6, free1 / 1e6, total / 1e6,
+            e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused);
     return e;
 fail:

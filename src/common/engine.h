@@ -53,9 +53,10 @@ const struct tdm_engine_mem *tdm_engine_mem(const struct tdm_engine *e);
 int tdm_engine_forward(struct tdm_engine *e, const int32_t *ids, int T, int logits_from, float *logits);
 
 /* The prompt's forward: tdm_engine_forward's contract, in chunks of up to
- * tdm_engine_prefill_rows(e) tokens (TANDEM_PREFILL_CHUNK, at most ctx; 32 for MoE layouts) whose
- * projections run the wide GEMM past 32 rows (each weight tile decoded once per chunk, not once per
- * 32 rows), whose attention runs the flash prefill kernel past 32 rows (tdm_attn_prefill, one
+ * tdm_engine_prefill_rows(e) tokens (TANDEM_PREFILL_CHUNK, at most ctx; 32 for MoE layouts with
+ * TANDEM_MOE_GROUPED=off) whose projections run the wide GEMM past 32 rows (each weight tile decoded
+ * once per chunk, not once per 32 rows), whose MoE experts run the grouped form past 32 rows (moe.h:
+ * the pairs sorted by expert, each expert's weight tiles decoded once per chunk), whose attention runs the flash prefill kernel past 32 rows (tdm_attn_prefill, one
  * launch a layer; TANDEM_ATTN_PREFILL=off: the decode kernel 32 queries a launch) and whose GDN
  * layers, past 32 rows, run the prefill kernels (kernels/layers.h: tdm_gdn_conv_prefill,
  * tdm_gdn_recur_chunked; TANDEM_GDN_PREFILL=off keeps the token-serial ones). Not row-invariant:

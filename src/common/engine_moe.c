@@ -1,6 +1,7 @@
 /* engine_moe.c — the CUDA engine's MoE MLP (engine_moe.h). */
 #include "engine_moe.h"
 #include "device.h"
+#include "engine.h"
 #include "engine_glue.h"
 #include "err.h"
 #include "layers.h"
@@ -26,6 +27,7 @@ struct tdm_emoe {
     int32_t *sel;                 /* [R][k] */
     uint16_t *w;                  /* [R][k] */
     void *scratch;                /* tdm_moe_scratch_bytes(R, k, H, I) */
+    void *group;                  /* tdm_moe_group_bytes(R, k, E) when R > TDM_ENGINE_MAX_ROWS (the grouped form) */
     uint16_t *g, *u, *sh;         /* shared expert: [R][Is] x2, [R][H] */
 };
 
@@ -91,6 +93,7 @@ void tdm_emoe_free(struct tdm_emoe *x)
     tdm_cuda_free(x->sel);
     tdm_cuda_free(x->w);
     tdm_cuda_free(x->scratch);
+    tdm_cuda_free(x->group);
     tdm_cuda_free(x->g);
     tdm_cuda_free(x->u);
     tdm_cuda_free(x->sh);
@@ -140,7 +143,9 @@ struct tdm_emoe *tdm_emoe_new(const struct tdm_model *m, int rows, size_t *weigh
                                  "expert activations")) ||
         !(x->g = act_alloc(R * Is * 2, act, "shared expert activations")) ||
         !(x->u = act_alloc(R * Is * 2, act, "shared expert activations")) ||
-        !(x->sh = act_alloc(R * H * 2, act, "shared expert activations")))
+        !(x->sh = act_alloc(R * H * 2, act, "shared expert activations")) ||
+        (rows > TDM_ENGINE_MAX_ROWS &&
+         !(x->group = act_alloc(tdm_moe_group_bytes(rows, c->top_k, c->n_experts), act, "expert grouping"))))
         goto fail;
     return x;
 fail:
@@ -183,9 +188,13 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, u
         tdm_matmul(&d->sh_up, xn, H, M, x->u, Is, TDM_MM_BF16, tiles, stream) ||
         tdm_silu_mul(x->g, x->u, Is, M, x->g, stream) ||
         tdm_matmul(&d->sh_down, x->g, Is, M, x->sh, H, TDM_MM_BF16, tiles, stream) ||
-        tdm_moe_order(x->sel, M, k, order, stream) ||
-        tdm_moe_gate_up(&d->ex, xn, H, M, x->sel, k, order, act, stream) ||
-        tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream) ||
+        (M > TDM_ENGINE_MAX_ROWS
+             ? tdm_moe_group(x->sel, M, k, E, x->group, stream) ||
+                   tdm_moe_gate_up_grouped(&d->ex, xn, H, M, k, x->group, act, stream) ||
+                   tdm_moe_down_grouped(&d->ex, act, M, k, x->group, ye, stream)
+             : tdm_moe_order(x->sel, M, k, order, stream) ||
+                   tdm_moe_gate_up(&d->ex, xn, H, M, x->sel, k, order, act, stream) ||
+                   tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream)) ||
         tdm_moe_combine(ye, x->w, x->sel, M, k, H, &d->shared_gate, xn, H, x->sh, H, y, H, stream))
         return tdm_err_prefix("layer %d MoE", layer);
     return 0;

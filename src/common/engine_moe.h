@@ -6,8 +6,11 @@
  *   shared = down_s(silu(gate_s x) * up_s x) (tdm_matmul, tdm_silu_mul);
  *   the chosen (row, expert) pairs in ascending expert id: tdm_moe_order, tdm_moe_gate_up,
  *   tdm_moe_down; y = tdm_moe_combine (experts in ascending id, + bf16(sigmoid(x Wsg^T)) shared).
- * Row-invariant: the router, the shared expert's products (1..32 rows), the pairs and the
- * combination each give a row the bits of a one-row call. Host C only. */
+ * Row-invariant up to TDM_ENGINE_MAX_ROWS rows: the router, the shared expert's products (1..32
+ * rows), the pairs and the combination each give a row the bits of a one-row call. A prefill chunk
+ * of more rows (activations for them: TANDEM_MOE_GROUPED, engine.c) runs the experts' grouped form
+ * instead (moe.h: tdm_moe_group, tdm_moe_gate_up_grouped, tdm_moe_down_grouped; checked by
+ * agreement). Host C only. */
 #ifndef TDM_ENGINE_MOE_H
 #define TDM_ENGINE_MOE_H
 #include "model.h"
@@ -33,8 +36,8 @@ void tdm_emoe_free(struct tdm_emoe *x);
  * is MoE (no activations), for an expert format the kernels do not take, or out of device memory. */
 int tdm_emoe_upload_mtp(struct tdm_emoe *x, size_t *weights);
 
-/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous), M <= rows; layer n_layers is the MTP
- * layer's (tdm_emoe_upload_mtp). */
+/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous), M <= rows (past TDM_ENGINE_MAX_ROWS:
+ * the grouped form); layer n_layers is the MTP layer's (tdm_emoe_upload_mtp). */
 int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, uint16_t *y,
                      const struct tdm_tiles *tiles, void *stream);
 #endif

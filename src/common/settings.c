@@ -31,6 +31,11 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs qwen3_5's in_proj_b and in_proj_a as one product per GDN layer (one [2Hv, H] "
      "weight, b's rows then a's) where the two concatenate exactly (same format and k; NVFP4 the same "
      "scale_2; FP8 whole 128-row blocks), else two; off runs two products (the older path, for comparison)"},
+    {"TANDEM_MOE_GROUPED", "on", "on|off",
+     "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
+     "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "
+     "expert's weight tiles decoded once for all of its rows; checked by agreement); off prefills them 32 "
+     "rows at a time through the per-pair kernels of decode (the older path, for comparison)"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "

@@ -13,7 +13,8 @@
 # so); the real 27B layer shapes and the real Qwen3-Next-80B-A3B layer shapes (512 experts,
 # top-10) in every format against the CPU reference, the 27B's also with in_proj_b and in_proj_a as
 # two products (TANDEM_GDN_FUSE_BA=off) bit for bit as one; and a synthetic qwen3_5_moe model
-# against the CPU reference.
+# against the CPU reference, its prefill with the MoE experts grouped (TANDEM_MOE_GROUPED on) and
+# in 32-row chunks (off); qwen3next-tiny's prompt with TANDEM_MOE_GROUPED off too.
 # Skips without a CUDA device.
 out=$(build/t/engine_gpu)
 rc=$?
@@ -49,6 +50,19 @@ for fmt in bf16 fp8 nvfp4; do
     t "tandem-run --backend cuda, $model/$fmt: fixture_check bounds" \
       "build/t/fixture_check $F $fmt $tmp/prompt.st $tmp/greedy.tok $tmp/forced.st >$tmp/tap 2>&1;
        rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ]"
+    if [ $model = qwen3next-tiny ]; then
+        # the 40-token prompt: one prefill chunk through the experts' grouped form (the default), then
+        # 32-row chunks through the per-pair kernels (TANDEM_MOE_GROUPED=off): both within fixture_check's bounds
+        t "tandem-run --backend cuda, $model/$fmt: the prompt in one chunk, MoE experts grouped (TANDEM_MOE_GROUPED=on)" \
+          "grep '^# CUDA engine' $tmp/err | head -1 | grep -q 'MoE experts grouped'"
+        t "tandem-run --backend cuda, $model/$fmt, TANDEM_MOE_GROUPED=off (32-row chunks, per-pair experts): fixture_check bounds" \
+          "TANDEM_MOE_GROUPED=off $RUN -m $F/$fmt -p $F/prompt.tok -n 0 --dump-logits $tmp/prompt-off.st 2>$tmp/err.off &&
+           TANDEM_MOE_GROUPED=off $RUN -m $F/$fmt -p $F/prompt.tok -n $steps >$tmp/greedy-off.tok 2>>$tmp/err.off &&
+           TANDEM_MOE_GROUPED=off $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced-off.st >/dev/null 2>>$tmp/err.off &&
+           grep '^# CUDA engine' $tmp/err.off | head -1 | grep -q 'chunks of 32 tokens.*TANDEM_MOE_GROUPED=off' &&
+           build/t/fixture_check $F $fmt $tmp/prompt-off.st $tmp/greedy-off.tok $tmp/forced-off.st >$tmp/tap 2>&1;
+           rc=\$?; sed 's/^/#   /' $tmp/tap; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err.off; false; }"
+    fi
     t "tandem-run --backend cuda, $model/$fmt: forced steps without --dump-logits (greedy ids on the device) print the argmax ids of the run with it" \
       "$RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok --dump-logits $tmp/forced.st >$tmp/forced-l.tok 2>$tmp/err &&
        $RUN -m $F/$fmt -p $F/prompt.tok --force $F/greedy-$fmt.tok >$tmp/forced-i.tok 2>>$tmp/err &&
@@ -112,7 +126,8 @@ for fmt in bf16 fp8 nvfp4; do
        [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
 done
 # qwen3_5_moe (ungrouped GDN projections, MoE MLP, a dense layer through mlp_only_layers), tiny
-# shapes, NVFP4: 40 prompt rows and 8 steps against the CPU reference, and graphed against eager.
+# shapes, NVFP4: 40 prompt rows (one prefill chunk, the experts grouped) and 8 steps against the CPU
+# reference, and graphed against eager.
 MQ=$tmp/q35moe
 seq 1 40 | awk '{print ($1 * 37) % 1000}' >"$tmp/p40.tok"
 t "qwen3_5_moe (tiny, nvfp4, layer 1 dense): the engine's logits against the CPU reference; graphed steps equal eager" \
@@ -123,4 +138,14 @@ t "qwen3_5_moe (tiny, nvfp4, layer 1 dense): the engine's logits against the CPU
    TANDEM_CUDA_GRAPH=on $RUN -m $MQ -p $tmp/p40.tok -n 8 --dump-logits $tmp/g.st >/dev/null 2>>$tmp/err &&
    TANDEM_CUDA_GRAPH=off $RUN -m $MQ -p $tmp/p40.tok -n 8 --dump-logits $tmp/e.st >/dev/null 2>>$tmp/err &&
    cmp -s $tmp/g.st $tmp/e.st; rc=\$?; sed 's/^/#   /' $tmp/cmp; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
+# The same model with a 300-token prompt (several 128-row expert tiles a chunk): the prompt's logits
+# with TANDEM_MOE_GROUPED on (one chunk of 300 rows) and off (32-row chunks) against the CPU reference.
+seq 1 300 | awk '{print ($1 * 53) % 1000}' >"$tmp/p300.tok"
+for sw in on off; do
+    t "qwen3_5_moe (tiny, nvfp4), 300 prompt rows, TANDEM_MOE_GROUPED=$sw: the engine's prompt logits against the CPU reference" \
+      "bin/tandem-run -m $MQ --backend cpu -p $tmp/p300.tok -n 0 --dump-logits $tmp/cpu300.st >/dev/null 2>$tmp/err &&
+       TANDEM_MOE_GROUPED=$sw $RUN -m $MQ -p $tmp/p300.tok -n 0 --dump-logits $tmp/gpu300.st >/dev/null 2>>$tmp/err &&
+       build/t/logits_cmp $tmp/gpu300.st $tmp/cpu300.st 2e-2 >$tmp/cmp;
+       rc=\$?; sed 's/^/#   /' $tmp/cmp; grep '^# CUDA engine' $tmp/err | sed 's/^/#   /'; [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
+done
 echo "1..$n"

@@ -45,6 +45,10 @@
  *       graph captured on an ids-only step, replayed both ways); a 5-row call, ids only from row 2;
  *       the prefill path with logits + ids, ids only, ids only of the last row — and the logits
  *       that come with ids are the one-call feed's bits;
+ *     MoE (qwen3next-tiny, a 40-token prompt): the prefill path in one chunk through the experts'
+ *       grouped form (TANDEM_MOE_GROUPED=on, the default) and in 32-row chunks through the per-pair
+ *       kernels (TANDEM_MOE_GROUPED=off), each + the forced steps within CPU_BOUND of the CPU
+ *       reference (routing near ties excused as above);
  *     errors: context overflow refused with nothing consumed. */
 #include "compare.h"
 #include "device.h"
@@ -440,6 +444,20 @@ static void test_ids(const struct tdm_model *m, const char *lab, const int32_t *
     free(lg); free(gid); free(gid2);
 }
 
+/* An engine of ctx rows made with the switch `name` set to value (the environment as it was after). */
+static struct tdm_engine *engine_with(const struct tdm_model *m, int rows, const char *name, const char *value)
+{
+    const char *was = getenv(name);
+    char *prev = was ? strdup(was) : NULL;
+    setenv(name, value, 1);
+    struct tdm_engine *e = tdm_engine_new(m, rows);
+    if (prev) setenv(name, prev, 1);
+    else unsetenv(name);
+    free(prev);
+    if (!e) bail("engine with a switch set");
+    return e;
+}
+
 static void test_fixture(const char *fix, const char *model, const char *fmt)
 {
     char dir[4096], path[4096];
@@ -482,7 +500,7 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
 
     /* the fixture: prompt rows, then step row i = the row after i forced ids (row 0: the last prompt row) */
     const float *steps = lg + (size_t)(T - 1) * V;
-    char what[200];
+    char what[320];
     snprintf(what, sizeof what, "%s prompt vs the fixture", lab);
     double ep = rel_err_excused(what, lg, rl, T, V, gaps, FIX_BOUND, skip, &nskip);
     ok(ep <= FIX_BOUND && nskip * 8 <= T, "%s: prompt logits (%d rows) vs the fixture: relative error %.2e <= %.0e (%d rows "
@@ -535,14 +553,7 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
     if (m->cfg.arch != TDM_ARCH_QWEN3_NEXT) {
         const int H = m->cfg.hidden, Hv = m->cfg.gdn_v_heads;
         const int same = tdm_mm_kchains(2 * Hv, H) == tdm_mm_kchains(Hv, H);
-        const char *was = getenv("TANDEM_GDN_FUSE_BA");
-        char *prev = was ? strdup(was) : NULL;
-        setenv("TANDEM_GDN_FUSE_BA", "off", 1);
-        struct tdm_engine *e2 = tdm_engine_new(m, rows);
-        if (prev) setenv("TANDEM_GDN_FUSE_BA", prev, 1);
-        else unsetenv("TANDEM_GDN_FUSE_BA");
-        free(prev);
-        if (!e2) bail("engine with TANDEM_GDN_FUSE_BA=off");
+        struct tdm_engine *e2 = engine_with(m, rows, "TANDEM_GDN_FUSE_BA", "off");
         memset(tw, 0xff, (size_t)rows * V * 4);
         if (run_engine(e2, prompt, T, gref, S, 0, tw, V) != 0) bail("engine forward (TANDEM_GDN_FUSE_BA=off)");
         tdm_engine_free(e2);
@@ -574,6 +585,28 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
     ok(epf <= CPU_BOUND && nskip * 8 <= rows && tdm_engine_pos(e) == rows,
        "%s: prefill path (%d rows in chunks of %d) + %d steps vs the CPU reference: relative error %.2e <= %.0e (%d rows "
        "excused at routing near ties)", lab, T, tdm_engine_prefill_rows(e), S - 1, epf, CPU_BOUND, nskip);
+
+    /* MoE: the prompt in one chunk (the experts' grouped form, TANDEM_MOE_GROUPED=on, the default)
+     * as above; with TANDEM_MOE_GROUPED=off in 32-row chunks through the per-pair expert kernels: both
+     * within the same bound of the CPU reference */
+    int n_moe = 0;
+    for (int i = 0; i < m->cfg.n_layers; i++) n_moe += m->layers[i].is_moe;
+    if (n_moe) {
+        ok(T > 32 && tdm_engine_prefill_rows(e) == rows, "%s: TANDEM_MOE_GROUPED=on: prefill chunks of %d rows (ctx %d), "
+           "the %d-row prompt in one chunk through the grouped experts", lab, tdm_engine_prefill_rows(e), rows, T);
+        struct tdm_engine *e3 = engine_with(m, rows, "TANDEM_MOE_GROUPED", "off");
+        memset(tw, 0xff, (size_t)rows * V * 4);
+        if (tdm_engine_prefill(e3, prompt, T, 0, tw) != 0) bail("engine prefill (TANDEM_MOE_GROUPED=off)");
+        for (int i = 0; i + 1 < S; i++)
+            if (tdm_engine_forward(e3, &gref[i], 1, 0, tw + (size_t)(T + i) * V) != 0) bail("engine forward");
+        snprintf(what, sizeof what, "%s prefill path, TANDEM_MOE_GROUPED=off, vs the CPU reference", lab);
+        const double eoff = rel_err_excused(what, tw, cpu, rows, V, gaps, CPU_BOUND, skip, &nskip);
+        ok(eoff <= CPU_BOUND && nskip * 8 <= rows && tdm_engine_prefill_rows(e3) == 32,
+           "%s: TANDEM_MOE_GROUPED=off: prefill path (%d rows in chunks of %d) + %d steps vs the CPU reference: relative "
+           "error %.2e <= %.0e (%d rows excused at routing near ties; grouped: %.2e)", lab, T,
+           tdm_engine_prefill_rows(e3), S - 1, eoff, CPU_BOUND, nskip, epf);
+        tdm_engine_free(e3);
+    }
 
     /* context overflow: refused, nothing consumed */
     const int pos = tdm_engine_pos(e);

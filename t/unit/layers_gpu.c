@@ -32,6 +32,11 @@
  *         with a relative error (L2 over the call) <= 1e-2; the combination on the kernels' own
  *         expert outputs within 1 ulp + 1 ulp of the shared value against
  *         tdm_ref_moe_combine (the sigmoid's expf);
+ *       MoE grouped form (moe.h; prefill chunks, no twin contract): T = 1, 33, 100 and 512 rows
+ *         on the tiny fixture's shape and the 80B's in BF16, FP8 and NVFP4, skewed routing (one
+ *         expert in every row, a pool of k + 2 experts taking most of the rest, a quarter of the
+ *         experts taking none): act, y and the combination with the per-pair kernels' bounds above,
+ *         and the whole MoE output against the reference's chain with a relative error <= 1e-2;
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
  *     every output (and the state after M tokens for the conv and the recurrence; for the MoE
  *     experts the products, the experts' outputs and the sums); every element written; attention
@@ -1553,6 +1558,33 @@ static struct tdm_qweight make_weight(enum tdm_wfmt fmt, enum tdm_dtype sdt, int
     return q;
 }
 
+/* E experts of gate, up [I, H] and down [H, I] (fused: BF16 gate and up as row views of one [2I, H]
+ * matrix per expert, the fused checkpoints' layout); *mem: their host buffers, (3E + 1) * 2 slots
+ * (the last pair for the caller's shared gate), freed by free_experts. */
+static struct tdm_mlp *make_experts(int E, enum tdm_wfmt fmt, enum tdm_dtype sdt, int fused, int H, int I, void ***mem)
+{
+    void **m = *mem = hal((size_t)(3 * E + 1) * 2 * sizeof(void *));
+    struct tdm_mlp *ex = hal((size_t)E * sizeof *ex);
+    for (int e = 0; e < E; e++) {
+        if (fused) {
+            struct tdm_qweight gu = make_weight(fmt, sdt, 2 * (int64_t)I, H, m + 6 * e);
+            ex[e].gate = tdm_qweight_rows(&gu, 0, I);
+            ex[e].up = tdm_qweight_rows(&gu, I, I);
+        } else {
+            ex[e].gate = make_weight(fmt, sdt, I, H, m + 6 * e);
+            ex[e].up = make_weight(fmt, sdt, I, H, m + 6 * e + 2);
+        }
+        ex[e].down = make_weight(fmt, sdt, H, I, m + 6 * e + 4);
+    }
+    return ex;
+}
+static void free_experts(struct tdm_mlp *ex, int E, void **mem)
+{
+    for (int i = 0; i < (3 * E + 1) * 2; i++) free(mem[i]);
+    free(mem);
+    free(ex);
+}
+
 struct moe_ctx {
     struct tdm_moe_experts ex;
     struct tdm_dweight sg;
@@ -1603,19 +1635,8 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     snprintf(label, sizeof label, "%s moe experts %s%s%s E %d k %d H %d I %d M %d", s->name, tdm_wfmt_name(fmt),
              fmt == TDM_W_FP8 ? (sdt == TDM_DT_BF16 ? " (BF16 scales)" : " (F32 scales)") : "", fused ? " fused" : "", E, k,
              H, I, rows);
-    void **mem = hal((size_t)(3 * E + 1) * 2 * sizeof(void *));
-    struct tdm_mlp *ex = hal((size_t)E * sizeof *ex);
-    for (int e = 0; e < E; e++) {
-        if (fused) {
-            struct tdm_qweight gu = make_weight(fmt, sdt, 2 * (int64_t)I, H, mem + 6 * e);
-            ex[e].gate = tdm_qweight_rows(&gu, 0, I);
-            ex[e].up = tdm_qweight_rows(&gu, I, I);
-        } else {
-            ex[e].gate = make_weight(fmt, sdt, I, H, mem + 6 * e);
-            ex[e].up = make_weight(fmt, sdt, I, H, mem + 6 * e + 2);
-        }
-        ex[e].down = make_weight(fmt, sdt, H, I, mem + 6 * e + 4);
-    }
+    void **mem;
+    struct tdm_mlp *ex = make_experts(E, fmt, sdt, fused, H, I, &mem);
     const struct tdm_qweight sgq = make_weight(fmt, sdt, 1, H, mem + 6 * E);
     struct moe_ctx c = {.H = H, .I = I, .k = k};
     if (tdm_moe_experts_upload(ex, E, &c.ex) != 0 || tdm_dweight_upload(&sgq, &c.sg) != 0) bail("MoE upload");
@@ -1735,9 +1756,178 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     tdm_dweight_free(&c.sg);
     tdm_cuda_free(c.dx); tdm_cuda_free(c.dsh); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw); tdm_cuda_free(c.dact);
     tdm_cuda_free(c.dy); tdm_cuda_free(c.dsel); tdm_cuda_free(c.dorder);
-    for (int i = 0; i < (3 * E + 1) * 2; i++) free(mem[i]);
-    free(mem); free(ex); free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(order); free(act);
+    free_experts(ex, E, mem);
+    free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(order); free(act);
     free(y); free(out); free(aref); free(af); free(yref); free(ye); free(oref); free(selr);
+}
+
+/* The grouped form (moe.h: tdm_moe_group, tdm_moe_gate_up_grouped, tdm_moe_down_grouped, then
+ * tdm_moe_combine) for prefill chunks of T = 1, 33, 100 and 512 rows, against the CPU reference, on
+ * the same E experts per format. Skewed routing: every row takes expert E - 1 (T rows on one expert,
+ * several 128-row tiles at T = 512); three rows in four take the rest among a pool of k + 2 experts
+ * (many rows each), the fourth among all; the experts e = 1 mod 4 take no row. Bounds (the sums run
+ * in the wide GEMM's order, BF16 products exact in FP32 — no twin contract): act against
+ * tdm_ref_mlp_act within act_bound (each dot within MOE_DOT_REL sum|x w|, +1 ulp a rounding); y on
+ * the kernel's own act against tdm_ref_linear_bf16 within MOE_DOT_REL sum|a w| + 1 ulp; both with a
+ * relative error (L2 over the call) <= MOE_REL; the combination on the kernels' expert outputs
+ * within 1 ulp + 1 ulp of the shared value of tdm_ref_moe_combine; and the whole MoE output against
+ * the reference's own chain (tdm_ref_mlp_act, tdm_ref_linear_bf16, tdm_ref_moe_combine) with a
+ * relative error <= MOE_REL. The reference runs per expert over its rows, each weight decoded once. */
+static void test_moe_grouped(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_dtype sdt)
+{
+    enum { NT = 4, TMAX = 512 };
+    const int Ts[NT] = {1, 33, 100, TMAX};
+    const int H = s->c.hidden, I = s->c.moe_intermediate, k = s->c.top_k, PM = TMAX * k;
+    void **mem;
+    struct tdm_mlp *ex = make_experts(E, fmt, sdt, 0, H, I, &mem);
+    const struct tdm_qweight sgq = make_weight(fmt, sdt, 1, H, mem + 6 * E);
+    struct tdm_moe_experts dex;
+    struct tdm_dweight dsg;
+    if (tdm_moe_experts_upload(ex, E, &dex) != 0 || tdm_dweight_upload(&sgq, &dsg) != 0) bail("MoE upload");
+
+    /* inputs for the largest chunk; a chunk of T rows takes the first T */
+    const size_t nx = (size_t)TMAX * H;
+    uint16_t *x = hal(nx * 2), *w = hal((size_t)PM * 2), *sh = hal(nx * 2);
+    float *xf = hal(nx * 4), *wf = hal((size_t)PM * 4), *shf = hal(nx * 4);
+    int32_t *sel = hal((size_t)PM * 4);
+    rand_bf16(x, xf, nx, 2.0f);
+    rand_bf16(sh, shf, nx, 2.0f);
+    for (int i = 0; i < PM; i++) {
+        w[i] = tdm_f32_to_bf16(0.05f + 0.45f * (frand() + 1.0f));
+        wf[i] = tdm_bf16_to_f32(w[i]);
+    }
+    int pool[64], npool = 0;   /* the first k + 2 experts that take rows, E - 1 aside */
+    for (int e = 0; e < E - 1 && npool < k + 2; e++)
+        if (e % 4 != 1) pool[npool++] = e;
+    for (int r = 0; r < TMAX; r++) {
+        sel[r * k] = E - 1;
+        for (int j = 1; j < k; j++) {
+            int e, dup;
+            do {
+                e = r % 4 != 3 ? pool[next() % (uint64_t)npool] : (int)(next() % (uint64_t)E);
+                dup = e % 4 == 1;
+                for (int i = 0; i < j; i++) dup |= sel[r * k + i] == e;
+            } while (dup);
+            sel[r * k + j] = e;
+        }
+    }
+    uint16_t *dx = dal(nx * 2), *dsh = dal(nx * 2), *dout = dal(nx * 2), *dw = dal((size_t)PM * 2);
+    uint16_t *dact = dal((size_t)PM * I * 2), *dy = dal((size_t)PM * H * 2);
+    int32_t *dsel = dal((size_t)PM * 4);
+    void *dgroup = dal(tdm_moe_group_bytes(TMAX, k, E));
+    up(dx, x, nx * 2); up(dsh, sh, nx * 2); up(dw, w, (size_t)PM * 2); up(dsel, sel, (size_t)PM * 4);
+
+    uint16_t *act = hal((size_t)PM * I * 2), *y = hal((size_t)PM * H * 2), *out = hal(nx * 2);
+    float *ar = hal((size_t)PM * I * 4), *ag = hal((size_t)PM * I * 4), *yr = hal((size_t)PM * H * 4),
+          *yg = hal((size_t)PM * H * 4), *yfull = hal((size_t)PM * H * 4), *of = hal(nx * 4), *ofull = hal(nx * 4);
+    float *wg = hal((size_t)I * H * 4), *wu = hal((size_t)I * H * 4), *wd = hal((size_t)H * I * 4);
+    float *xe = hal((size_t)TMAX * H * 4), *ae = hal((size_t)TMAX * I * 4), *ye = hal((size_t)TMAX * H * 4);
+    float *orow = hal((size_t)H * 4);
+    int *pe = hal((size_t)TMAX * sizeof(int));
+    for (int ti = 0; ti < NT; ti++) {
+        const int T = Ts[ti], P = T * k;
+        char label[160];
+        snprintf(label, sizeof label, "%s moe grouped %s%s E %d k %d H %d I %d T %d", s->name, tdm_wfmt_name(fmt),
+                 fmt == TDM_W_FP8 ? (sdt == TDM_DT_BF16 ? " (BF16 scales)" : " (F32 scales)") : "", E, k, H, I, T);
+        poison(dact, (size_t)PM * I * 2); poison(dy, (size_t)PM * H * 2); poison(dout, nx * 2);
+        poison(dgroup, tdm_moe_group_bytes(TMAX, k, E));
+        if (tdm_moe_group(dsel, T, k, E, dgroup, st) || tdm_moe_gate_up_grouped(&dex, dx, H, T, k, dgroup, dact, st) ||
+            tdm_moe_down_grouped(&dex, dact, T, k, dgroup, dy, st) ||
+            tdm_moe_combine(dy, dw, dsel, T, k, H, &dsg, dx, H, dsh, H, dout, H, st))
+            bail("MoE grouped");
+        down(act, dact, (size_t)P * I * 2);
+        down(y, dy, (size_t)P * H * 2);
+        down(out, dout, (size_t)T * H * 2);
+
+        /* per expert over its pairs: each weight decoded once */
+        struct cmp ca = {0}, cd = {0}, cc = {0};
+        int used = 0, most = 0;
+        for (int e = 0; e < E; e++) {
+            int n = 0;
+            for (int p = 0; p < P; p++)
+                if (sel[p] == e) pe[n++] = p;
+            if (!n) continue;
+            used++;
+            if (n > most) most = n;
+            const struct tdm_mlp *xp = &ex[e];
+            for (int i = 0; i < n; i++) memcpy(xe + (size_t)i * H, xf + (size_t)(pe[i] / k) * H, (size_t)H * 4);
+            tdm_ref_mlp_act(xp, xe, n, ae);
+            for (int i = 0; i < I; i++) {
+                tdm_qweight_row(&xp->gate, i, wg + (size_t)i * H);
+                tdm_qweight_row(&xp->up, i, wu + (size_t)i * H);
+            }
+            for (int i = 0; i < H; i++) tdm_qweight_row(&xp->down, i, wd + (size_t)i * I);
+            for (int q = 0; q < n; q++) {
+                const float *xr = xe + (size_t)q * H;
+                for (int i = 0; i < I; i++) {
+                    const float *rg = wg + (size_t)i * H, *ru = wu + (size_t)i * H;
+                    float g = 0, u = 0, mg = 0, mu = 0;
+                    for (int j = 0; j < H; j++) {
+                        g += xr[j] * rg[j];
+                        u += xr[j] * ru[j];
+                        mg += fabsf(xr[j] * rg[j]);
+                        mu += fabsf(xr[j] * ru[j]);
+                    }
+                    const size_t at = (size_t)pe[q] * I + i;
+                    const float aref = ae[(size_t)q * I + i];
+                    ag[at] = tdm_bf16_to_f32(act[at]);
+                    ar[at] = aref;
+                    cmp_add(&ca, ag[at], aref, act_bound(g, u, mg, mu, aref));
+                }
+            }
+            /* down on the kernel's products, and the reference's chain on its own */
+            for (int q = 0; q < n; q++) memcpy(ae + (size_t)q * I, ag + (size_t)pe[q] * I, (size_t)I * 4);
+            tdm_ref_linear_bf16(&xp->down, ae, n, ye);
+            for (int q = 0; q < n; q++) {
+                const float *arow = ae + (size_t)q * I;
+                for (int i = 0; i < H; i++) {
+                    const float *rd = wd + (size_t)i * I;
+                    float m = 0;
+                    for (int j = 0; j < I; j++) m += fabsf(arow[j] * rd[j]);
+                    const size_t at = (size_t)pe[q] * H + i;
+                    yg[at] = tdm_bf16_to_f32(y[at]);
+                    yr[at] = ye[(size_t)q * H + i];
+                    cmp_add(&cd, yg[at], yr[at], MOE_DOT_REL * m + ulp(yr[at]));
+                }
+            }
+            for (int q = 0; q < n; q++) memcpy(ae + (size_t)q * I, ar + (size_t)pe[q] * I, (size_t)I * 4);
+            tdm_ref_linear_bf16(&xp->down, ae, n, ye);
+            for (int q = 0; q < n; q++) memcpy(yfull + (size_t)pe[q] * H, ye + (size_t)q * H, (size_t)H * 4);
+        }
+        const double rela = tdm_rel_err(ag, ar, (int64_t)P * I), rely = tdm_rel_err(yg, yr, (int64_t)P * H);
+        printf("# %s: %d experts take rows (at most %d), %d take none\n", label, used, most, E - used);
+        cmp_ok(&ca, label, "gate+up against tdm_ref_mlp_act (the dots within 1e-4 sum|xw|, +1 ulp a rounding)");
+        ok(rela <= MOE_REL, "%s: gate+up relative error %.2e <= %.0e", label, rela, MOE_REL);
+        cmp_ok(&cd, label, "down on the kernel's products against tdm_ref_linear_bf16 (1e-4 sum|aw| + 1 ulp)");
+        ok(rely <= MOE_REL, "%s: down relative error %.2e <= %.0e", label, rely, MOE_REL);
+
+        /* the combination on the kernels' expert outputs; the whole output against the reference's chain */
+        int selr[64];
+        for (int r = 0; r < T; r++) {
+            float sg;
+            for (int j = 0; j < k; j++) selr[j] = sel[r * k + j];
+            tdm_ref_linear_bf16(&sgq, xf + (size_t)r * H, 1, &sg);
+            tdm_ref_moe_combine(H, k, selr, wf + r * k, yg + (size_t)r * k * H, shf + (size_t)r * H, sg, orow);
+            for (int i = 0; i < H; i++) {
+                of[(size_t)r * H + i] = tdm_bf16_to_f32(out[(size_t)r * H + i]);
+                cmp_add(&cc, of[(size_t)r * H + i], orow[i], ulp(orow[i]) + ulp(shf[(size_t)r * H + i]));
+            }
+            tdm_ref_moe_combine(H, k, selr, wf + r * k, yfull + (size_t)r * k * H, shf + (size_t)r * H, sg,
+                                ofull + (size_t)r * H);
+        }
+        cmp_ok(&cc, label, "combination against tdm_ref_moe_combine (1 ulp + 1 ulp of the shared value)");
+        const double relo = tdm_rel_err(of, ofull, (int64_t)T * H);
+        ok(relo <= MOE_REL, "%s: the MoE output against the CPU reference's chain: relative error %.2e <= %.0e", label,
+           relo, MOE_REL);
+    }
+    tdm_moe_experts_free(&dex);
+    tdm_dweight_free(&dsg);
+    tdm_cuda_free(dx); tdm_cuda_free(dsh); tdm_cuda_free(dout); tdm_cuda_free(dw); tdm_cuda_free(dact);
+    tdm_cuda_free(dy); tdm_cuda_free(dsel); tdm_cuda_free(dgroup);
+    free_experts(ex, E, mem);
+    free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(act); free(y); free(out); free(ar);
+    free(ag); free(yr); free(yg); free(yfull); free(of); free(ofull); free(wg); free(wu); free(wd); free(xe); free(ae);
+    free(ye); free(orow); free(pe);
 }
 
 /* ================================================================================================
@@ -1828,6 +2018,14 @@ int main(void)
             test_moe(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32, 0, moe_m[j]);
         }
     }
+    /* the grouped form (prefill chunks of 1, 33, 100 and 512 rows): the tiny fixture's shape and the
+     * 80B's (all 512 experts, top-10), in BF16, FP8 and NVFP4 */
+    test_moe_grouped(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32);
+    test_moe_grouped(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32);
+    test_moe_grouped(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32);
+    test_moe_grouped(&shapes[3], 512, TDM_W_BF16, TDM_DT_F32);
+    test_moe_grouped(&shapes[3], 512, TDM_W_FP8, TDM_DT_BF16);
+    test_moe_grouped(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32);
     test_qk(&shapes[0], 250000);  /* large rotary angles */
     test_attn(&shapes[0], 0);     /* the first tokens */
     test_attn_tree(&shapes[0], 0);
