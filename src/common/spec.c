@@ -369,7 +369,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     const struct tdm_config *c = &m->cfg;
     const int V = c->vocab, H = c->hidden;
     memset(st, 0, sizeof *st);
-    st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate";
+    st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate"; /* cuda: the engine's, below */
     const char *gap = o->backend == TDM_BACKEND_CUDA ? tdm_spec_cuda_gap(o) : NULL;
     if (gap) return tdm_errf("--backend cuda: %s", gap);
     if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
@@ -392,6 +392,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     int rc = -1;
     if (cuda) {
         if (!(tg.e = tdm_engine_new(m, ctx))) goto done;
+        st->commit = tdm_engine_gdn_defer(tg.e) ? "deferred" : "replayed"; /* TANDEM_GDN_DEFER */
         if (o->kind == TDM_SPEC_MTP && tdm_engine_mtp_init(tg.e) != 0) goto done;
         d.me = o->kind == TDM_SPEC_MTP ? tg.e : NULL;
         if (o->kind == TDM_SPEC_DRAFT && !(d.de = tdm_engine_new(o->draft_model, ctx)))
