@@ -927,6 +927,67 @@ int tdm_engine_gdn_pending(const struct tdm_engine *e) { return e->pend; }
 
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e) { return &e->round_bytes; }
 
+/* The pending rows applied now, outside a pass (tdm_engine_state_hash): per GDN layer the pass's
+ * first launch (tdm_gdn_conv_pending) and the recurrence's pending form over no rows of its own —
+ * the same kernels, so the same bits as a pass applying them. Eager. */
+static int apply_pending(struct tdm_engine *e)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    if (!e->defer || !e->pend) return 0;
+    if (pend_to_device(e) != 0) return -1;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (d->mixer != TDM_MIXER_GDN) continue;
+        const struct gates pg = gates_of(d, e->pg, ROWS, Hv);
+        const struct tdm_gdn_pend pd = {e->pcv, pg.b, pg.a, pg.ld, pg.ld, e->d_pend};
+        if (tdm_gdn_conv_pending(d->round_x, C, d->conv_w, d->conv_state, e->d_pend, C, c->conv_kernel, e->pcv, d->round_g,
+                                 e->pg, (int64_t)ROWS * 2 * Hv, e->st) != 0 ||
+            tdm_gdn_recur_pend(NULL, pg.b, pg.ld, pg.a, pg.ld, d->A_log, d->dt_bias, d->S, 0, Hk, Hv, Dk, Dv, NULL, &pd,
+                               e->st) != 0)
+            return -1;
+    }
+    e->pend = 0;
+    return tdm_stream_sync(e->st);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int tdm_engine_state_hash(struct tdm_engine *e, uint64_t *hash)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const size_t C = (size_t)tdm_gdn_conv_dim(c), conv = (size_t)(c->conv_kernel - 1) * C * 2;
+    const size_t S = (size_t)c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+    const size_t kv = (size_t)e->pos * c->n_kv_heads * c->head_dim * 2;
+    if (apply_pending(e) != 0 || tdm_stream_sync(e->st) != 0) return -1;
+    size_t big = conv > S ? conv : S;
+    if (kv > big) big = kv;
+    unsigned char *buf = malloc(big ? big : 1);
+    if (!buf) return tdm_errf("tdm_engine_state_hash: out of host memory");
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, &e->pos, sizeof e->pos);
+    int rc = 0;
+    for (int i = 0; i < c->n_layers && rc == 0; i++) {
+        const struct dlayer *d = &e->ly[i];
+        if (d->mixer == TDM_MIXER_GDN) {
+            if ((rc = tdm_cuda_d2h(buf, d->conv_state, conv)) == 0) h = fnv(h, buf, conv);
+            if (rc == 0 && (rc = tdm_cuda_d2h(buf, d->S, S)) == 0) h = fnv(h, buf, S);
+        } else if (kv) {
+            if ((rc = tdm_cuda_d2h(buf, d->kc, kv)) == 0) h = fnv(h, buf, kv);
+            if (rc == 0 && (rc = tdm_cuda_d2h(buf, d->vc, kv)) == 0) h = fnv(h, buf, kv);
+        }
+    }
+    free(buf);
+    if (rc != 0) return -1;
+    *hash = h;
+    return 0;
+}
+
 /* ---- the hooks of the MTP drafter (engine_impl.h) ---- */
 
 void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v)

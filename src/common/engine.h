@@ -144,6 +144,12 @@ const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_eng
  * of the last commit still pending (0 after any pass or a reset). */
 int tdm_engine_gdn_defer(const struct tdm_engine *e);
 int tdm_engine_gdn_pending(const struct tdm_engine *e);
+/* For tests: FNV-1a (ref.c's tdm_ref_state_hash's) over the committed state as the next pass will
+ * use it — the position, every attention layer's K and V rows in use, every GDN layer's conv state
+ * and recurrent state — with pending rows applied first (in place, with the pending forms'
+ * kernels: the bits a pass would give them; the next pass then finds none). A verify's round
+ * survives it. Returns 0, or -1 with tdm_err() on a CUDA failure. */
+int tdm_engine_state_hash(struct tdm_engine *e, uint64_t *hash);
 
 /* ---- the MTP drafter (engine_mtp.c; models.md "MTP drafter"; spec.h says how rounds use it) ----
  * tdm_engine_mtp_supported: 0 if the engine can run m's MTP layer (it has one; its projections BF16,
