@@ -10,8 +10,9 @@
  * engine_moe.c's. The passes of a
  * speculative round (a chain or tree verify that leaves the GDN states as they were, a commit of
  * the accepted rows or root-to-node path — deferred by default: applied inside the next pass's
- * GDN kernels) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter (engine_mtp.c) borrows the activations between passes and reads the
- * final-norm rows left in xn. */
+ * GDN kernels) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter
+ * (engine_mtp.c) borrows the activations between passes and reads the final-norm rows left in
+ * xn. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"

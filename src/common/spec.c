@@ -369,7 +369,8 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     const struct tdm_config *c = &m->cfg;
     const int V = c->vocab, H = c->hidden;
     memset(st, 0, sizeof *st);
-    st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate"; /* cuda: the engine's, below */
+    /* on cuda the engine's, once it is made (below) */
+    st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate";
     const char *gap = o->backend == TDM_BACKEND_CUDA ? tdm_spec_cuda_gap(o) : NULL;
     if (gap) return tdm_errf("--backend cuda: %s", gap);
     if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
