@@ -26,13 +26,17 @@ __device__ __forceinline__ uint16_t conv_out(const float (&wk)[K], const float (
 // (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))). The state is read
 // from state and, unless state_out is NULL, the advanced window written to state_out (the same
 // buffer for a forward; each thread reads and writes only its own channel).
+// tdm_gdn_conv_pending: d_M (device) holds the token count, at most M; and the grid's threads
+// first copy gcount values gsrc -> gdst (the pending rows' gates, kept for the recurrence).
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
 conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, uint16_t *state_out, int M, int C,
-            uint16_t *y)
+            uint16_t *y, const int32_t *d_M, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount)
 {
     const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
-    if (c >= C) return;
+    for (int64_t i = c; i < gcount; i += (int64_t)gridDim.x * CONV_THREADS) gdst[i] = gsrc[i];
+    if (d_M) M = min(max(*d_M, 0), M);
+    if (c >= C || M == 0) return;
     float win[K], wk[K];
 #pragma unroll
     for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
@@ -159,22 +163,121 @@ ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t
 
 constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
 
-// One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
-// column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
-// M tokens. Per token, tdm_ref_gdn_token's steps in its order, elementwise with its operations:
-//   q, k of key head h / rep: L2 norms in tdm_dot's order (warp_dot_ref), q *= 1/sqrt(Dk);
+// A recurrence block's shared memory for one token: q and k of its key head, the 8 warps'
+// partial sums, u for its 32 columns, the scalars (1/|q|, 1/|k|, beta, decay).
+template <int DK>
+struct RecSmem {
+    float qs[DK], ks[DK], red[REC_WARPS][32], us[32], sc[4];
+};
+
+// One token of the delta rule on the block's state slice s (thread: column j, rows i0 .. i0 +
+// ROWS - 1), tdm_ref_gdn_token's steps in its order, elementwise with its operations:
+//   q, k of key head kh: L2 norms in tdm_dot's order (warp_dot_ref), q *= 1/sqrt(Dk);
 //   beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), S *= exp(g);
 //   kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp order;
 //   u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
-// Only the two sums over Dk differ from the CPU's serial order. No value depends on M: the tokens
-// run in sequence and a token's arithmetic is the same in every call. The state is read from S and,
-// unless S_out is NULL, written to S_out after the last token (the same buffer for a forward; each
-// thread reads and writes only its own elements).
+// ct: the token's conv output row [C]; bt, at: its b and a rows ([Hv]). o_t: its output row
+// [Hv][Dv], or NULL (a pending row of a deferred commit, whose output a verify already gave:
+// the o sum is skipped, the state arithmetic is the same). fk_t, fu_t, fdec_t: where a tree node
+// keeps its factors (normed k [Dk], u [32], decay), or NULL. Every kernel that advances a state
+// (a forward, a verify's pending rows, a tree's nodes) runs its tokens through this one function:
+// a pending row applied at the next pass's load is the bits of the commit that replayed it.
+template <int ROWS>
+__device__ __forceinline__ void recur_step(float (&s)[ROWS], RecSmem<ROWS * REC_WARPS> &sm, const uint16_t *ct,
+                                           const uint16_t *bt, const uint16_t *at, const float *A_log,
+                                           const float *dt_bias, int h, int kh, int Hk, int Dv, float qscale,
+                                           uint16_t *o_t, float *fk_t, float *fu_t, float *fdec_t)
+{
+    constexpr int Dk = ROWS * REC_WARPS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
+    for (int i = tid; i < Dk; i += REC_WARPS * 32) {
+        sm.qs[i] = bf2f(ct[(size_t)kh * Dk + i]);
+        sm.ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const float d = warp_dot_ref(sm.qs, sm.qs, Dk);
+        if (lane == 0) sm.sc[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
+    } else if (warp == 1) {
+        const float d = warp_dot_ref(sm.ks, sm.ks, Dk);
+        if (lane == 0) sm.sc[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
+    } else if (warp == 2 && lane == 0) {
+        sm.sc[2] = bfr(sigmoid_ref(bf2f(bt[h])));
+        const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(bf2f(at[h]), dt_bias[h])));
+        sm.sc[3] = expf(gt);
+        if (fdec_t) *fdec_t = sm.sc[3];
+    }
+    __syncthreads();
+    const float invq = sm.sc[0], invk = sm.sc[1], beta = sm.sc[2], decay = sm.sc[3];
+    if (fk_t)  // kr below, for every row (read after the barriers of later nodes)
+        for (int i = tid; i < Dk; i += REC_WARPS * 32) fk_t[i] = __fmul_rn(sm.ks[i], invk);
+    // every thread scales its own copy of the rows it needs: no second barrier for qs/ks
+    float kr[ROWS], qr[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        kr[r] = __fmul_rn(sm.ks[i0 + r], invk);
+        qr[r] = __fmul_rn(__fmul_rn(sm.qs[i0 + r], invq), qscale);
+    }
+    const float v = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + j]);
+    float p = 0.0f;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        s[r] = __fmul_rn(s[r], decay);
+        p = __fadd_rn(p, __fmul_rn(s[r], kr[r]));
+    }
+    sm.red[warp][lane] = p;
+    __syncthreads();
+    if (warp == 0) {
+        float kv = sm.red[0][lane];
+#pragma unroll
+        for (int w = 1; w < REC_WARPS; w++) kv = __fadd_rn(kv, sm.red[w][lane]);
+        sm.us[lane] = __fmul_rn(__fsub_rn(v, kv), beta);
+        if (fu_t) fu_t[lane] = sm.us[lane];
+    }
+    __syncthreads();
+    const float u = sm.us[lane];
+    if (!o_t) {  // block-uniform: a pending row's state update alone
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
+        __syncthreads();  // qs, ks, sc, red, us are rewritten by the next token
+        return;
+    }
+    p = 0.0f;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
+        p = __fadd_rn(p, __fmul_rn(s[r], qr[r]));
+    }
+    sm.red[warp][lane] = p;  // warp 0 read red before the barrier above
+    __syncthreads();
+    if (warp == 0) {
+        float ov = sm.red[0][lane];
+#pragma unroll
+        for (int w = 1; w < REC_WARPS; w++) ov = __fadd_rn(ov, sm.red[w][lane]);
+        o_t[(size_t)h * Dv + j] = f2bf(ov);
+    }
+    __syncthreads();  // qs, ks, sc, red are rewritten by the next token
+}
+
+// One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
+// column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
+// M tokens, each run through recur_step. Only the two sums over Dk differ from the CPU's serial
+// order. No value depends on M: the tokens run in sequence and a token's arithmetic is the same in
+// every call. The state is read from S and, unless S_out is NULL, written to S_out after the last
+// token (the same buffer for a forward; each thread reads and writes only its own elements).
+//
+// PENDING (pend.d_n not NULL; layers.h, Deferred commit): before its own tokens the block runs
+// the n = *pend.d_n pending rows (pend.qkv, pend.b, pend.a) through recur_step on the state it
+// just loaded, with no output. A forward then goes on and writes the state once at the end; a
+// verify or tree (S_out NULL) writes the state after the pending rows to S_pend (S itself) when
+// n > 0 — its only write — and then runs its own tokens read-only from there.
 //
 // TREE (parent not NULL, S_out NULL; layers.h, Trees): token t is node t, and s must hold its
 // parent's state when the step starts. The block keeps every node's factors in shared memory (fk:
 // the normed k, fu: u for its 32 columns, fdec: the decay), each computed by the step as above.
-// When the parent is not the node whose state s holds (cur), s is reloaded from S and the parent's
+// When the parent is not the node whose state s holds (cur), s is reloaded (from S, or from S_pend
+// when pending rows were written there: the same elements this thread wrote) and the parent's
 // path is replayed root first with the step's own two state operations, s = s decay, then
 // s = s + k u: the values s had after each of those steps, so the node's step then runs on its
 // parent's state exactly as the chain kernel runs it on that path. Ancestors come as a bit mask:
@@ -183,11 +286,11 @@ template <int ROWS, bool TREE>
 __global__ void __launch_bounds__(REC_WARPS * 32)
 recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
              const float *dt_bias, const float *S, float *S_out, const int32_t *parent, int M, int Hk, int Hv, int Dv,
-             uint16_t *o)
+             uint16_t *o, tdm_gdn_pend pend, float *S_pend)
 {
     constexpr int Dk = ROWS * REC_WARPS;
     constexpr int NT = TREE ? TDM_TREE_MAX : 1;  // the factor store, only for trees
-    __shared__ float qs[Dk], ks[Dk], red[REC_WARPS][32], us[32], sc[4];
+    __shared__ RecSmem<Dk> sm;
     __shared__ float fk[NT][TREE ? Dk : 1], fu[NT][32], fdec[NT];
     __shared__ int32_t par[NT];
     const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
@@ -197,12 +300,22 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     float s[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
+    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
+    const int np = pend.d_n ? min(max(*pend.d_n, 0), TDM_GDN_PEND_MAX) : 0;  // block-uniform
+    for (int t = 0; t < np; t++)
+        recur_step<ROWS>(s, sm, pend.qkv + (size_t)t * C, pend.b + (size_t)t * pend.ldb, pend.a + (size_t)t * pend.lda,
+                         A_log, dt_bias, h, kh, Hk, Dv, qscale, nullptr, nullptr, nullptr, nullptr);
+    if (np > 0 && S_pend) {
+        float *Sp = S_pend + (size_t)h * Dk * Dv;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) Sp[(size_t)(i0 + r) * Dv + j] = s[r];
+        Sh = Sp;  // a tree's reloads read the state after the pending rows
+    }
     int cur = -1;  // TREE: the node whose state s holds (-1: the entry state)
     if constexpr (TREE) {
         if (tid < M) par[tid] = parent[tid];
         __syncthreads();
     }
-    const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
     for (int t = 0; t < M; t++) {
         if constexpr (TREE) {
             const int p = par[t];
@@ -222,70 +335,11 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
             }
             cur = t;
         }
-        const uint16_t *ct = qkv + (size_t)t * C;
-        for (int i = tid; i < Dk; i += REC_WARPS * 32) {
-            qs[i] = bf2f(ct[(size_t)kh * Dk + i]);
-            ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
-        }
-        __syncthreads();
-        if (warp == 0) {
-            const float d = warp_dot_ref(qs, qs, Dk);
-            if (lane == 0) sc[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
-        } else if (warp == 1) {
-            const float d = warp_dot_ref(ks, ks, Dk);
-            if (lane == 0) sc[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
-        } else if (warp == 2 && lane == 0) {
-            sc[2] = bfr(sigmoid_ref(bf2f(b[(size_t)t * ldb + h])));
-            const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(bf2f(a[(size_t)t * lda + h]), dt_bias[h])));
-            sc[3] = expf(gt);
-            if constexpr (TREE) fdec[t] = sc[3];
-        }
-        __syncthreads();
-        const float invq = sc[0], invk = sc[1], beta = sc[2], decay = sc[3];
-        if constexpr (TREE)  // kr below, for every row (read after the barriers of later nodes)
-            for (int i = tid; i < Dk; i += REC_WARPS * 32) fk[t][i] = __fmul_rn(ks[i], invk);
-        // every thread scales its own copy of the rows it needs: no second barrier for qs/ks
-        float kr[ROWS], qr[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            kr[r] = __fmul_rn(ks[i0 + r], invk);
-            qr[r] = __fmul_rn(__fmul_rn(qs[i0 + r], invq), qscale);
-        }
-        const float v = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + j]);
-        float p = 0.0f;
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            s[r] = __fmul_rn(s[r], decay);
-            p = __fadd_rn(p, __fmul_rn(s[r], kr[r]));
-        }
-        red[warp][lane] = p;
-        __syncthreads();
-        if (warp == 0) {
-            float kv = red[0][lane];
-#pragma unroll
-            for (int w = 1; w < REC_WARPS; w++) kv = __fadd_rn(kv, red[w][lane]);
-            us[lane] = __fmul_rn(__fsub_rn(v, kv), beta);
-            if constexpr (TREE) fu[t][lane] = us[lane];
-        }
-        __syncthreads();
-        const float u = us[lane];
-        p = 0.0f;
-#pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
-            p = __fadd_rn(p, __fmul_rn(s[r], qr[r]));
-        }
-        red[warp][lane] = p;  // warp 0 read red before the barrier above
-        __syncthreads();
-        if (warp == 0) {
-            float ov = red[0][lane];
-#pragma unroll
-            for (int w = 1; w < REC_WARPS; w++) ov = __fadd_rn(ov, red[w][lane]);
-            o[((size_t)t * Hv + h) * Dv + j] = f2bf(ov);
-        }
-        __syncthreads();  // qs, ks, sc, red are rewritten by the next token
+        recur_step<ROWS>(s, sm, qkv + (size_t)t * C, b + (size_t)t * ldb, a + (size_t)t * lda, A_log, dt_bias, h, kh, Hk,
+                         Dv, qscale, o + (size_t)t * Hv * Dv, TREE ? fk[t] : nullptr, TREE ? fu[t] : nullptr,
+                         TREE ? &fdec[t] : nullptr);
     }
-    if (TREE || !S_out) return;  // a verify: the round's entry state stays for the commit
+    if (TREE || !S_out) return;  // a verify: the state stays as loaded (or as the pending rows left it)
     float *So = S_out + (size_t)h * Dk * Dv;
 #pragma unroll
     for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
@@ -646,17 +700,21 @@ chunk_scan_kernel(const uint16_t *qkv, const float *scratch, float *S, int M, in
 
 }  // namespace
 
+// d_M, gsrc, gdst, gcount: tdm_gdn_conv_pending's (NULL, 0 otherwise).
 static int conv_launch(const char *who, const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state,
-                       uint16_t *state_out, int M, int C, int K, uint16_t *y, void *stream)
+                       uint16_t *state_out, int M, int C, int K, uint16_t *y, const int32_t *d_M, const uint16_t *gsrc,
+                       uint16_t *gdst, int64_t gcount, void *stream)
 {
-    if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C)
-        return tdm_errf("%s: bad shape M %d, C %d, K %d (2..4), ldx %lld", who, M, C, K, (long long)ldx);
-    if (M == 0) return 0;
+    if (M < 0 || C <= 0 || K < 2 || K > 4 || ldx < C || gcount < 0 || (gcount && (!gsrc || !gdst)))
+        return tdm_errf("%s: bad shape M %d, C %d, K %d (2..4), ldx %lld, gates %lld", who, M, C, K, (long long)ldx,
+                        (long long)gcount);
+    if (M == 0 && gcount == 0) return 0;
     const int blocks = (C + CONV_THREADS - 1) / CONV_THREADS;
     cudaStream_t st = (cudaStream_t)stream;
-    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
-    else if (K == 3) conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
-    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y);
+    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
+    else if (K == 3)
+        conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
+    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
     TDM_LAUNCH_CHECK();
     return 0;
 }
@@ -664,7 +722,16 @@ static int conv_launch(const char *who, const uint16_t *x, int64_t ldx, const fl
 extern "C" int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
                             uint16_t *y, void *stream)
 {
-    return conv_launch("tdm_gdn_conv", x, ldx, w, state, state, M, C, K, y, stream);
+    return conv_launch("tdm_gdn_conv", x, ldx, w, state, state, M, C, K, y, NULL, NULL, NULL, 0, stream);
+}
+
+extern "C" int tdm_gdn_conv_pending(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, const int32_t *d_n,
+                                    int C, int K, uint16_t *y, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount,
+                                    void *stream)
+{
+    if (!d_n) return tdm_errf("tdm_gdn_conv_pending: d_n is NULL");
+    return conv_launch("tdm_gdn_conv_pending", x, ldx, w, state, state, TDM_GDN_PEND_MAX, C, K, y, d_n, gsrc, gdst, gcount,
+                       stream);
 }
 
 template <int K>
@@ -695,7 +762,7 @@ extern "C" int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float 
 extern "C" int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C,
                                    int K, uint16_t *y, void *stream)
 {
-    return conv_launch("tdm_gdn_conv_verify", x, ldx, w, state, NULL, M, C, K, y, stream);
+    return conv_launch("tdm_gdn_conv_verify", x, ldx, w, state, NULL, M, C, K, y, NULL, NULL, NULL, 0, stream);
 }
 
 extern "C" int tdm_gdn_conv_tree(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state,
@@ -737,34 +804,47 @@ extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint1
 template <bool TREE>
 static void recur_go(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                      int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out,
-                     const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o)
+                     const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o, const tdm_gdn_pend &pend,
+                     float *S_pend)
 {
     if (Dk == 128)
         recur_kernel<16, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o);
+                                                                Hk, Hv, Dv, o, pend, S_pend);
     else if (Dk == 64)
         recur_kernel<8, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                               Hk, Hv, Dv, o);
+                                                               Hk, Hv, Dv, o, pend, S_pend);
     else
         recur_kernel<32, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o);
+                                                                Hk, Hv, Dv, o, pend, S_pend);
 }
 
-// parent not NULL: the tree form (S_out must be NULL; M <= TDM_TREE_MAX).
+// parent not NULL: the tree form (S_out must be NULL; M <= TDM_TREE_MAX). pend NULL: no pending
+// rows; else they are applied first (recur_kernel, PENDING) and, when S_out is NULL, the state
+// after them written to S_pend.
 static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                         int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out,
-                        const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o, void *stream)
+                        const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o,
+                        const struct tdm_gdn_pend *pend, float *S_pend, void *stream)
 {
     if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
         ldb < Hv || lda < Hv || (parent && (M > TDM_TREE_MAX || S_out)))
         return tdm_errf("%s: bad shape M %d, Hk %d, Hv %d, Dk %d (64, 128 or 256), Dv %d (a multiple of 32), "
                         "ldb %lld, lda %lld%s", who, M, Hk, Hv, Dk, Dv, (long long)ldb, (long long)lda,
                         parent ? " (a tree: M at most 32)" : "");
-    if (M == 0) return 0;
+    if (pend && (!pend->d_n || !pend->qkv || !pend->b || !pend->a || pend->ldb < Hv || pend->lda < Hv || (!S_out && !S_pend)))
+        return tdm_errf("%s: bad pending rows: d_n, qkv, b, a %s, ldb %lld, lda %lld (at least Hv %d)", who,
+                        pend->d_n && pend->qkv && pend->b && pend->a ? "given" : "not all given", (long long)pend->ldb,
+                        (long long)pend->lda, Hv);
+    if (M == 0 && !pend) return 0;
+    const tdm_gdn_pend none = {NULL, NULL, NULL, 0, 0, NULL};
     dim3 grid(Hv, Dv / 32);
     cudaStream_t st = (cudaStream_t)stream;
-    if (parent) recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o);
-    else recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o);
+    if (parent)
+        recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o,
+                       pend ? *pend : none, pend ? S_pend : NULL);
+    else
+        recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o,
+                        pend ? *pend : none, pend ? S_pend : NULL);
     TDM_LAUNCH_CHECK();
     return 0;
 }
@@ -773,7 +853,8 @@ extern "C" int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb
                              const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
                              uint16_t *o, void *stream)
 {
-    return recur_launch("tdm_gdn_recur", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, NULL, M, Hk, Hv, Dk, Dv, o, stream);
+    return recur_launch("tdm_gdn_recur", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, NULL, M, Hk, Hv, Dk, Dv, o, NULL, NULL,
+                        stream);
 }
 
 extern "C" int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
@@ -781,7 +862,7 @@ extern "C" int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int6
                                     int Dv, uint16_t *o, void *stream)
 {
     return recur_launch("tdm_gdn_recur_verify", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, NULL, M, Hk, Hv, Dk, Dv, o,
-                        stream);
+                        NULL, NULL, stream);
 }
 
 extern "C" int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
@@ -790,7 +871,35 @@ extern "C" int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_
 {
     if (!parent) return tdm_errf("tdm_gdn_recur_tree: parent is NULL");
     return recur_launch("tdm_gdn_recur_tree", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o,
-                        stream);
+                        NULL, NULL, stream);
+}
+
+extern "C" int tdm_gdn_recur_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                                  const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                                  uint16_t *o, const struct tdm_gdn_pend *pend, void *stream)
+{
+    if (!pend) return tdm_errf("tdm_gdn_recur_pend: pend is NULL");
+    return recur_launch("tdm_gdn_recur_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, NULL, M, Hk, Hv, Dk, Dv, o, pend,
+                        NULL, stream);
+}
+
+extern "C" int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
+                                         int64_t lda, const float *A_log, const float *dt_bias, float *S, int M, int Hk,
+                                         int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, void *stream)
+{
+    if (!pend) return tdm_errf("tdm_gdn_recur_verify_pend: pend is NULL");
+    return recur_launch("tdm_gdn_recur_verify_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, NULL, M, Hk, Hv, Dk, Dv,
+                        o, pend, S, stream);
+}
+
+extern "C" int tdm_gdn_recur_tree_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                                       const float *A_log, const float *dt_bias, float *S, const int32_t *parent, int M,
+                                       int Hk, int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend,
+                                       void *stream)
+{
+    if (!parent || !pend) return tdm_errf("tdm_gdn_recur_tree_pend: parent or pend is NULL");
+    return recur_launch("tdm_gdn_recur_tree_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv,
+                        o, pend, S, stream);
 }
 
 extern "C" int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv)

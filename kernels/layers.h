@@ -151,8 +151,9 @@ int tdm_gdn_recur_chunked(const uint16_t *qkv, const uint16_t *b, int64_t ldb, c
 /* The verify forms of the two stateful GDN kernels (a speculative round, src/common/engine_spec.c):
  * the same kernels with the state only read — y and o are the bits tdm_gdn_conv and tdm_gdn_recur
  * give, and the state stays the round's entry state. The commit then runs tdm_gdn_conv and
- * tdm_gdn_recur over the accepted rows' kept inputs from that state: the same arithmetic per token,
- * so the states become those of one-token steps over the accepted tokens, bit for bit. */
+ * tdm_gdn_recur over the accepted rows' kept inputs from that state (or, deferred, the next pass's
+ * pending forms below do): the same arithmetic per token, so the states become those of one-token
+ * steps over the accepted tokens, bit for bit. */
 int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, int M, int C, int K,
                         uint16_t *y, void *stream);
 int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
@@ -174,6 +175,48 @@ int tdm_gdn_conv_tree(const uint16_t *x, int64_t ldx, const float *w, const uint
 int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                        const float *A_log, const float *dt_bias, const float *S, const int32_t *parent, int M, int Hk,
                        int Hv, int Dk, int Dv, uint16_t *o, void *stream);
+
+/* Deferred commit (speculative.md; the CUDA engine's TANDEM_GDN_DEFER): a round's commit only
+ * records its accepted rows; the next pass applies them to each GDN layer's states as it loads
+ * them, so the recurrent state moves through memory once a round instead of twice. The pending
+ * rows' count n lives in device memory (d_n: an int32 in 0..TDM_GDN_PEND_MAX; larger values are
+ * taken as the maximum), so one CUDA graph serves every count.
+ *
+ * tdm_gdn_conv_pending: tdm_gdn_conv over the first n rows of x (the kept conv inputs) from state,
+ * state advanced (written) and their outputs y [n][C] — the same kernel with the count read from
+ * d_n, so the bits of tdm_gdn_conv over those rows. Besides, the launch copies gcount BF16 values
+ * gsrc -> gdst first (gcount >= 0; the pending rows' b and a, which the recurrence reads after the
+ * pass's own projections have overwritten gsrc), so that taking the pending rows out of the
+ * buffers a verify rewrites costs one launch a layer.
+ *
+ * The recurrence's pending forms take the pending rows as a struct tdm_gdn_pend (qkv: their conv
+ * outputs [n][C]; b, a: their gates [n][Hv], row strides ldb, lda) and run them through the same
+ * per-token device code as tdm_gdn_recur, with no output, on the state each block has just
+ * loaded, before the call's own M rows — so the state after them is, bit for bit, the state
+ * tdm_gdn_recur over those n rows would leave:
+ *   tdm_gdn_recur_pend: a forward (then the M rows; M may be 0: only the pending rows, qkv and o
+ *     unused), the state written once after the last row;
+ *   tdm_gdn_recur_verify_pend, tdm_gdn_recur_tree_pend: a verify; when n > 0 the state after the
+ *     pending rows is written to S (its only write), and the M rows (nodes) then run from it
+ *     read-only as tdm_gdn_recur_verify / tdm_gdn_recur_tree run from S (a tree's reloads read
+ *     the state the block wrote). */
+#define TDM_GDN_PEND_MAX 32
+struct tdm_gdn_pend {
+    const uint16_t *qkv, *b, *a;
+    int64_t ldb, lda;
+    const int32_t *d_n;
+};
+int tdm_gdn_conv_pending(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, const int32_t *d_n, int C,
+                         int K, uint16_t *y, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount, void *stream);
+int tdm_gdn_recur_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                       const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                       uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
+int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                              const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
+                              uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
+int tdm_gdn_recur_tree_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                            const float *A_log, const float *dt_bias, float *S, const int32_t *parent, int M, int Hk,
+                            int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
 
 /* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
 

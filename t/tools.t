@@ -46,7 +46,7 @@ if build/san/bin/tandem-mkmodel -o "$brm/m" --no-mtp >/dev/null 2>&1; then
     t "tandem-benchround without a CUDA device (CUDA_VISIBLE_DEVICES empty): exit 2, one line saying so" \
       "CUDA_VISIBLE_DEVICES= $BR -m $brm/m --reps 1 >/dev/null 2>$brerr; br2 '^tandem-benchround: CUDA engine: no CUDA device visible$'"
     t "tandem-benchround: a context too small for the series: exit 2, one line naming --ctx" \
-      "$BR -m $brm/m --ctx 600 >/dev/null 2>$brerr; br2 '^tandem-benchround: --ctx 600: .* need 1216 positions'"
+      "$BR -m $brm/m --ctx 600 >/dev/null 2>$brerr; br2 '^tandem-benchround: --ctx 600: .* need 2624 positions'"
 else
     n=$((n + 1)); echo "not ok $n - tandem-mkmodel failed"
 fi

@@ -74,14 +74,16 @@ static void usage(FILE *f)
             "         'again': how far the device drifted over the run); a rep advances two positions.\n"
             "  chain  R rows a round: tdm_engine_verify of R rows with every row's logits copied to the\n"
             "         host (as the rounds of tandem-run --spec did before the ids came from the device),\n"
-            "         then tdm_engine_commit of all R rows (every draft accepted: the largest commit; the\n"
-            "         position advances R a round, so a series spans (warm-ups + reps) x R positions\n"
-            "         after the prompt). verify1: the same verify with only the last row's logits copied;\n"
-            "         verify_ids: with only the rows' greedy ids copied (tdm_engine_verify_ids, what the\n"
-            "         rounds of tandem-run --spec copy now); each run again at the same position before\n"
-            "         the commit. round = verify + commit, round1 = verify1 + commit, round_ids =\n"
-            "         verify_ids + commit; x_step, x_step1: their medians over the step's, x_step_ids:\n"
-            "         round_ids over the ids-only step's.\n"
+            "         then tdm_engine_commit of all R rows (every draft accepted: the largest commit).\n"
+            "         verify1: the same verify with only the last row's logits copied; verify_ids: with\n"
+            "         only the rows' greedy ids copied (tdm_engine_verify_ids, what the rounds of\n"
+            "         tandem-run --spec copy now). Each variant runs in a round of its own, right after\n"
+            "         the previous round's commit (a deferred commit, TANDEM_GDN_DEFER, leaves its rows\n"
+            "         to the next verify, which applies them: every variant's time includes that), so a\n"
+            "         rep is three rounds and a series spans (warm-ups + reps) x 3 x R positions after\n"
+            "         the prompt. round = verify + commit, round1 = verify1 + commit, round_ids =\n"
+            "         verify_ids + commit, each with its round's commit; x_step, x_step1: their medians\n"
+            "         over the step's, x_step_ids: round_ids over the ids-only step's.\n"
             "  tree   the same with tdm_engine_verify_tree of the SPEC tree and tdm_engine_commit_path of\n"
             "         the path to its last node of the greatest depth (a gather unless the path is the\n"
             "         first children).\n"
@@ -94,9 +96,11 @@ static void usage(FILE *f)
             "rows: verify rows (tree nodes); commit: rows committed; experts: the routed experts a MoE\n"
             "layer's rows touch, expected under uniform routing / at most min(E, R top_k); MB_read: the\n"
             "projection weights read (MoE: those experts, expected), the K/V rows read, and the GDN state\n"
-            "bytes the engine counts (tdm_engine_round_bytes: a chain verify reads each state once, a tree\n"
-            "verify more, a commit reads and writes it; the step reads and writes it); GB/s: MB_read over\n"
-            "the median round.\n"
+            "bytes the engine counts over a round's verify and commit (tdm_engine_round_bytes: a chain\n"
+            "verify reads each state once, a tree verify more; replayed (TANDEM_GDN_DEFER=off), a commit\n"
+            "reads and writes it; deferred, the verify after a commit writes it once and the commit\n"
+            "moves none; the step reads and writes it); GB/s: MB_read over the median round. stderr and\n"
+            "the JSON (\"gdn_commit\") say which commit the engine runs.\n"
             "\n"
             "A second table gives the tokens/s of the spec rounds at Qwen3.8-27B's published MTP acceptance\n"
             "lengths (",
@@ -215,9 +219,12 @@ static void run_step(struct bench *b, struct series *s)
     s->state_bytes = (double)tdm_model_step_bytes(b->m, 0).gdn_state; /* every state read and written */
 }
 
-/* A round series: verify (every row's logits), verify again (the last row's), again (the greedy ids
- * only), commit the path; spec: then the drafter on the committed rows, its drafts the next
- * round's rows. */
+/* A round series. Each rep is three rounds, one per verify variant — every row's logits, the last
+ * row's, the greedy ids only — each with its own commit (the path) and, spec, then the drafter on
+ * the committed rows, its drafts the next round's rows. Separate rounds because a deferred commit
+ * (TANDEM_GDN_DEFER) leaves its rows to the next verify, which applies them inside its GDN
+ * kernels: each variant's verify must be the one right after a commit for its time to include
+ * that. The GDN state bytes are those of the first round (verify + commit). */
 static void run_rounds(struct bench *b, struct series *s)
 {
     struct tdm_engine *e = b->e;
@@ -227,44 +234,45 @@ static void run_rounds(struct bench *b, struct series *s)
     restart(b, s->drafter);
     double state = 0.0;
     for (int rep = 0; rep < n; rep++) {
-        const int root = tdm_engine_pos(e);
-        if (rep == WARMUP) s->pos_first = root;
-        s->pos_last = root;
-        struct tdm_engine_round_bytes b0 = *tdm_engine_round_bytes(e), b1, b2;
-        const double t0 = tdm_now_ms();
-        check(tree ? tdm_engine_verify_tree(e, ids, s->parent, R, 0, b->logits) : tdm_engine_verify(e, ids, R, 0, b->logits));
-        const double t1 = tdm_now_ms();
-        b1 = *tdm_engine_round_bytes(e);
-        check(tree ? tdm_engine_verify_tree(e, ids, s->parent, R, R - 1, b->logits)
-                   : tdm_engine_verify(e, ids, R, R - 1, b->logits));
-        const double t2 = tdm_now_ms();
-        check(tree ? tdm_engine_verify_tree_ids(e, ids, s->parent, R, 0, NULL, b->gid)
-                   : tdm_engine_verify_ids(e, ids, R, 0, NULL, b->gid));
-        const double t2i = tdm_now_ms();
-        b2 = *tdm_engine_round_bytes(e);
-        check(tdm_engine_commit_path(e, s->path, s->len));
-        const double t3 = tdm_now_ms();
-        const struct tdm_engine_round_bytes b3 = *tdm_engine_round_bytes(e);
-        /* the rows after the committed ones: the path's next tokens, then a bonus token */
-        for (int j = 0; j < s->len; j++) next[j] = j + 1 < s->len ? ids[s->path[j + 1]] : synth_id(root + s->len, b->V);
-        double t4 = t3;
-        if (s->drafter) {
-            check(tdm_engine_mtp(e, root, next, s->len, s->drafts, drafts, NULL));
-            t4 = tdm_now_ms();
-            ids[0] = next[s->len - 1];
-            for (int j = 0; j < s->drafts; j++) ids[1 + j] = drafts[j];
+        double tv[3], tc[3], td[3];
+        for (int v = 0; v < 3; v++) {
+            const int root = tdm_engine_pos(e);
+            if (rep == WARMUP && v == 0) s->pos_first = root;
+            s->pos_last = root;
+            const struct tdm_engine_round_bytes b0 = *tdm_engine_round_bytes(e);
+            const int from = v == 1 ? R - 1 : 0;
+            float *lg = v == 2 ? NULL : b->logits;
+            int32_t *gid = v == 2 ? b->gid : NULL;
+            const double t0 = tdm_now_ms();
+            check(tree ? tdm_engine_verify_tree_ids(e, ids, s->parent, R, from, lg, gid)
+                       : tdm_engine_verify_ids(e, ids, R, from, lg, gid));
+            const double t1 = tdm_now_ms();
+            check(tdm_engine_commit_path(e, s->path, s->len));
+            const double t2 = tdm_now_ms();
+            if (v == 0 && rep >= WARMUP) state += state_moved(&b0, tdm_engine_round_bytes(e));
+            /* the rows after the committed ones: the path's next tokens, then a bonus token */
+            for (int j = 0; j < s->len; j++) next[j] = j + 1 < s->len ? ids[s->path[j + 1]] : synth_id(root + s->len, b->V);
+            double t3 = t2;
+            if (s->drafter) {
+                check(tdm_engine_mtp(e, root, next, s->len, s->drafts, drafts, NULL));
+                t3 = tdm_now_ms();
+                ids[0] = next[s->len - 1];
+                for (int j = 0; j < s->drafts; j++) ids[1 + j] = drafts[j];
+            }
+            tv[v] = t1 - t0;
+            tc[v] = t2 - t1;
+            td[v] = t3 - t2;
         }
         if (rep < WARMUP) continue;
         const int i = rep - WARMUP;
-        b->t[0][i] = t4 - t3;
-        b->t[1][i] = t1 - t0;
-        b->t[2][i] = t2 - t1;
-        b->t[3][i] = t3 - t2i;
-        b->t[4][i] = (t4 - t3) + (t1 - t0) + (t3 - t2i);
-        b->t[5][i] = (t4 - t3) + (t2 - t1) + (t3 - t2i);
-        b->t[6][i] = t2i - t2;
-        b->t[7][i] = (t4 - t3) + (t2i - t2) + (t3 - t2i);
-        state += state_moved(&b0, &b1) + state_moved(&b2, &b3);
+        b->t[0][i] = td[0];
+        b->t[1][i] = tv[0];
+        b->t[2][i] = tv[1];
+        b->t[3][i] = tc[0];
+        b->t[4][i] = td[0] + tv[0] + tc[0];
+        b->t[5][i] = td[1] + tv[1] + tc[1];
+        b->t[6][i] = tv[2];
+        b->t[7][i] = td[2] + tv[2] + tc[2];
     }
     s->draft = fig_of(b->t[0], b->reps);
     s->verify = fig_of(b->t[1], b->reps);
@@ -282,7 +290,8 @@ static void run_rounds(struct bench *b, struct series *s)
  * rows or drafter rows beyond its root. */
 static long series_span(const struct series *s, int reps)
 {
-    const int adv = s->kind == K_STEP ? 2 : s->len, rounds = WARMUP + reps; /* a step rep: two steps */
+    /* a step rep: two steps; a round rep: three rounds (run_rounds) */
+    const int adv = s->kind == K_STEP ? 2 : s->len, rounds = (WARMUP + reps) * (s->kind == K_STEP ? 1 : 3);
     int last = s->rows > adv ? s->rows : adv;
     if (s->drafter && s->len + s->drafts - 1 > last) last = s->len + s->drafts - 1;
     return (long)(rounds - 1) * adv + last;
@@ -491,7 +500,8 @@ int main(int argc, char **argv)
         if (sp > need) need = sp;
     }
     if (need > ctx) {
-        fprintf(stderr, "%s: --ctx %ld: the prompt (%ld tokens) and %ld rounds of the largest series need %ld positions\n",
+        fprintf(stderr, "%s: --ctx %ld: the prompt (%ld tokens) and %ld reps of the largest series (a rep: three rounds) "
+                "need %ld positions\n",
                 prog, ctx, n_prompt, WARMUP + reps, need);
         tdm_model_free(m);
         return TDM_EXIT_USAGE;
@@ -502,6 +512,10 @@ int main(int argc, char **argv)
     if (!e) tdm_die_input(prog);
     if (mtp && tdm_engine_mtp_init(e) != 0) tdm_die_input(prog);
     fprintf(stderr, "# drafter: %s\n", mtp_note);
+    const char *gdn_commit = tdm_engine_gdn_defer(e) ? "deferred" : "replayed";
+    fprintf(stderr, "# GDN commit: %s (TANDEM_GDN_DEFER=%s): %s\n", gdn_commit, tdm_setting("TANDEM_GDN_DEFER"),
+            tdm_engine_gdn_defer(e) ? "the commit records the rows, the next verify applies them as it loads each state"
+                                    : "the commit replays the rows through the conv and recurrence");
 
     struct bench b = {.m = m, .e = e, .V = c->vocab, .n_prompt = (int)n_prompt, .reps = (int)reps};
     b.prompt = malloc((size_t)(n_prompt + 1) * sizeof(int32_t));
@@ -590,11 +604,12 @@ int main(int argc, char **argv)
             json_array_append_new(ser[i].kind == K_CHAIN ? chain : ser[i].kind == K_TREE ? tree : sp,
                                   series_json(&ser[i], step));
         json_t *st = step_json(step, c->vocab);
-        json_t *rec = json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:{s:b, s:b, s:s}, s:o, s:o, s:o, s:o, "
+        json_t *rec = json_pack("{s:s, s:s, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:i, s:i, s:{s:b, s:b, s:s}, s:o, s:o, s:o, s:o, "
                                 "s:o, s:o, s:o}",
                                 "model", model_dir, "arch", tdm_arch_name(c->arch), "layers", c->n_layers, "vocab",
-                                c->vocab, "experts", c->n_experts, "graphs", tdm_setting("TANDEM_CUDA_GRAPH"), "ctx",
-                                (int)ctx, "prompt_tokens", (int)n_prompt, "reps", (int)reps, "warmup", WARMUP, "mtp",
+                                c->vocab, "experts", c->n_experts, "graphs", tdm_setting("TANDEM_CUDA_GRAPH"),
+                                "gdn_commit", gdn_commit, "ctx", (int)ctx, "prompt_tokens", (int)n_prompt, "reps",
+                                (int)reps, "warmup", WARMUP, "mtp",
                                 "present", m->has_mtp, "timed", mtp, "note", mtp_note, "step", st, "chain", chain, "tree",
                                 tree, "spec", sp, "step_again", step_json(step_end, c->vocab), "acceptance", acc, "targets", tg);
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

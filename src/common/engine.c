@@ -9,9 +9,10 @@
  * [2Hv, H] where they concatenate exactly (upload_layer, gates_of); a MoE layer's MLP is
  * engine_moe.c's. The passes of a
  * speculative round (a chain or tree verify that leaves the GDN states as they were, a commit of
- * the accepted rows or root-to-node path) are the hooks of engine_impl.h; engine_spec.c drives
- * them. The MTP drafter (engine_mtp.c) borrows the activations between passes and reads the
- * final-norm rows left in xn. */
+ * the accepted rows or root-to-node path — deferred by default: applied inside the next pass's
+ * GDN kernels) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter
+ * (engine_mtp.c) borrows the activations between passes and reads the final-norm rows left in
+ * xn. */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
@@ -28,6 +29,7 @@
 
 #define ROWS TDM_ENGINE_MAX_ROWS
 _Static_assert(ROWS <= TDM_TREE_MAX, "a tree verify of ROWS nodes must fit the tree kernels");
+_Static_assert(ROWS <= TDM_GDN_PEND_MAX, "a commit of ROWS rows must fit the pending forms (deferred commit)");
 
 struct dlayer {
     enum tdm_mixer mixer;
@@ -94,6 +96,20 @@ struct tdm_engine {
     tdm_graph tree_graph[ROWS + 1][ROWS + 1], path_graph[ROWS + 1];
     int tree_eager[ROWS + 1][ROWS + 1], path_eager[ROWS + 1];
     struct tdm_engine_round_bytes round_bytes;
+    /* the deferred GDN commit (TANDEM_GDN_DEFER; layers.h, Deferred commit): pend, the rows of the
+     * last commit not yet run through the GDN states (0: none; rows 0..pend-1 of every GDN layer's
+     * round_x and round_g), on the device in d_pend for the passes' kernels (copied before each
+     * pass, as d_pos is, so one graph serves every count). The rows stay where their verify left
+     * them: each pass's first launch on a GDN layer (tdm_gdn_conv_pending) runs their conv into pcv,
+     * advancing the conv state, and copies their gates to pg, before the pass's own projections
+     * rewrite the round buffers (a verify's) — so a commit copies nothing, each layer needs no
+     * second set of round buffers, and the graphs need no variant per buffer (double buffering
+     * would have baked one buffer's address into each captured graph). pcv and pg are the
+     * engine's, shared by the layers: a layer's recurrence consumes them before the next layer's
+     * launch rewrites them, in stream order. */
+    int defer, pend;
+    int32_t *d_pend;
+    uint16_t *pcv, *pg;                     /* [ROWS][C], [ROWS][2Hv] */
     int fin_rows;                           /* rows of the last forward chunk or verify in xn (the MTP's h) */
     struct tdm_emtp *mtp;                   /* the MTP drafter (engine_mtp.c), once uploaded */
     struct tdm_engine_mem mem;
@@ -329,6 +345,11 @@ static int alloc_act(struct tdm_engine *e)
     A(d_pos, sizeof(int32_t), "position");
     A(d_parent, R * sizeof(int32_t), "verify tree");
     A(d_path, R * sizeof(int32_t), "verify tree");
+    if (e->defer) {
+        A(d_pend, sizeof(int32_t), "pending rows");
+        A(pcv, (size_t)ROWS * C * 2, "pending rows");
+        A(pg, (size_t)ROWS * 2 * Hv * 2, "pending rows");
+    }
 #undef A
     return 0;
 }
@@ -353,6 +374,7 @@ int tdm_engine_reset(struct tdm_engine *e)
     if (tdm_cuda_sync() != 0) return -1;
     e->pos = 0;
     e->round_rows = 0;
+    e->pend = 0; /* the pending rows' states are gone */
     e->fin_rows = 0;
     if (e->mtp) tdm_emtp_reset(e->mtp);
     return 0;
@@ -379,6 +401,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
+    e->defer = strcmp(tdm_setting("TANDEM_GDN_DEFER"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
     if (!(e->final_norm = up_f32(e, m->final_norm, (size_t)c->hidden, "norm", -1))) goto fail;
@@ -423,11 +446,12 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s%s\n",
+            "%.0f MB; decode steps %s%s; GDN commits %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
-            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused);
+            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused,
+            e->defer ? "deferred to the next pass" : "replayed at the commit (TANDEM_GDN_DEFER=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -460,7 +484,14 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
  * a tree's nodes run the tree kernels (layers.h, Trees). A forward of more than ROWS rows (a
  * prefill chunk) runs the prefill forms when TANDEM_GDN_PREFILL is on (e->gdn_scratch): the conv
  * parallel over tokens (the same bits) and the chunked delta rule (the same function, summed in
- * another order; layers.h). */
+ * another order; layers.h).
+ * Deferred commit (e->defer): every pass first takes the last commit's pending rows (e->d_pend of
+ * them) out of the round buffers (tdm_gdn_conv_pending: their conv, advancing the conv state, and
+ * their gates; struct tdm_engine says why there), then the recurrence's pending form applies them
+ * as it loads the state, before the pass's own rows, and writes the state once. The chunked
+ * prefill kernel has no pending form (its scan loads the state chunk by chunk in shared memory):
+ * a prefill chunk applies the rows with tdm_gdn_recur_pend over no rows of its own first — one
+ * more read and write of the state, only for a prompt chunk right after a round. */
 static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
 {
     const int verify = p == PASS_VERIFY || p == PASS_TREE;
@@ -475,6 +506,15 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
     const struct gates g = verify ? gates_of(d, d->round_g, ROWS, Hv) : gates_of(d, e->gates, e->prow, Hv);
     const uint16_t *bb = g.b, *aa = g.a;
     const int64_t ld = g.ld;
+    struct tdm_gdn_pend pd, *pend = NULL;
+    if (e->defer) {
+        const struct gates pg = gates_of(d, e->pg, ROWS, Hv); /* round_g's layout, copied whole */
+        pd = (struct tdm_gdn_pend){e->pcv, pg.b, pg.a, pg.ld, pg.ld, e->d_pend};
+        pend = &pd;
+        if (tdm_gdn_conv_pending(d->round_x, C, d->conv_w, d->conv_state, e->d_pend, C, K, e->pcv, d->round_g, e->pg,
+                                 (int64_t)ROWS * 2 * Hv, st) != 0)
+            return -1;
+    }
     if (d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                          tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, st) ||
                          tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, g.b, g.a, st)
@@ -489,12 +529,20 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
          : verify       ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
          : prefill      ? tdm_gdn_conv_prefill(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
                         : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
-        (p == PASS_TREE ? tdm_gdn_recur_tree(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk, Hv, Dk,
-                                             Dv, e->o, st)
-         : verify  ? tdm_gdn_recur_verify(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)
-         : prefill ? tdm_gdn_recur_chunked(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
-                                           e->gdn_scratch, e->o, st)
-                   : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
+        (p == PASS_TREE ? (pend ? tdm_gdn_recur_tree_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M,
+                                                          Hk, Hv, Dk, Dv, e->o, pend, st)
+                                : tdm_gdn_recur_tree(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk,
+                                                     Hv, Dk, Dv, e->o, st))
+         : verify ? (pend ? tdm_gdn_recur_verify_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
+                                                      e->o, pend, st)
+                          : tdm_gdn_recur_verify(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o,
+                                                 st))
+         : prefill ? (pend && tdm_gdn_recur_pend(NULL, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, 0, Hk, Hv, Dk, Dv, NULL,
+                                                 pend, st)) ||
+                         tdm_gdn_recur_chunked(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
+                                               e->gdn_scratch, e->o, st)
+         : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, st)
+                : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
         tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
         tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
@@ -597,10 +645,11 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
     return 0;
 }
 
-/* A commit's launches: every GDN layer's conv and recurrence over the first j rows its last verify
- * kept, from the states that verify read (and left), writing the states; the outputs (e->cv, e->o)
- * are dropped. Per token the arithmetic of the verify's read-only forms (layers.h), so the states
- * become those of j one-token steps. */
+/* A commit's launches (replayed, TANDEM_GDN_DEFER=off): every GDN layer's conv and recurrence over
+ * the first j rows its last verify kept, from the states that verify read (and left), writing the
+ * states; the outputs (e->cv, e->o) are dropped. Per token the arithmetic of the verify's read-only
+ * forms (layers.h), so the states become those of j one-token steps. Deferred, there are none: the
+ * next pass applies the rows (gdn_mixer). */
 static int commit_launches(struct tdm_engine *e, int j)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -619,7 +668,8 @@ static int commit_launches(struct tdm_engine *e, int j)
 /* A tree path's commit: the path's rows (e->d_path, n of them) gathered in place to the front of
  * each GDN layer's kept inputs and of each attention layer's new K/V rows (tdm_rows_compact: rows
  * pos..pos+n-1 become the path's, the rest are dropped by the length), then commit_launches over
- * the n rows: the states and cache of n one-token steps over the path's tokens. A qwen3_5 layer's
+ * the n rows: the states and cache of n one-token steps over the path's tokens. Deferred, only the
+ * gathers: the n rows at the front are the next pass's pending rows. A qwen3_5 layer's
  * b and a rows lie side by side (gates_of): one gather of 2Hv columns moves both. */
 static int commit_path_launches(struct tdm_engine *e, int n, int graphed)
 {
@@ -643,7 +693,7 @@ static int commit_path_launches(struct tdm_engine *e, int n, int graphed)
                         : tdm_rows_compact(g.b, g.ld, 2 * Hv, 0, NULL, e->d_path, n, st)))
             return -1;
     }
-    return commit_launches(e, n);
+    return e->defer ? 0 : commit_launches(e, n);
 }
 
 static int pass_launches(struct tdm_engine *e, enum pass p, int M, int from, int graphed)
@@ -677,6 +727,13 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
     return pass_launches(e, p, M, from, 0);
 }
 
+/* The pending rows' count for the next pass's kernels (deferred commit), enqueued before the pass
+ * (outside any graph capture) as run_pass enqueues the position. */
+static int pend_to_device(struct tdm_engine *e)
+{
+    return e->defer ? tdm_copy_async(e->d_pend, &e->pend, sizeof(int32_t), e->st) : 0;
+}
+
 /* M <= ROWS tokens at e->pos; logits of rows from..M-1 into out and their greedy ids into gout
  * (either NULL; the head is skipped when both are, or from >= M). A one-token step with logits or
  * ids, and every verify, runs from a graph (run_pass); the copies to the host come after the
@@ -691,12 +748,13 @@ static int chunk(struct tdm_engine *e, const int32_t *ids, int M, int from, floa
     if (!out && !gout) from = M;
     e->round_rows = 0; /* a forward changes the states a pending round started from; a verify replaces it */
     e->fin_rows = 0;
-    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0) return -1;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || pend_to_device(e) != 0) return -1;
     int rc;
     if (p == PASS_TREE) rc = run_pass(e, PASS_TREE, M, from, &e->tree_graph[M][from], &e->tree_eager[M][from]);
     else if (verify) rc = run_pass(e, PASS_VERIFY, M, from, &e->verify_graph[M][from], &e->verify_eager[M][from]);
     else if (M == 1 && from == 0) rc = run_pass(e, PASS_FORWARD, 1, 0, &e->step, &e->eager_steps);
     else rc = launches(e, M, from, 0, PASS_FORWARD);
+    e->pend = 0; /* applied by the pass (or, on a failure, the state is undefined) */
     if (rc != 0) return -1;
     if (from < M && out && tdm_copy_async(out, e->logits, (size_t)(M - from) * V * sizeof(float), st) != 0) return -1;
     if (from < M && gout && tdm_copy_async(gout, e->gid, (size_t)(M - from) * sizeof(int32_t), st) != 0) return -1;
@@ -717,7 +775,10 @@ static int prefill_chunk(struct tdm_engine *e, const int32_t *ids, int M, int fr
     if (!out && !gout) from = M;
     e->round_rows = 0;
     e->fin_rows = 0;
-    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || launches(e, M, M, 0, PASS_FORWARD) != 0) return -1;
+    if (tdm_copy_async(e->ids, ids, (size_t)M * sizeof(int32_t), st) != 0 || pend_to_device(e) != 0) return -1;
+    const int rc = launches(e, M, M, 0, PASS_FORWARD);
+    e->pend = 0;
+    if (rc != 0) return -1;
     for (int r0 = from; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
         /* same stream: the copies of one slice end before the next head launch overwrites it */
@@ -793,11 +854,20 @@ int tdm_engine_ctx(const struct tdm_engine *e) { return e->ctx; }
 int tdm_engine_round_rows(const struct tdm_engine *e) { return e->round_rows; }
 const int *tdm_engine_round_parents(const struct tdm_engine *e) { return e->round_parent; }
 
+/* A verify reads every state once; deferred, with rows pending, it also writes it once (the state
+ * after them, gdn.cu's PENDING). */
+static void count_verify_bytes(struct tdm_engine *e, int reads, int pending)
+{
+    e->round_bytes.state_read += reads * (int64_t)e->mem.gdn_state;
+    if (pending) e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
+}
+
 int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits, int32_t *gids)
 {
+    const int pending = e->pend;
     if (chunk(e, ids, R, from, logits, gids, PASS_VERIFY) != 0) return -1;
     for (int r = 0; r < R; r++) e->round_parent[r] = r - 1;
-    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    count_verify_bytes(e, 1, pending);
     return 0;
 }
 
@@ -806,6 +876,7 @@ int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const 
 {
     int32_t par[ROWS];
     for (int r = 0; r < R; r++) par[r] = parent[r];
+    const int pending = e->pend;
     e->round_rows = 0;
     if (tdm_copy_async(e->d_parent, par, (size_t)R * sizeof(int32_t), e->st) != 0 ||
         chunk(e, ids, R, from, logits, gids, PASS_TREE) != 0)
@@ -815,7 +886,22 @@ int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const 
     int reads = 1;
     for (int r = 1; r < R; r++) reads += parent[r] != r - 1;
     memcpy(e->round_parent, parent, (size_t)R * sizeof(int));
-    e->round_bytes.state_read += reads * (int64_t)e->mem.gdn_state;
+    count_verify_bytes(e, reads, pending);
+    return 0;
+}
+
+/* After a commit's launches: the position advances; replayed, the states were read and written;
+ * deferred, the rows (at the front of the round buffers) are pending and no state moved. The
+ * verify before the commit consumed any earlier pending rows, so there are none to lose. */
+static int committed(struct tdm_engine *e, int n)
+{
+    e->pos += n;
+    if (e->defer) {
+        e->pend = n;
+        return 0;
+    }
+    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
+    e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
     return 0;
 }
 
@@ -830,24 +916,83 @@ int tdm_engine_commit_path_rows(struct tdm_engine *e, const int *path, int len)
     if (tdm_copy_async(e->d_path, p32, (size_t)len * sizeof(int32_t), e->st) != 0 ||
         run_pass(e, PASS_COMMIT_PATH, len, 0, &e->path_graph[len], &e->path_eager[len]) != 0 || tdm_stream_sync(e->st) != 0)
         return -1;
-    e->pos += len;
-    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
-    e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
-    return 0;
+    return committed(e, len);
 }
 
 int tdm_engine_commit_rows(struct tdm_engine *e, int j)
 {
     e->round_rows = 0;
+    if (e->defer) return committed(e, j); /* the rows are at the front of the round buffers already */
     if (run_pass(e, PASS_COMMIT, j, 0, &e->commit_graph[j], &e->commit_eager[j]) != 0 || tdm_stream_sync(e->st) != 0)
         return -1;
-    e->pos += j;
-    e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
-    e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
-    return 0;
+    return committed(e, j);
 }
 
+int tdm_engine_gdn_defer(const struct tdm_engine *e) { return e->defer; }
+int tdm_engine_gdn_pending(const struct tdm_engine *e) { return e->pend; }
+
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e) { return &e->round_bytes; }
+
+/* The pending rows applied now, outside a pass (tdm_engine_state_hash): per GDN layer the pass's
+ * first launch (tdm_gdn_conv_pending) and the recurrence's pending form over no rows of its own —
+ * the same kernels, so the same bits as a pass applying them. Eager. */
+static int apply_pending(struct tdm_engine *e)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int C = tdm_gdn_conv_dim(c), Hk = c->gdn_k_heads, Hv = c->gdn_v_heads, Dk = c->gdn_k_dim, Dv = c->gdn_v_dim;
+    if (!e->defer || !e->pend) return 0;
+    if (pend_to_device(e) != 0) return -1;
+    for (int i = 0; i < c->n_layers; i++) {
+        struct dlayer *d = &e->ly[i];
+        if (d->mixer != TDM_MIXER_GDN) continue;
+        const struct gates pg = gates_of(d, e->pg, ROWS, Hv);
+        const struct tdm_gdn_pend pd = {e->pcv, pg.b, pg.a, pg.ld, pg.ld, e->d_pend};
+        if (tdm_gdn_conv_pending(d->round_x, C, d->conv_w, d->conv_state, e->d_pend, C, c->conv_kernel, e->pcv, d->round_g,
+                                 e->pg, (int64_t)ROWS * 2 * Hv, e->st) != 0 ||
+            tdm_gdn_recur_pend(NULL, pg.b, pg.ld, pg.a, pg.ld, d->A_log, d->dt_bias, d->S, 0, Hk, Hv, Dk, Dv, NULL, &pd,
+                               e->st) != 0)
+            return -1;
+    }
+    e->pend = 0;
+    return tdm_stream_sync(e->st);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int tdm_engine_state_hash(struct tdm_engine *e, uint64_t *hash)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const size_t C = (size_t)tdm_gdn_conv_dim(c), conv = (size_t)(c->conv_kernel - 1) * C * 2;
+    const size_t S = (size_t)c->gdn_v_heads * c->gdn_k_dim * c->gdn_v_dim * sizeof(float);
+    const size_t kv = (size_t)e->pos * c->n_kv_heads * c->head_dim * 2;
+    if (apply_pending(e) != 0 || tdm_stream_sync(e->st) != 0) return -1;
+    size_t big = conv > S ? conv : S;
+    if (kv > big) big = kv;
+    unsigned char *buf = malloc(big ? big : 1);
+    if (!buf) return tdm_errf("tdm_engine_state_hash: out of host memory");
+    uint64_t h = 1469598103934665603ull;
+    h = fnv(h, &e->pos, sizeof e->pos);
+    int rc = 0;
+    for (int i = 0; i < c->n_layers && rc == 0; i++) {
+        const struct dlayer *d = &e->ly[i];
+        if (d->mixer == TDM_MIXER_GDN) {
+            if ((rc = tdm_cuda_d2h(buf, d->conv_state, conv)) == 0) h = fnv(h, buf, conv);
+            if (rc == 0 && (rc = tdm_cuda_d2h(buf, d->S, S)) == 0) h = fnv(h, buf, S);
+        } else if (kv) {
+            if ((rc = tdm_cuda_d2h(buf, d->kc, kv)) == 0) h = fnv(h, buf, kv);
+            if (rc == 0 && (rc = tdm_cuda_d2h(buf, d->vc, kv)) == 0) h = fnv(h, buf, kv);
+        }
+    }
+    free(buf);
+    if (rc != 0) return -1;
+    *hash = h;
+    return 0;
+}
 
 /* ---- the hooks of the MTP drafter (engine_impl.h) ---- */
 

@@ -33,8 +33,8 @@ int tdm_engine_supported(const struct tdm_model *m);
  * an FP32 state [Hv][Dk][Dv], activations for TDM_ENGINE_MAX_ROWS rows. m must outlive the engine
  * (its small vectors are read at upload only, but its config is kept). qwen3_5's in_proj_b and
  * in_proj_a are uploaded as one weight where they concatenate exactly (TANDEM_GDN_FUSE_BA). Prints
- * one "# " line with the device memory it holds, and in how many GDN layers in_proj_b and in_proj_a
- * are one product, to stderr. Returns NULL with tdm_err() (no device, unsupported
+ * one "# " line with the device memory it holds, in how many GDN layers in_proj_b and in_proj_a
+ * are one product, and whether round commits are deferred (TANDEM_GDN_DEFER), to stderr. Returns NULL with tdm_err() (no device, unsupported
  * layout, out of device memory naming what was being allocated). */
 struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx);
 void tdm_engine_free(struct tdm_engine *e);
@@ -96,8 +96,13 @@ int tdm_engine_reset(struct tdm_engine *e);
  * tdm_engine_commit(e, j) then consumes the first j rows (1 <= j <= R): the position advances by j,
  * the K/V rows of the rest are dropped (only the length counts), and the conv and recurrent
  * states are run over the j kept rows from the round's entry state with the forward's kernels —
- * the states of j one-token steps, bit for bit. A forward, a reset or another verify drops an
- * uncommitted round; committing without one is an error.
+ * the states of j one-token steps, bit for bit. Deferred (TANDEM_GDN_DEFER, the default) the
+ * commit launches nothing for the GDN layers: the j rows become pending, and the next pass — a
+ * verify, tree verify, forward or prefill chunk — applies them to each layer's conv state and,
+ * inside its recurrence kernel, to the recurrent state as it loads it, before its own rows
+ * (layers.h, Deferred commit): the same per-token arithmetic, so the same bits; a reset drops
+ * them with the states. A forward, a reset or another verify drops an uncommitted round;
+ * committing without one is an error.
  * Returns 0, or -1 with tdm_err(): bad R / logits_from / j, context full, a token id outside the
  * vocabulary, no round to commit (nothing changes), a CUDA failure (the state is then undefined). */
 int tdm_engine_verify(struct tdm_engine *e, const int32_t *ids, int R, int logits_from, float *logits);
@@ -116,8 +121,9 @@ int tdm_engine_commit(struct tdm_engine *e, int j);
  * from device memory. tdm_engine_commit_path then consumes a root-to-node path of the last verify
  * (chain or tree): path[0] = 0, path[j] a child of path[j-1], len >= 1: the path's K/V rows are
  * gathered in order to pos..pos+len-1 (the others dropped), the path's kept GDN inputs gathered in
- * order and run through the forward's conv and recurrence from the round's entry state — the
- * states of len one-token steps over the path's tokens, bit for bit; the position advances by len.
+ * order and run through the forward's conv and recurrence from the round's entry state (deferred:
+ * left pending for the next pass, as for a chain) — the states of len one-token steps over the
+ * path's tokens, bit for bit; the position advances by len.
  * tdm_engine_commit(e, j) is the path 0..j-1 (refused on a tree when that is not a path). A path
  * commit runs from a graph per len. Returns as above (a bad parent or path is refused, nothing
  * changes). */
@@ -129,9 +135,22 @@ int tdm_engine_commit_path(struct tdm_engine *e, const int *path, int len);
 /* GDN state bytes the rounds moved since the engine was made: a chain verify reads every recurrent
  * state once and writes none; a tree verify reads it once more for each node whose parent is not
  * the node before it (the recurrence rebuilds that parent's state from the entry state); a commit
- * reads and writes each once. */
+ * reads and writes each once. Deferred: a verify (chain or tree) with rows pending also writes
+ * each state once (the state after them), and a commit moves none — a round of verify + commit
+ * reads each state once and writes it once. A forward or prefill that applies pending rows is
+ * not a round and is not counted (it reads and writes the states anyway). */
 struct tdm_engine_round_bytes { int64_t state_read, state_written; };
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e);
+/* 1 when the GDN commit is deferred (TANDEM_GDN_DEFER, read by tdm_engine_new), else 0; the rows
+ * of the last commit still pending (0 after any pass or a reset). */
+int tdm_engine_gdn_defer(const struct tdm_engine *e);
+int tdm_engine_gdn_pending(const struct tdm_engine *e);
+/* For tests: FNV-1a (ref.c's tdm_ref_state_hash's) over the committed state as the next pass will
+ * use it — the position, every attention layer's K and V rows in use, every GDN layer's conv state
+ * and recurrent state — with pending rows applied first (in place, with the pending forms'
+ * kernels: the bits a pass would give them; the next pass then finds none). A verify's round
+ * survives it. Returns 0, or -1 with tdm_err() on a CUDA failure. */
+int tdm_engine_state_hash(struct tdm_engine *e, uint64_t *hash);
 
 /* ---- the MTP drafter (engine_mtp.c; models.md "MTP drafter"; spec.h says how rounds use it) ----
  * tdm_engine_mtp_supported: 0 if the engine can run m's MTP layer (it has one; its projections BF16,

@@ -36,10 +36,15 @@ const struct tdm_setting_def tdm_settings[] = {
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "
      "expert's weight tiles decoded once for all of its rows; checked by agreement); off prefills them 32 "
      "rows at a time through the per-pair kernels of decode (the older path, for comparison)"},
+    {"TANDEM_GDN_DEFER", "on", "on|off",
+     "CUDA engine: on defers a speculative round's GDN commit: the commit only records the accepted rows "
+     "and the next pass (verify, tree verify, forward, prefill) applies them to each GDN layer's states as "
+     "its recurrence loads them, writing each state once (the same bits); off replays the accepted rows "
+     "through the conv and recurrence at the commit (the older path, for comparison)"},
     {"TANDEM_SPEC_DEFER", "on", "on|off",
      "speculative rounds on the CPU reference: on records the accepted path's GDN factors and applies them "
      "when the next load reads the state (deferred commit); off applies them at the commit. The CUDA "
-     "engine's commit replays the accepted rows from the round's kept inputs (engine.h) either way"},
+     "engine's switch is TANDEM_GDN_DEFER"},
     {"TANDEM_SPEC_FAULT", "0", "int",
      "testing only: N > 0 makes the speculative engine emit the lowest-logit token as its N-th token, so "
      "tests can show that tandem-exactcheck fails on a real difference; 0 off"},

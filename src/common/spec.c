@@ -385,6 +385,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     const struct tdm_config *c = &m->cfg;
     const int V = c->vocab, H = c->hidden;
     memset(st, 0, sizeof *st);
+    /* on cuda the engine's, once it is made (below) */
     st->commit = o->backend == TDM_BACKEND_CUDA ? "replayed" : o->defer ? "deferred" : "immediate";
     if (n_prompt < 1) return tdm_errf("speculative decoding needs a prompt of at least one token");
     if (o->kind == TDM_SPEC_MTP && !m->has_mtp) return tdm_errf("%s: --spec mtp: the checkpoint has no MTP layer", m->dir);
@@ -406,6 +407,7 @@ int tdm_spec_generate(const struct tdm_model *m, const struct tdm_spec_opts *o, 
     int rc = -1;
     if (cuda) {
         if (!(tg.e = tdm_engine_new(m, ctx))) goto done;
+        st->commit = tdm_engine_gdn_defer(tg.e) ? "deferred" : "replayed"; /* TANDEM_GDN_DEFER */
         if (o->kind == TDM_SPEC_MTP && tdm_engine_mtp_init(tg.e) != 0) goto done;
         d.me = o->kind == TDM_SPEC_MTP ? tg.e : NULL;
         if (o->kind == TDM_SPEC_DRAFT && !(d.de = tdm_engine_new(o->draft_model, ctx)))

@@ -1,9 +1,10 @@
 /* spec.h — speculative decoding on the CPU reference or the CUDA engine: drafters, rounds (draft,
  * verify, greedy acceptance, commit), statistics. The algebra is speculative.md's; the round
  * functions are tdm_ref_verify / tdm_ref_commit (ref.h) on the CPU and tdm_engine_verify /
- * tdm_engine_verify_tree / tdm_engine_commit_path (engine.h: the commit replays the accepted path's
- * GDN conv and recurrence from the round's entry state; a tree's nodes get the bits of one-token
- * decoding along their paths, not the CPU's factored form) on the GPU.
+ * tdm_engine_verify_tree / tdm_engine_commit_path (engine.h: the accepted path's GDN conv and
+ * recurrence run from the round's entry state — in the next pass's kernels, or replayed at the
+ * commit with TANDEM_GDN_DEFER=off; a tree's nodes get the bits of one-token decoding along their
+ * paths, not the CPU's factored form) on the GPU.
  *
  * A round: the root is the last emitted token (not yet fed). The drafter proposes a chain of k
  * tokens, or a tree whose node at depth d has up to branch[d] children (the drafter's top-b
@@ -11,7 +12,7 @@
  * computes every node's logits; greedy acceptance takes the longest path whose every token is the
  * argmax of its parent's logits, plus the bonus token (the argmax at the path's end). The path is
  * committed; the other nodes' KV rows are dropped, the GDN factors of the path become pending
- * (deferred commit) unless TANDEM_SPEC_DEFER=off.
+ * (deferred commit) unless TANDEM_SPEC_DEFER=off (the CPU) or TANDEM_GDN_DEFER=off (the GPU).
  *
  * Drafters and how each stays consistent after a rejection:
  *  - mtp: the model's MTP layer, chained (a draft step feeds the drafted token and the MTP's own
@@ -102,7 +103,7 @@ struct tdm_spec_stats {
     double prefill_ms, decode_ms;
     struct tdm_ref_stats bytes;                 /* GDN state/factor bytes of the decode rounds */
     int64_t state_bytes;                        /* all GDN states, once */
-    const char *commit;                         /* "deferred", "immediate" (CPU), "replayed" (CUDA) */
+    const char *commit;                         /* "deferred", "immediate" (CPU), "deferred", "replayed" (CUDA) */
 };
 
 /* Prefill the prompt (>= 1 token) and emit n_new tokens by speculative rounds (o->kind != OFF) or

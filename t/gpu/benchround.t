@@ -4,8 +4,10 @@
 # synthetic qwen3_5 without an MTP layer. Each: exit 0; one stdout line a series (step, the chains
 # and trees asked for, spec k=1..4, the step again) and the acceptance table; the JSON has every
 # figure with positive times, the trees' node counts and committed paths, the GDN state bytes the
-# engine counts (a chain round reads each state once to verify and once more to commit, and writes
-# it once; a tree verify reads it again for every node whose parent is not the node before it), the
+# engine counts (deferred commit, the default: a chain round reads each state once and writes it
+# once, in the verify that applies the previous commit's rows; TANDEM_GDN_DEFER=off: it reads it
+# once to verify and once more to commit, and writes it once; a tree verify reads it again for
+# every node whose parent is not the node before it), the
 # routed experts the rows touch, the drafter timed where there is an MTP layer and said absent where
 # not, and the targets; TANDEM_CUDA_GRAPH=off runs eager and says so. Skips without a CUDA device.
 BR=bin/tandem-benchround
@@ -13,7 +15,8 @@ JG=build/t/json_get
 . t/qwen35-tiny.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-ARGS="--reps 3 --prompt 40 --ctx 512 --rows 1,2,32 --tree 3,2,1 --tree 8,3"
+# a rep is three rounds (one per verify variant): (2 warm-ups + 3 reps) x 3 x 32 rows + the prompt < 1024
+ARGS="--reps 3 --prompt 40 --ctx 1024 --rows 1,2,32 --tree 3,2,1 --tree 8,3"
 # shellcheck disable=SC2086
 $BR -m "$F/bf16" $ARGS --json "$tmp/bf16.json" >"$tmp/bf16.out" 2>"$tmp/bf16.err"
 rc=$?
@@ -51,7 +54,7 @@ series_ok() {
 # Each figure is also timed with only the greedy ids copied (ids_ms, verify_ids_ms, round_ids_ms,
 # x_step_ids, ids_speedup: tdm_engine_forward_ids / tdm_engine_verify_ids with no logits).
 # $1 the model's name, $2 the JSON, $3 its stdout, $4 whether the drafter runs (true/false), $5 the
-# FP32 GDN state bytes of the model (all layers)
+# FP32 GDN state bytes of the model (all layers), $6 its stderr
 check_run() {
     t "$1: one stdout line a series and the acceptance table" \
       "[ \$(grep -c '^chain ' $3) -eq 3 ] && [ \$(grep -c '^tree ' $3) -eq 2 ] && [ \$(grep -c '^spec  k=' $3) -eq 4 ] &&
@@ -67,10 +70,12 @@ check_run() {
     t "$1: rows and committed paths: chains commit every row; tree 3,2,1 has 16 nodes and commits 4, tree 8,3 is cut at 32 and commits 3" \
       "eq $2 chain.2.rows 32 && eq $2 chain.2.committed 32 && eq $2 tree.0.rows 16 && eq $2 tree.0.committed 4 &&
        eq $2 tree.1.rows 32 && eq $2 tree.1.committed 3 && eq $2 spec.3.rows 5 && eq $2 spec.3.committed 5"
-    # tree 3,2,1: 5 nodes whose parent is not the node before (4 6 9 11 14), so 6 reads, and the commit
-    t "$1: GDN state bytes a round, as the engine counts them: a chain 3x the state, tree 3,2,1 8x" \
-      "eq $2 chain.0.bytes.gdn_state $((3 * $5)).0 && eq $2 chain.2.bytes.gdn_state $((3 * $5)).0 &&
-       eq $2 tree.0.bytes.gdn_state $((8 * $5)).0"
+    # tree 3,2,1: 5 nodes whose parent is not the node before (4 6 9 11 14), so 6 reads; deferred, the
+    # verify writes each state once (the previous commit's rows applied); replayed, the commit reads and writes it
+    t "$1: deferred GDN commit (the default; stderr and the JSON say so); state bytes a round as the engine counts them: a chain 2x the state (one read, one write), tree 3,2,1 7x" \
+      "eq $2 gdn_commit '\"deferred\"' && grep -q '^# GDN commit: deferred' $6 &&
+       eq $2 chain.0.bytes.gdn_state $((2 * $5)).0 && eq $2 chain.2.bytes.gdn_state $((2 * $5)).0 &&
+       eq $2 spec.3.bytes.gdn_state $((2 * $5)).0 && eq $2 tree.0.bytes.gdn_state $((7 * $5)).0"
     t "$1: the drafter: mtp.timed $4, spec draft_ms $( [ "$4" = true ] && echo positive || echo null)" \
       "eq $2 mtp.timed $4 && eq $2 spec.0.drafter $4 &&
        if [ $4 = true ]; then pos $2 spec.0.draft_ms spec.3.draft_ms acceptance.3.draft_ms; else eq $2 spec.0.draft_ms null; fi"
@@ -86,21 +91,21 @@ check_run() {
 S35=$((3 * 6 * 64 * 64 * 4))
 t "qwen35-tiny bf16: exit 0 (exit $rc)" "[ $rc -eq 0 ] && grep -q '^# drafter: the MTP layer drafts on the engine' $tmp/bf16.err"
 sed 's/^/#   /' "$tmp/bf16.out"
-check_run "qwen35-tiny bf16" "$tmp/bf16.json" "$tmp/bf16.out" true $S35
+check_run "qwen35-tiny bf16" "$tmp/bf16.json" "$tmp/bf16.out" true $S35 "$tmp/bf16.err"
 t "qwen35-tiny bf16: a dense model reads every weight at every row count (no experts)" \
   "eq $tmp/bf16.json chain.2.bytes.experts_max 0.0 && [ \$($JG $tmp/bf16.json chain.0.bytes.weights_even) = \$($JG $tmp/bf16.json chain.2.bytes.weights_even) ]"
 
 # shellcheck disable=SC2086
-t "qwen35-tiny nvfp4: exit 0" "$BR -m $F/nvfp4 $ARGS --json $tmp/nvfp4.json >$tmp/nvfp4.out 2>$tmp/err"
-check_run "qwen35-tiny nvfp4" "$tmp/nvfp4.json" "$tmp/nvfp4.out" true $S35
+t "qwen35-tiny nvfp4: exit 0" "$BR -m $F/nvfp4 $ARGS --json $tmp/nvfp4.json >$tmp/nvfp4.out 2>$tmp/nvfp4.err"
+check_run "qwen35-tiny nvfp4" "$tmp/nvfp4.json" "$tmp/nvfp4.out" true $S35 "$tmp/nvfp4.err"
 
 N=$FIX/qwen3next-tiny
 if [ -d "$N" ]; then
     # qwen3next-tiny: 3 GDN layers of 4 x 64 x 64 FP32 states; 8 experts, top 2
     # shellcheck disable=SC2086
-    t "qwen3next-tiny bf16: exit 0" "$BR -m $N/bf16 $ARGS --json $tmp/next.json >$tmp/next.out 2>$tmp/err"
+    t "qwen3next-tiny bf16: exit 0" "$BR -m $N/bf16 $ARGS --json $tmp/next.json >$tmp/next.out 2>$tmp/next.err"
     sed 's/^/#   /' "$tmp/next.out"
-    check_run "qwen3next-tiny bf16" "$tmp/next.json" "$tmp/next.out" true $((3 * 4 * 64 * 64 * 4))
+    check_run "qwen3next-tiny bf16" "$tmp/next.json" "$tmp/next.out" true $((3 * 4 * 64 * 64 * 4)) "$tmp/next.err"
     t "qwen3next-tiny: one row touches top_k = 2 experts a layer, 32 rows may touch all 8 (7.9 expected)" \
       "eq $tmp/next.json step.bytes.experts_max 2.0 && eq $tmp/next.json chain.0.bytes.experts_max 2.0 &&
        eq $tmp/next.json chain.2.bytes.experts_max 8.0 && pos $tmp/next.json chain.2.bytes.experts_even &&
@@ -113,14 +118,19 @@ if bin/tandem-mkmodel -o "$tmp/nomtp" --no-mtp >/dev/null 2>"$tmp/err"; then
     # the synthetic tiny qwen3_5: 3 GDN layers of 6 x 64 x 64 FP32 states
     # shellcheck disable=SC2086
     t "a model without an MTP layer: exit 0, stderr says the spec rounds run without a drafter" \
-      "$BR -m $tmp/nomtp $ARGS --json $tmp/nomtp.json >$tmp/nomtp.out 2>$tmp/err &&
-       grep -q '^# drafter: the checkpoint has no MTP layer' $tmp/err && grep -q 'no drafter time' $tmp/err"
-    check_run "no MTP layer" "$tmp/nomtp.json" "$tmp/nomtp.out" false $S35
+      "$BR -m $tmp/nomtp $ARGS --json $tmp/nomtp.json >$tmp/nomtp.out 2>$tmp/nomtp.err &&
+       grep -q '^# drafter: the checkpoint has no MTP layer' $tmp/nomtp.err && grep -q 'no drafter time' $tmp/nomtp.err"
+    check_run "no MTP layer" "$tmp/nomtp.json" "$tmp/nomtp.out" false $S35 "$tmp/nomtp.err"
     t "no MTP layer: the JSON says so" "eq $tmp/nomtp.json mtp.present false"
 else
     n=$((n + 1)); echo "not ok $n - tandem-mkmodel --no-mtp failed"; sed 's/^/# /' "$tmp/err"
 fi
 
+t "TANDEM_GDN_DEFER=off: replayed commits, exit 0, stderr and the JSON say so; state bytes a round: a chain 3x the state (two reads, one write), tree 3,2,1 8x" \
+  "TANDEM_GDN_DEFER=off $BR -m $F/bf16 --reps 2 --prompt 40 --ctx 512 --rows 4 --tree 3,2,1 --json $tmp/off.json >/dev/null 2>$tmp/err &&
+   eq $tmp/off.json gdn_commit '\"replayed\"' && grep -q '^# GDN commit: replayed' $tmp/err &&
+   eq $tmp/off.json chain.0.bytes.gdn_state $((3 * S35)).0 && eq $tmp/off.json tree.0.bytes.gdn_state $((8 * S35)).0 &&
+   pos $tmp/off.json chain.0.commit_ms chain.0.round_ms tree.0.round_ms"
 t "TANDEM_CUDA_GRAPH=off: eager rounds, exit 0, the JSON says so" \
   "TANDEM_CUDA_GRAPH=off $BR -m $F/bf16 --reps 2 --prompt 40 --ctx 512 --rows 4 --tree 2,1 --json $tmp/eager.json >/dev/null 2>$tmp/err &&
    eq $tmp/eager.json graphs '\"off\"' && pos $tmp/eager.json chain.0.round_ms tree.0.round_ms spec.3.round_ms"

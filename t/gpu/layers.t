@@ -7,5 +7,7 @@
 # node's path bit for bit, a chain as a tree against the chain kernels, and the reference along
 # each path; prefill attention also against decode attention on the same inputs; the GDN prefill
 # forms (the conv bit for bit against tdm_gdn_conv, the chunked delta rule within stated bounds of
-# tdm_gdn_recur and the reference up to 4096 tokens). Skips without a CUDA device.
+# tdm_gdn_recur and the reference up to 4096 tokens); the deferred commit's forms (the conv and the
+# recurrence with pending rows, the count in device memory) against the plain kernels over the same
+# rows, bit for bit, eager and from graphs. Skips without a CUDA device.
 exec build/t/layers_gpu

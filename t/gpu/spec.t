@@ -18,7 +18,9 @@
 # tree verify and tree commit, the device's greedy ids of the twins' rows equal to the host argmax
 # of their logits, speculative chains and trees of every drafter bit for bit, graphed vs eager, the
 # greedy ids path giving the tokens of the runs with logits) and
-# fails on an injected difference (exit 1). Skips without a CUDA device.
+# fails on an injected difference (exit 1). All of it with the deferred GDN commit (the default);
+# exactcheck and tandem-run again with TANDEM_GDN_DEFER=off (the replayed commit): the same bits.
+# Skips without a CUDA device.
 out=$(build/t/spec_gpu)
 rc=$?
 case "$out" in "1..0 # SKIP"*) echo "$out"; exit 0 ;; esac
@@ -57,11 +59,11 @@ done
 t "tandem-run --backend cuda --spec draft: statistics on stderr and in --json" \
   "$RUN -m $F/bf16 --spec draft --draft-model $F/bf16 --json $tmp/run.json >/dev/null 2>$tmp/err &&
    grep -q '^# acceptance by draft depth: 1:1.000' $tmp/err && grep -q '^# round shape chain of 5 nodes' $tmp/err &&
-   grep -q '^# GDN state traffic (replayed commit)' $tmp/err && grep -q '\"accepted_per_round\"' $tmp/run.json &&
+   grep -q '^# GDN state traffic (deferred commit)' $tmp/err && grep -q '\"accepted_per_round\"' $tmp/run.json &&
    [ \$(build/t/json_get $tmp/run.json backend) = '\"cuda\"' ]"
 t "tandem-run --backend cuda --spec mtp: statistics on stderr and in --json; acceptance per depth as the CPU reference's" \
   "$RUN -m $F/bf16 --spec mtp --json $tmp/run.json >/dev/null 2>$tmp/err &&
-   grep -q '^# round shape chain of 5 nodes' $tmp/err && grep -q '^# GDN state traffic (replayed commit)' $tmp/err &&
+   grep -q '^# round shape chain of 5 nodes' $tmp/err && grep -q '^# GDN state traffic (deferred commit)' $tmp/err &&
    grep -q '\"accepted_per_round\"' $tmp/run.json && grep '^# acceptance by draft depth' $tmp/err >$tmp/acc.cuda &&
    bin/tandem-run --backend cpu -m $F/bf16 -p $F/prompt.tok -n 32 --spec mtp >/dev/null 2>$tmp/err.cpu &&
    grep '^# acceptance by draft depth' $tmp/err.cpu >$tmp/acc.cpu && cmp -s $tmp/acc.cuda $tmp/acc.cpu"
@@ -111,6 +113,24 @@ t "TANDEM_GDN_FUSE_BA=off: tandem-run --backend cuda --spec ngram --tree 3,2,1 g
   "$RUN -m $F/bf16 --dump-logits $tmp/plain.st >$tmp/plain.tok 2>$tmp/err &&
    TANDEM_GDN_FUSE_BA=off $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/spec.st >$tmp/spec.tok 2>$tmp/err &&
    [ -s $tmp/plain.tok ] && cmp -s $tmp/spec.tok $tmp/plain.tok && cmp -s $tmp/spec.st $tmp/plain.st"
+# the replayed commit (TANDEM_GDN_DEFER=off; deferred is the default, run everywhere above): the
+# same bits, the engine's line and the statistics say so, the state read twice a chain round
+t "TANDEM_GDN_DEFER=off: tandem-exactcheck --backend cuda, bf16, mtp, ngram, a draft model: exit 0, twins, chains and trees identical, graphed = eager" \
+  "TANDEM_GDN_DEFER=off $EC -m $F/bf16 --draft-model $F/bf16 >$tmp/out 2>$tmp/err &&
+   grep -q 'GDN commits replayed at the commit (TANDEM_GDN_DEFER=off)' $tmp/err &&
+   [ \$(grep -c '^twins .*: identical' $tmp/out) -eq 5 ] && grep -q '^twins tree+commit ' $tmp/out &&
+   grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out && grep -q '^speculative ngram chain 4 .*: identical' $tmp/out &&
+   grep -q '^speculative ngram tree 3,2,1 .*: identical; .*differing in bits 0 of' $tmp/out &&
+   [ \$(grep -c '^graphed vs eager .*: identical' $tmp/out) -eq 7 ]"
+sed 's/^/#   /' "$tmp/out"
+t "TANDEM_GDN_DEFER=off: tandem-run --backend cuda --spec mtp and --spec ngram --tree 3,2,1 give the deferred runs' tokens and logits, byte for byte; the statistics say replayed" \
+  "$RUN -m $F/bf16 --spec mtp --dump-logits $tmp/d.st >$tmp/d.tok 2>$tmp/err &&
+   TANDEM_GDN_DEFER=off $RUN -m $F/bf16 --spec mtp --dump-logits $tmp/r.st >$tmp/r.tok 2>$tmp/err &&
+   grep -q '^# GDN state traffic (replayed commit)' $tmp/err && [ -s $tmp/d.tok ] && cmp -s $tmp/d.tok $tmp/r.tok &&
+   cmp -s $tmp/d.st $tmp/r.st &&
+   $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/d.st >$tmp/d.tok 2>$tmp/err &&
+   TANDEM_GDN_DEFER=off $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/r.st >$tmp/r.tok 2>$tmp/err &&
+   cmp -s $tmp/d.tok $tmp/r.tok && cmp -s $tmp/d.st $tmp/r.st"
 t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3) fails with exit 1" \
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"

@@ -45,6 +45,14 @@
  *   verify forms (tdm_gdn_conv_verify, tdm_gdn_recur_verify): 32 rows give the forward's outputs bit
  *     for bit and leave the state as it was; the forward over the first j rows after them (a commit)
  *     gives the state of j one-row calls, bit for bit;
+ *   the deferred commit's forms (layers.h, Deferred commit), the pending count in device memory:
+ *     tdm_gdn_conv_pending of 0, 1, 3, 13, 32 rows equals tdm_gdn_conv over them (rows and state)
+ *     and copies the gates it carries, eager and from a graph captured at another count; the
+ *     recurrence with j = 1, 5, 13, 32 pending rows before 8 rows of its own equals j one-row
+ *     tdm_gdn_recur calls followed by the plain form, bit for bit: tdm_gdn_recur_verify_pend (o,
+ *     and the state after the j rows written), tdm_gdn_recur_pend (o and the state after j + 8
+ *     rows; with no rows of its own the state after j), tdm_gdn_recur_tree_pend on an 8-node tree
+ *     with back-ups (o, state after j), and the verify form from a graph captured at another count;
  *   trees (the *_tree launchers, layers.h) on five trees of 32 nodes (a chain, branching 4,3,2,1, a
  *     star, a random depth-first tree, a chain of 20 with siblings under node 9), rows sharing
  *     inputs: every node's outputs equal the chain kernels run on its root-to-node path, bit for
@@ -530,6 +538,56 @@ static void test_conv(const struct shape *s)
     ok(memcmp(yv, y, n * 2) == 0 && memcmp(sv, s0, ns * 2) == 0,
        "%s: the verify form gives the forward's 32 rows bit for bit and leaves the state as it was", label);
     commit_test(label, &t, 13);
+    /* the deferred commit's conv (tdm_gdn_conv_pending): the count from device memory, against
+     * tdm_gdn_conv over those rows, bit for bit; with the gate copy it carries (3C + 5 values: more
+     * than one per thread); one graph captured at one count and replayed at another */
+    {
+        const int js[5] = {0, 1, 3, 13, 32};
+        const int64_t gn = 3 * (int64_t)C + 5;
+        int32_t *dn = dal(4);
+        uint16_t *dg = dal((size_t)gn * 2), *yr = hal(n * 2), *sr = hal(ns * 2), *yp = hal(n * 2), *sp = hal(ns * 2);
+        uint16_t *gp = hal((size_t)gn * 2);
+        tdm_graph g = NULL;
+        for (int i = 0; i < 5; i++) {
+            const int j = js[i];
+            conv_reset(&c);
+            poison(c.dy, n * 2);
+            if (tdm_gdn_conv(c.dx, C, c.dw, c.dst, j, C, K, c.dy, st) != 0) bail("tdm_gdn_conv");
+            down(yr, c.dy, n * 2);
+            down(sr, c.dst, ns * 2);
+            int same[2] = {1, 1};
+            for (int graphed = 0; graphed < 2; graphed++) {
+                const int32_t j32 = j, other = (j + 7) % 33;
+                conv_reset(&c);
+                poison(c.dy, n * 2);
+                poison(dg, (size_t)gn * 2);
+                int rc = 0;
+                if (graphed && !g) { /* captured at another count */
+                    up(dn, &other, 4);
+                    rc = tdm_graph_begin(st) ||
+                         tdm_gdn_conv_pending(c.dx, C, c.dw, c.dst, dn, C, K, c.dy, c.dx, dg, gn, st) ||
+                         tdm_graph_end(st, &g);
+                    conv_reset(&c);
+                    poison(c.dy, n * 2);
+                }
+                up(dn, &j32, 4);
+                rc = rc || (graphed ? tdm_graph_launch(g, st) : tdm_gdn_conv_pending(c.dx, C, c.dw, c.dst, dn, C, K, c.dy, c.dx,
+                                                                                      dg, gn, st));
+                if (rc) bail("tdm_gdn_conv_pending");
+                down(yp, c.dy, n * 2);
+                down(sp, c.dst, ns * 2);
+                down(gp, dg, (size_t)gn * 2);
+                same[graphed] = memcmp(yp, yr, (size_t)j * C * 2) == 0 && memcmp(sp, sr, ns * 2) == 0 &&
+                                memcmp(gp, x, (size_t)gn * 2) == 0;
+            }
+            ok(same[0] && same[1], "%s: tdm_gdn_conv_pending of %d rows (the count in device memory; eager %s, a graph "
+               "captured at another count %s): tdm_gdn_conv's rows and state bit for bit, the gates copied", label, j,
+               same[0] ? "same" : "DIFFERS", same[1] ? "same" : "DIFFERS");
+        }
+        if (g) tdm_graph_destroy(g);
+        tdm_cuda_free(dn); tdm_cuda_free(dg);
+        free(yr); free(sr); free(yp); free(sp); free(gp);
+    }
     free(yv); free(sv);
     tdm_cuda_free(c.dx); tdm_cuda_free(c.dy); tdm_cuda_free(c.dst); tdm_cuda_free(c.dw);
     free(x); free(y); free(s0); free(sg); free(xf); free(sf); free(w); free(ref);
@@ -620,6 +678,100 @@ static void test_recur(const struct shape *s)
     ok(memcmp(ov, o, R * no * 2) == 0 && memcmp(Sv, S0, nS * 4) == 0,
        "%s: the verify form gives the forward's 32 rows bit for bit and leaves the state as it was", label);
     commit_test(label, &t, 13);
+    /* the deferred commit's recurrence (layers.h, Deferred commit): j pending rows (rows 0..j-1,
+     * their count in device memory) applied inside the pending forms before their own 8 rows
+     * (rows 0..7 again), against j one-row tdm_gdn_recur calls and then the plain form, bit for bit:
+     * the verify form (o; S = the state after the j rows), the forward (o; S after j + 8 rows), the
+     * forward over no rows of its own (S after j), the tree form on an 8-node tree, and the verify
+     * form from a graph captured at another count */
+    {
+        const int js[4] = {1, 5, 13, 32}, M = 8;
+        const int32_t par[8] = {-1, 0, 0, 2, 1, 4, 2, 6};
+        int32_t *dn = dal(4), *dpar = dal(sizeof par);
+        uint16_t *dov = dal((size_t)M * no * 2), *or_ = hal((size_t)M * no * 2), *otr = hal((size_t)M * no * 2);
+        uint16_t *op = hal((size_t)M * no * 2);
+        float *Sj = hal(nS * 4), *SjM = hal(nS * 4), *Sp = hal(nS * 4);
+        const struct tdm_gdn_pend pd = {c.dqkv, c.db, c.da, Hv, Hv, dn};
+        tdm_graph g = NULL;
+        up(dpar, par, sizeof par);
+        for (int i = 0; i < 4; i++) {
+            const int j = js[i];
+            const int32_t j32 = j, other = (j + 11) % 33;
+            /* the reference: j one-row calls, then the verify, tree and forward forms from there */
+            rec_reset(&c);
+            for (int r = 0; r < j; r++)
+                if (rec_launch(&c, r, 1, 0) != 0) bail("tdm_gdn_recur, one row");
+            down(Sj, c.dS, nS * 4);
+            if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+                bail("tdm_gdn_recur_verify");
+            down(or_, dov, (size_t)M * no * 2);
+            if (tdm_gdn_recur_tree(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+                bail("tdm_gdn_recur_tree");
+            down(otr, dov, (size_t)M * no * 2);
+            if (tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+                bail("tdm_gdn_recur");
+            down(SjM, c.dS, nS * 4);
+            up(dn, &j32, 4);
+            /* the verify form */
+            rec_reset(&c);
+            poison(dov, (size_t)M * no * 2);
+            if (tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) != 0)
+                bail("tdm_gdn_recur_verify_pend");
+            down(op, dov, (size_t)M * no * 2);
+            down(Sp, c.dS, nS * 4);
+            ok(memcmp(op, or_, (size_t)M * no * 2) == 0 && memcmp(Sp, Sj, nS * 4) == 0,
+               "%s: tdm_gdn_recur_verify_pend, %d pending rows: the 8 rows' o of %d one-row calls then the verify form, "
+               "and the state after the %d rows written, bit for bit", label, j, j, j);
+            /* the forward form, with and without rows of its own */
+            rec_reset(&c);
+            poison(dov, (size_t)M * no * 2);
+            if (tdm_gdn_recur_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) != 0)
+                bail("tdm_gdn_recur_pend");
+            down(op, dov, (size_t)M * no * 2);
+            down(Sp, c.dS, nS * 4);
+            int same = memcmp(op, or_, (size_t)M * no * 2) == 0 && memcmp(Sp, SjM, nS * 4) == 0;
+            rec_reset(&c);
+            if (tdm_gdn_recur_pend(NULL, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 0, Hk, Hv, Dk, Dv, NULL, &pd, st) != 0)
+                bail("tdm_gdn_recur_pend, no rows");
+            down(Sp, c.dS, nS * 4);
+            ok(same && memcmp(Sp, Sj, nS * 4) == 0,
+               "%s: tdm_gdn_recur_pend, %d pending rows: with 8 rows, their o and the state of %d + 8 one-row calls; with "
+               "none, the state of %d, bit for bit", label, j, j, j);
+            /* the tree form */
+            rec_reset(&c);
+            poison(dov, (size_t)M * no * 2);
+            if (tdm_gdn_recur_tree_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, &pd,
+                                        st) != 0)
+                bail("tdm_gdn_recur_tree_pend");
+            down(op, dov, (size_t)M * no * 2);
+            down(Sp, c.dS, nS * 4);
+            ok(memcmp(op, otr, (size_t)M * no * 2) == 0 && memcmp(Sp, Sj, nS * 4) == 0,
+               "%s: tdm_gdn_recur_tree_pend, %d pending rows, an 8-node tree with back-ups: the nodes' o of %d one-row "
+               "calls then the tree form, and the state after the %d rows, bit for bit", label, j, j, j);
+            /* a graph of the verify form captured at another count, replayed at j */
+            int rc = 0;
+            if (!g) {
+                up(dn, &other, 4);
+                rec_reset(&c);
+                rc = tdm_graph_begin(st) ||
+                     tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) ||
+                     tdm_graph_end(st, &g);
+                up(dn, &j32, 4);
+            }
+            rec_reset(&c);
+            poison(dov, (size_t)M * no * 2);
+            rc = rc || tdm_graph_launch(g, st);
+            if (rc) bail("graph of tdm_gdn_recur_verify_pend");
+            down(op, dov, (size_t)M * no * 2);
+            down(Sp, c.dS, nS * 4);
+            ok(memcmp(op, or_, (size_t)M * no * 2) == 0 && memcmp(Sp, Sj, nS * 4) == 0,
+               "%s: tdm_gdn_recur_verify_pend from a graph captured at %d pending rows, replayed at %d: the eager bits",
+               label, (js[0] + 11) % 33, j);
+        }
+        if (g) tdm_graph_destroy(g);
+        tdm_cuda_free(dn); tdm_cuda_free(dpar); tdm_cuda_free(dov);
+        free(or_); free(otr); free(op); free(Sj); free(SjM); free(Sp);
+    }
     free(ov); free(Sv);
     tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);

@@ -7,11 +7,19 @@
  *     row's logits equal the one-token step's at that position bit for bit (rows past the
  *     committed ones too: they are fed the same tokens), so each round also checks that the
  *     previous commit left the states of one-token decoding; after the last commit a plain step
- *     equals the one-token step; the position advances by j. The same schedule with
- *     TANDEM_CUDA_GRAPH=off gives the same bits. Greedy ids on the device (tdm_engine_verify_ids):
- *     before each round's verify an ids-only verify of the same rows (from row 0, or R/2 in odd
- *     rounds; it is replaced by the verify after it) gives the host argmax of the one-token
- *     logits, and the verify with logits and ids gives the host argmax of its own logits;
+ *     equals the one-token step; the position advances by j. The same schedule with the deferred
+ *     GDN commit (TANDEM_GDN_DEFER, the default) and the replayed one, each graphed and eager
+ *     (TANDEM_CUDA_GRAPH=off), gives the same bits, and after the step the state
+ *     (tdm_engine_state_hash: KV rows, conv and GDN states) of one-token decode. Greedy ids on the
+ *     device (tdm_engine_verify_ids): before each round's verify (but every fourth, so that the
+ *     compared verify is the pass right after a commit) an ids-only verify of the same rows (from
+ *     row 0, or R/2 in odd rounds; it is replaced by the verify after it) gives the host argmax of
+ *     the one-token logits, and the verify with logits and ids gives the host argmax of its own;
+ *   the deferred commit's paths, in all four modes: rounds followed by plain steps (the step's graph
+ *     captured and replayed) and by verifies, by a prefill chunk of 40 rows (the chunked kernel)
+ *     and of 7, and a reset with rows pending, against one-token decode or an engine without rounds,
+ *     logits and state bit for bit; the pending count; the round bytes (deferred: the commit moves
+ *     no state, the verify after it reads and writes each state once);
  *   the round protocol: a commit without a verify, a commit of 0 or R + 1 rows, a verify of 0 or
  *     33 rows, a verify past the context, and a commit after a forward are refused without
  *     changing the position; a refused round leaves the state intact (the next rows still equal
@@ -33,7 +41,8 @@
  *     previous node's, a root-to-node path committed each round (paths 0..j-1 and others): every
  *     node's logits equal the one-token steps along its path on a reference engine fed the same
  *     committed tokens, bit for bit; the position advances by the path; a step after the rounds
- *     equals the reference; graphed and eager alike; an ids-only verify before each round's verify
+ *     equals the reference, and so does the state after it; deferred and replayed commits, graphed
+ *     and eager alike; an ids-only verify before each round's verify (but every third)
  *     and the verify's own ids (tdm_engine_verify_ids, tdm_engine_verify_tree_ids) give the host
  *     argmax of the node rows' logits. Bad parents (no root, a parent after its node,
  *     a node its own parent), a tree past the context, bad paths (not from the root, not a child,
@@ -53,7 +62,10 @@
  *     chunks of 5), ngram and draft trees give plain CUDA decode's bits too, and mtp trees the CPU
  *     reference's acceptance per depth (unless an MTP near tie reorders a top-b: test_mtp_tree shows
  *     the margins); without logits asked for (the greedy ids path: ids chosen on the device, no
- *     logits copied) plain decode and every case give the same tokens, graphed and eager. */
+ *     logits copied) plain decode and every case give the same tokens, graphed and eager; the
+ *     statistics name the deferred commit and count its traffic (a chain round: each state read once,
+ *     written once after the first round); the first case and the trees again with
+ *     TANDEM_GDN_DEFER=off: the same tokens and logits, the replayed commit's traffic. */
 #include "compare.h"
 #include "device.h"
 #include "engine.h"
@@ -84,23 +96,40 @@ static const int schedule[][2] = {{5, 5}, {5, 1}, {5, 3}, {1, 1}, {2, 2}, {5, 2}
 
 static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
-/* One-token logits of every position after the prompt: one[i] is the step that feeds seq[i]. */
-static void one_token(const struct tdm_model *m, const int32_t *prompt, int np, const int32_t *seq, float *one)
+/* One-token logits of every position after the prompt: one[i] is the step that feeds seq[i];
+ * *hash: tdm_engine_state_hash after the first `at` tokens. */
+static void one_token(const struct tdm_model *m, const int32_t *prompt, int np, const int32_t *seq, float *one, int at,
+                      uint64_t *hash)
 {
     struct tdm_engine *e = tdm_engine_new(m, np + NSEQ);
     if (!e) bail("engine");
     if (tdm_engine_forward(e, prompt, np, np, NULL) != 0) bail("prefill");
     const int V = m->cfg.vocab;
-    for (int i = 0; i < NSEQ; i++)
+    for (int i = 0; i < NSEQ; i++) {
         if (tdm_engine_forward(e, &seq[i], 1, 0, one + (size_t)i * V) != 0) bail("one-token step");
+        if (i + 1 == at && tdm_engine_state_hash(e, hash) != 0) bail("tdm_engine_state_hash");
+    }
     tdm_engine_free(e);
+}
+
+/* The engine switches the runs below flip (read by tdm_engine_new). */
+static void set_modes(int defer, int graph)
+{
+    if (setenv("TANDEM_GDN_DEFER", defer ? "on" : "off", 1) != 0 || setenv("TANDEM_CUDA_GRAPH", graph ? "on" : "off", 1) != 0)
+        bail("setenv");
+}
+static const char *mode_name(int defer, int graph)
+{
+    static const char *const names[2][2] = {{"replayed commit, eager", "replayed commit, graphed"},
+                                            {"deferred commit, eager", "deferred commit, graphed"}};
+    return names[defer][graph];
 }
 
 /* The schedule of rounds on a fresh engine; returns the rows that differ from one[] (bit for bit),
  * -1 if the position went wrong. *id_bad: greedy ids from the device that differ from the host
  * argmax (of one[] for the ids-only verifies, of the returned logits otherwise), of *id_rows. */
 static long rounds(const struct tdm_model *m, const int32_t *prompt, int np, const int32_t *seq, const float *one,
-                   float *got, int *verified, long *id_bad, long *id_rows)
+                   float *got, int *verified, long *id_bad, long *id_rows, uint64_t *hash)
 {
     const int V = m->cfg.vocab;
     struct tdm_engine *e = tdm_engine_new(m, np + NSEQ);
@@ -114,11 +143,15 @@ static long rounds(const struct tdm_model *m, const int32_t *prompt, int np, con
     for (int k = 0; k < NROUNDS; k++) {
         const int R = schedule[k][0], j = schedule[k][1];
         if (p + R > NSEQ) bail("the schedule outruns the sequence");
-        /* the greedy ids path: ids only (the verify below replaces this round) */
+        /* the greedy ids path: ids only (the verify below replaces this round); not every fourth
+         * round, so that the verify whose logits are compared is the pass right after a commit (a
+         * deferred commit's rows applied in its kernels) */
         const int from = k % 2 ? R / 2 : 0;
-        if (tdm_engine_verify_ids(e, seq + p, R, from, NULL, gid) != 0) bail("tdm_engine_verify_ids, ids only");
-        for (int r = from; r < R; r++) *id_bad += gid[r - from] != tdm_argmax(one + (size_t)(p + r) * V, V);
-        *id_rows += R - from;
+        if (k % 4 != 1) {
+            if (tdm_engine_verify_ids(e, seq + p, R, from, NULL, gid) != 0) bail("tdm_engine_verify_ids, ids only");
+            for (int r = from; r < R; r++) *id_bad += gid[r - from] != tdm_argmax(one + (size_t)(p + r) * V, V);
+            *id_rows += R - from;
+        }
         if ((k % 3 == 2 ? tdm_engine_verify(e, seq + p, R, 0, got) : tdm_engine_verify_ids(e, seq + p, R, 0, got, gid)) != 0)
             bail("tdm_engine_verify");
         for (int r = 0; r < R; r++) bad += !same_bits(got + (size_t)r * V, one + (size_t)(p + r) * V, (size_t)V);
@@ -134,8 +167,125 @@ static long rounds(const struct tdm_model *m, const int32_t *prompt, int np, con
     if (tdm_engine_forward(e, seq + p, 1, 0, got) != 0) bail("step after the rounds");
     bad += !same_bits(got, one + (size_t)p * V, (size_t)V);
     ++*verified;
+    if (tdm_engine_state_hash(e, hash) != 0) bail("tdm_engine_state_hash");
     tdm_engine_free(e);
     return bad;
+}
+
+/* Where the schedule ends: the committed rows, plus the step after the rounds. */
+static int rounds_end(void)
+{
+    int p = 1;
+    for (int k = 0; k < NROUNDS; k++) p += schedule[k][1];
+    return p;
+}
+
+/* The deferred commit's paths (engine.h; TANDEM_GDN_DEFER on and off, graphed and eager), on a
+ * fresh engine after the prompt, against one-token decode (one[]) or a reference engine that runs
+ * no rounds: rounds followed by a plain step (twice: the step's graph captured and replayed), by a
+ * verify (the rows applied in its kernels), by a prefill chunk of 40 rows (the chunked kernel, the
+ * rows applied by a launch of their own) and by one of 7 rows (the token-serial kernels), and a
+ * reset with rows pending; logits bit for bit, the state (tdm_engine_state_hash) after the prefill
+ * chunks, the pending count and the round bytes (deferred: a commit moves no state, the verify
+ * after it reads and writes each once; replayed: the commit reads and writes it). */
+static void test_defer(const struct tdm_model *m, const char *fmt, const int32_t *prompt, int np, const int32_t *seq,
+                       const float *one)
+{
+    enum { PF = 40, PS = 7 };
+    const int V = m->cfg.vocab, ctx = np + NSEQ;
+    float *got = hal((size_t)PF * V * 4), *want = hal((size_t)PF * V * 4), *wv = hal((size_t)5 * V * 4);
+    float *ws = hal((size_t)PS * V * 4);
+    /* the reference: 32 tokens as one forward (one-token bits), a prefill of PF; then a verify of 5
+     * rows, 2 of them forwarded, a prefill of PS */
+    set_modes(1, 1);
+    struct tdm_engine *r = tdm_engine_new(m, ctx);
+    uint64_t hw[2];
+    if (!r || tdm_engine_forward(r, prompt, np, np, NULL) != 0 || tdm_engine_forward(r, seq, 32, 32, NULL) != 0 ||
+        tdm_engine_prefill(r, seq + 32, PF, 0, want) != 0 || tdm_engine_state_hash(r, &hw[0]) != 0 ||
+        tdm_engine_verify(r, seq + 72, 5, 0, wv) != 0 || tdm_engine_forward(r, seq + 72, 2, 2, NULL) != 0 ||
+        tdm_engine_prefill(r, seq + 74, PS, 0, ws) != 0 || tdm_engine_state_hash(r, &hw[1]) != 0)
+        bail("the reference engine");
+    tdm_engine_free(r);
+    for (int defer = 1; defer >= 0; defer--)
+        for (int graph = 1; graph >= 0; graph--) {
+            set_modes(defer, graph);
+            const char *mode = mode_name(defer, graph);
+            struct tdm_engine *e = tdm_engine_new(m, ctx);
+            if (!e || tdm_engine_forward(e, prompt, np, np, NULL) != 0) bail("engine");
+            const int64_t S = (int64_t)tdm_engine_mem(e)->gdn_state;
+            long bad = 0;
+            int p = 0, pend_ok = tdm_engine_gdn_defer(e) == defer, bytes_ok = 1;
+            struct tdm_engine_round_bytes b0, b1;
+#define BYTES_MOVED(rd, wr) (b1 = *tdm_engine_round_bytes(e), bytes_ok &= b1.state_read - b0.state_read == (rd) && \
+                             b1.state_written - b0.state_written == (wr), b0 = b1)
+            /* rounds of 6 rows, 4 committed, each followed by a plain step */
+            for (int i = 0; i < 2; i++) {
+                b0 = *tdm_engine_round_bytes(e);
+                if (tdm_engine_verify(e, seq + p, 6, 0, got) != 0) bail("verify");
+                for (int t = 0; t < 6; t++) bad += !same_bits(got + (size_t)t * V, one + (size_t)(p + t) * V, (size_t)V);
+                BYTES_MOVED(S, 0);
+                if (tdm_engine_commit(e, 4) != 0) bail("commit");
+                BYTES_MOVED(defer ? 0 : S, defer ? 0 : S);
+                pend_ok &= tdm_engine_gdn_pending(e) == (defer ? 4 : 0);
+                p += 4;
+                if (tdm_engine_forward(e, seq + p, 1, 0, got) != 0) bail("step");
+                bad += !same_bits(got, one + (size_t)p * V, (size_t)V);
+                pend_ok &= tdm_engine_gdn_pending(e) == 0;
+                p += 1;
+            }
+            /* rounds of 8 committed whole, each followed by a verify of 3 (the pass right after the
+             * commit), committed whole */
+            for (int i = 0; i < 2; i++) {
+                if (tdm_engine_verify(e, seq + p, 8, 0, got) != 0 || tdm_engine_commit(e, 8) != 0) bail("round");
+                for (int t = 0; t < 8; t++) bad += !same_bits(got + (size_t)t * V, one + (size_t)(p + t) * V, (size_t)V);
+                p += 8;
+                b0 = *tdm_engine_round_bytes(e);
+                if (tdm_engine_verify(e, seq + p, 3, 0, got) != 0) bail("verify after a commit");
+                BYTES_MOVED(S, defer ? S : 0);
+                for (int t = 0; t < 3; t++) bad += !same_bits(got + (size_t)t * V, one + (size_t)(p + t) * V, (size_t)V);
+                if (tdm_engine_commit(e, 3) != 0) bail("commit");
+                p += 3;
+            }
+#undef BYTES_MOVED
+            if (p != 32) bail("the schedule of test_defer");
+            ok(bad == 0 && tdm_engine_pos(e) == np + p,
+               "%s %s: rounds followed by plain steps and by verifies: %ld rows differ from one-token decode (bit for bit)",
+               fmt, mode, bad);
+            ok(pend_ok, "%s %s: the engine says %s; a commit leaves %s rows pending, the next pass none", fmt, mode,
+               defer ? "deferred" : "replayed", defer ? "its" : "no");
+            ok(bytes_ok, "%s %s: state bytes: a verify reads each GDN state once and writes it %s; a commit %s", fmt, mode,
+               defer ? "once when rows are pending, else not" : "never",
+               defer ? "moves none" : "reads and writes each once");
+            /* a prefill chunk of PF rows right after a commit (p = 32: the commit of 3 above) */
+            uint64_t h;
+            if (tdm_engine_prefill(e, seq + p, PF, 0, got) != 0 || tdm_engine_state_hash(e, &h) != 0) bail("prefill chunk");
+            ok(same_bits(got, want, (size_t)PF * V) && h == hw[0],
+               "%s %s: a prefill chunk of %d rows right after a commit: the logits and state of the same chunk after the "
+               "same tokens fed as a forward, bit for bit", fmt, mode, PF);
+            p += PF;
+            if (tdm_engine_verify(e, seq + p, 5, 0, got) != 0) bail("verify");
+            int same = same_bits(got, wv, (size_t)5 * V);
+            if (tdm_engine_commit(e, 2) != 0 || tdm_engine_prefill(e, seq + p + 2, PS, 0, got) != 0 ||
+                tdm_engine_state_hash(e, &h) != 0)
+                bail("prefill after a round");
+            ok(same && same_bits(got, ws, (size_t)PS * V) && h == hw[1],
+               "%s %s: after the chunk, a round (5 rows, 2 committed) and a prefill chunk of %d rows: the logits and state "
+               "of a verify and a forward of the 2 rows, bit for bit", fmt, mode, PS);
+            p += 2 + PS;
+            /* a reset with rows pending */
+            if (tdm_engine_verify(e, seq + p, 4, 0, got) != 0 || tdm_engine_commit(e, 3) != 0) bail("round before the reset");
+            const int pending = tdm_engine_gdn_pending(e);
+            if (tdm_engine_reset(e) != 0 || tdm_engine_forward(e, prompt, np, np, NULL) != 0 ||
+                tdm_engine_forward(e, seq, 1, 0, got) != 0)
+                bail("reset");
+            ok(pending == (defer ? 3 : 0) && tdm_engine_gdn_pending(e) == 0 && same_bits(got, one, (size_t)V) &&
+               tdm_engine_pos(e) == np + 1,
+               "%s %s: a reset with %d rows pending drops them: the prompt and a step after it give one-token decode's bits",
+               fmt, mode, pending);
+            tdm_engine_free(e);
+        }
+    set_modes(1, 1);
+    free(got); free(want); free(wv); free(ws);
 }
 
 static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_t *prompt, int np)
@@ -144,19 +294,28 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
     int32_t seq[NSEQ];
     for (int i = 0; i < NSEQ; i++) seq[i] = i % 7 == 3 ? seq[i - 3] : (int32_t)(next() % (uint64_t)V); /* repeated ids */
     float *one = hal((size_t)NSEQ * V * 4), *got = hal((size_t)TDM_ENGINE_MAX_ROWS * V * 4);
-    one_token(m, prompt, np, seq, one);
+    uint64_t h1, hr;
+    one_token(m, prompt, np, seq, one, rounds_end(), &h1);
     int n;
     long id_bad, id_rows;
-    long bad = rounds(m, prompt, np, seq, one, got, &n, &id_bad, &id_rows);
-    ok(bad == 0, "%s: %d rounds of 1..32 rows, 1..R committed (graphs on): %ld of %d verified rows differ from one-token "
-       "decode (bit for bit), the position advances by the committed rows", fmt, NROUNDS, bad, n);
-    ok(id_bad == 0, "%s: the rounds' greedy ids on the device (graphs on; ids-only verifies and verifies with logits): "
-       "%ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
-    if (setenv("TANDEM_CUDA_GRAPH", "off", 1) != 0) bail("setenv");
-    bad = rounds(m, prompt, np, seq, one, got, &n, &id_bad, &id_rows);
-    if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");
-    ok(bad == 0, "%s: the same rounds eager (TANDEM_CUDA_GRAPH=off): %ld of %d rows differ", fmt, bad, n);
-    ok(id_bad == 0, "%s: their greedy ids eager: %ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
+    /* deferred (the default) and replayed commits, graphed and eager: every run against one-token
+     * decode, so all four give the same logits; and the same state (hash) as one-token decode at
+     * the end */
+    for (int defer = 1; defer >= 0; defer--)
+        for (int graph = 1; graph >= 0; graph--) {
+            set_modes(defer, graph);
+            long bad = rounds(m, prompt, np, seq, one, got, &n, &id_bad, &id_rows, &hr);
+            ok(bad == 0, "%s: %d rounds of 1..32 rows, 1..R committed (%s): %ld of %d verified rows differ from one-token "
+               "decode (bit for bit), the position advances by the committed rows", fmt, NROUNDS, mode_name(defer, graph),
+               bad, n);
+            ok(id_bad == 0, "%s: the rounds' greedy ids on the device (%s; ids-only verifies and verifies with logits): "
+               "%ld of %ld differ from the host argmax", fmt, mode_name(defer, graph), id_bad, id_rows);
+            ok(hr == h1, "%s: after the rounds and a step (%s): the state (KV rows, conv and GDN states) is one-token "
+               "decode's bit for bit (hash %016llx, one-token %016llx)", fmt, mode_name(defer, graph),
+               (unsigned long long)hr, (unsigned long long)h1);
+        }
+    set_modes(1, 1);
+    test_defer(m, fmt, prompt, np, seq, one);
 
     /* the protocol */
     struct tdm_engine *e = tdm_engine_new(m, np + 8);
@@ -669,7 +828,7 @@ static void ref_path(struct tdm_engine *r, const int32_t *prompt, int np, const 
  * *id_bad: greedy ids from the device (an ids-only verify before each round's, and the round's
  * own) that differ from the host argmax of the round's node logits, of *id_rows. */
 static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np, float *got, float *refl, int *verified,
-                        long *id_bad, long *id_rows)
+                        long *id_bad, long *id_rows, uint64_t *hash, uint64_t *ref_hash)
 {
     const int V = m->cfg.vocab, ctx = np + NSEQ;
     struct tdm_engine *e = tdm_engine_new(m, ctx), *r = tdm_engine_new(m, ctx);
@@ -693,18 +852,20 @@ static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np
             ids[t] = x % 6 == 0 ? ids[parent[t]] : x % 6 == 1 ? ids[t - 1] : (int32_t)(next() % (uint64_t)V);
         }
         if (nh + n > NSEQ - 2) bail("the schedule outruns the context");
-        /* the greedy ids path first: ids only (the verify below replaces this round) */
-        if ((rule == 0 ? tdm_engine_verify_ids(e, ids, n, 0, NULL, gid_a)
-                       : tdm_engine_verify_tree_ids(e, ids, parent, n, 0, NULL, gid_a)) != 0)
+        /* the greedy ids path first: ids only (the verify below replaces this round); not every
+         * third round, so that the compared verify is the pass right after a (deferred) commit */
+        const int pre = k % 3 != 1;
+        if (pre && (rule == 0 ? tdm_engine_verify_ids(e, ids, n, 0, NULL, gid_a)
+                              : tdm_engine_verify_tree_ids(e, ids, parent, n, 0, NULL, gid_a)) != 0)
             bail("verify, ids only");
         if ((rule == 0 ? tdm_engine_verify_ids(e, ids, n, 0, got, gid_b)
                        : tdm_engine_verify_tree_ids(e, ids, parent, n, 0, got, gid_b)) != 0)
             bail("verify");
         for (int t = 0; t < n; t++) {
             const int32_t want = tdm_argmax(got + (size_t)t * V, V);
-            *id_bad += (gid_a[t] != want) + (gid_b[t] != want);
+            *id_bad += (pre && gid_a[t] != want) + (gid_b[t] != want);
         }
-        *id_rows += 2 * n;
+        *id_rows += (1 + pre) * n;
         /* every node against the one-token steps along its path (each leaf's path once) */
         for (int leaf = 0; leaf < n; leaf++) {
             if (leaf + 1 < n && parent[leaf + 1] == leaf) continue;
@@ -725,6 +886,7 @@ static long tree_rounds(const struct tdm_model *m, const int32_t *prompt, int np
     ref_path(r, prompt, np, hist, nh, &last, 1, refl, V);
     bad += !same_bits(got, refl, (size_t)V);
     ++*verified;
+    if (tdm_engine_state_hash(e, hash) != 0 || tdm_engine_state_hash(r, ref_hash) != 0) bail("tdm_engine_state_hash");
     rng = saved;
     tdm_engine_free(e);
     tdm_engine_free(r);
@@ -737,17 +899,23 @@ static void test_tree_rounds(const struct tdm_model *m, const char *fmt, const i
     float *got = hal((size_t)R * V * 4), *refl = hal((size_t)R * V * 4);
     int n;
     long id_bad, id_rows;
-    long bad = tree_rounds(m, prompt, np, got, refl, &n, &id_bad, &id_rows);
-    ok(bad == 0, "%s: %d tree rounds (1 to 32 nodes: branching 3,2,1, stars, siblings and back-ups, a chain between) "
-       "with root-to-node paths committed (graphs on): %ld of %d node rows differ from the one-token steps along their "
-       "paths (bit for bit), the position advances by the path", fmt, NTROUNDS, bad, n);
-    ok(id_bad == 0, "%s: the tree rounds' greedy ids on the device (graphs on; ids only and with logits): %ld of %ld "
-       "differ from the host argmax of the node logits", fmt, id_bad, id_rows);
-    if (setenv("TANDEM_CUDA_GRAPH", "off", 1) != 0) bail("setenv");
-    bad = tree_rounds(m, prompt, np, got, refl, &n, &id_bad, &id_rows);
-    if (setenv("TANDEM_CUDA_GRAPH", "on", 1) != 0) bail("setenv");
-    ok(bad == 0, "%s: the same tree rounds eager (TANDEM_CUDA_GRAPH=off): %ld of %d rows differ", fmt, bad, n);
-    ok(id_bad == 0, "%s: their greedy ids eager: %ld of %ld differ from the host argmax", fmt, id_bad, id_rows);
+    uint64_t h, hr;
+    /* deferred (the default) and replayed commits, graphed and eager */
+    for (int defer = 1; defer >= 0; defer--)
+        for (int graph = 1; graph >= 0; graph--) {
+            set_modes(defer, graph);
+            long bad = tree_rounds(m, prompt, np, got, refl, &n, &id_bad, &id_rows, &h, &hr);
+            ok(bad == 0, "%s: %d tree rounds (1 to 32 nodes: branching 3,2,1, stars, siblings and back-ups, a chain "
+               "between) with root-to-node paths committed (%s): %ld of %d node rows differ from the one-token steps "
+               "along their paths (bit for bit), the position advances by the path", fmt, NTROUNDS, mode_name(defer, graph),
+               bad, n);
+            ok(id_bad == 0, "%s: the tree rounds' greedy ids on the device (%s; ids only and with logits): %ld of %ld "
+               "differ from the host argmax of the node logits", fmt, mode_name(defer, graph), id_bad, id_rows);
+            ok(h == hr, "%s: after the tree rounds and a step (%s): the state is the reference engine's bit for bit "
+               "(hash %016llx, reference %016llx)", fmt, mode_name(defer, graph), (unsigned long long)h,
+               (unsigned long long)hr);
+        }
+    set_modes(1, 1);
 
     /* the protocol */
     struct tdm_engine *e = tdm_engine_new(m, np + 8), *r = tdm_engine_new(m, np + 8);
@@ -875,15 +1043,31 @@ static void test_generate(const struct tdm_model *m, const struct tdm_model *oth
         IDS_PATH(so, want, idiv);
         ok(idiv < 0, "%s %s without logits (greedy ids on the device), graphed and eager: the same %d tokens (first "
            "differing token %d)", fmt, cases[i].name, N, idiv);
-        /* a tree verify reads the states once more per node whose parent is not the node before it */
+        /* a tree verify reads the states once more per node whose parent is not the node before it;
+         * deferred (the default), a chain round reads each state once and writes it once in the verify
+         * after the commit (none after the first round's prefill: rounds - 1 writes) */
         const int tree = cases[i].tree != NULL;
-        ok(st.rounds > 0 && st.accepted + st.rounds + 1 == N &&
-           (tree ? st.bytes.state_read >= 2 * (int64_t)st.rounds * st.state_bytes && st.bytes.state_read % st.state_bytes == 0
-                 : st.bytes.state_read == 2 * (int64_t)st.rounds * st.state_bytes) &&
-           st.bytes.state_written == (int64_t)st.rounds * st.state_bytes && st.nshapes > 0 && st.shapes[0].tree == tree,
-           "%s %s: statistics add up (tokens = prefill's 1 + rounds + accepted; state written once per round, read twice "
-           "per chain round, at least that per tree round: %.2f states)", fmt, cases[i].name,
-           (double)st.bytes.state_read / ((double)st.rounds * st.state_bytes));
+        const int64_t reads = (int64_t)st.rounds * st.state_bytes;
+        ok(st.rounds > 0 && st.accepted + st.rounds + 1 == N && strcmp(st.commit, "deferred") == 0 &&
+           (tree ? st.bytes.state_read >= reads && st.bytes.state_read % st.state_bytes == 0 : st.bytes.state_read == reads) &&
+           st.bytes.state_written == (int64_t)(st.rounds - 1) * st.state_bytes && st.nshapes > 0 && st.shapes[0].tree == tree,
+           "%s %s: statistics add up (tokens = prefill's 1 + rounds + accepted; deferred commit: state written once per "
+           "round after the first, read once per chain round, at least that per tree round: %.2f states)", fmt,
+           cases[i].name, (double)st.bytes.state_read / ((double)st.rounds * st.state_bytes));
+        if (i == 0 || cases[i].tree) { /* the replayed commit: the same tokens and logits, its traffic */
+            struct tdm_spec_stats rst;
+            set_modes(0, 1);
+            memset(out, 0xff, (size_t)N * 4);
+            rc = tdm_spec_generate(m, &so, prompt, np, N, out, ol, &rst);
+            set_modes(1, 1);
+            if (rc != 0) bail("the replayed commit");
+            ok(memcmp(out, want, (size_t)N * 4) == 0 && same_bits(ol, want_l, (size_t)N * V) &&
+               strcmp(rst.commit, "replayed") == 0 && rst.rounds == st.rounds &&
+               (tree ? rst.bytes.state_read == st.bytes.state_read + reads : rst.bytes.state_read == 2 * reads) &&
+               rst.bytes.state_written == reads,
+               "%s %s, TANDEM_GDN_DEFER=off: plain decode's tokens and logits bit for bit; the commit replayed, each round "
+               "reading each state once more and writing it once", fmt, cases[i].name);
+        }
         if (cases[i].dm == m) {
             int all = st.accepted_at[1] > 0;
             for (int d = 1; d < TDM_SPEC_MAX_NODES; d++) all &= st.accepted_at[d] == st.drafted_at[d];
