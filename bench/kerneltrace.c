@@ -37,8 +37,16 @@ static size_t nrec, caprec;
         }                                                                                      \
     } while (0)
 
+static void trace_report(void);
+
+/* The report runs from atexit, registered at CUPTI's first buffer request: that comes after the CUDA
+ * runtime set up its own exit handler, so ours runs first, while the context still exists and its
+ * records can be flushed. (The first version reported from a destructor and, on the H200, found
+ * no records at all, most likely because it ran after the teardown; this one has not run yet.) */
 static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_records)
 {
+    static int registered;
+    if (!registered) registered = atexit(trace_report) == 0;
     *size = 8 << 20;
     *buf = aligned_alloc(8, *size);
     *max_records = 0;
@@ -87,7 +95,7 @@ static int cmp_rec(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-__attribute__((destructor)) static void trace_report(void)
+static void trace_report(void)
 {
     cuptiActivityFlushAll(1);
     const char *path = getenv("KERNELTRACE_OUT");
