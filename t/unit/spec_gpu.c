@@ -352,19 +352,29 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
 
 /* ---- the MTP drafter ---- */
 
-static void test_mtp(const char *fix, const char *model, const char *fmt)
+/* A fixture checkpoint fix/model/fmt that has an MTP layer, and its prompt of at least two tokens
+ * (bails otherwise); lab becomes "model/fmt what". */
+static struct tdm_model *mtp_fixture(const char *fix, const char *model, const char *fmt, const char *what, char *lab,
+                                     size_t nlab, int32_t **prompt, int *np)
 {
-    char dir[4096], path[4096], lab[160];
+    char dir[4096], path[4096];
     snprintf(dir, sizeof dir, "%s/%s/%s", fix, model, fmt);
-    snprintf(lab, sizeof lab, "%s/%s MTP", model, fmt);
+    snprintf(lab, nlab, "%s/%s %s", model, fmt, what);
     struct tdm_model *m = tdm_model_load(dir);
     if (!m) bail("model");
     if (!m->has_mtp) bail("the fixture has no MTP layer");
-    const int V = m->cfg.vocab, H = m->cfg.hidden;
+    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
+    if (tdm_tokens_read(path, m->cfg.vocab, 0, prompt, np) != 0 || *np < 2) bail("prompt");
+    return m;
+}
+
+static void test_mtp(const char *fix, const char *model, const char *fmt)
+{
+    char path[4096], lab[160];
     int32_t *prompt;
     int np;
-    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
-    if (tdm_tokens_read(path, V, 0, &prompt, &np) != 0 || np < 2) bail("prompt");
+    struct tdm_model *m = mtp_fixture(fix, model, fmt, "MTP", lab, sizeof lab, &prompt, &np);
+    const int V = m->cfg.vocab, H = m->cfg.hidden;
     snprintf(path, sizeof path, "%s/%s/ref-%s.safetensors", fix, model, fmt);
     struct tdm_stfile *rf = tdm_st_open(path);
     if (!rf) bail("fixture");
@@ -583,17 +593,11 @@ static void engine_tree(struct tdm_engine *e, int np, const int *parent, const i
  *     increasing, past the verify's rows) are refused with the position unchanged. */
 static void test_mtp_tree(const char *fix, const char *model, const char *fmt)
 {
-    char dir[4096], path[4096], lab[160];
-    snprintf(dir, sizeof dir, "%s/%s/%s", fix, model, fmt);
-    snprintf(lab, sizeof lab, "%s/%s MTP tree", model, fmt);
-    struct tdm_model *m = tdm_model_load(dir);
-    if (!m) bail("model");
-    if (!m->has_mtp) bail("the fixture has no MTP layer");
-    const int V = m->cfg.vocab, H = m->cfg.hidden;
+    char lab[160];
     int32_t *prompt;
     int np;
-    snprintf(path, sizeof path, "%s/%s/prompt.tok", fix, model);
-    if (tdm_tokens_read(path, V, 0, &prompt, &np) != 0 || np < 2) bail("prompt");
+    struct tdm_model *m = mtp_fixture(fix, model, fmt, "MTP tree", lab, sizeof lab, &prompt, &np);
+    const int V = m->cfg.vocab, H = m->cfg.hidden;
     struct tdm_spec_opts so;
     if (tdm_spec_opts_init(&so) != 0 || tdm_spec_parse_tree(MTP_TREE, &so) != 0) bail("tree");
     int parent[TDM_SPEC_MAX_NODES], depth[TDM_SPEC_MAX_NODES];
