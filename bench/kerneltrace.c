@@ -81,9 +81,11 @@ __attribute__((constructor)) static void trace_start(void)
     CUPTI_OK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* One graph launch: its span (first kernel's start to last kernel's end) and its kernels' summed time. */
+struct launch { uint64_t span, busy; };
+static int cmp_span(const void *a, const void *b)
 {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    const uint64_t x = ((const struct launch *)a)->span, y = ((const struct launch *)b)->span;
     return x < y ? -1 : x > y;
 }
 /* Records ordered by (their graph's first appearance, correlation id, start). */
@@ -112,10 +114,10 @@ static void trace_report(void)
     }
     qsort(recs, nrec, sizeof *recs, cmp_rec);
     fprintf(f, "%-6s %8s %7s %10s %10s %6s  %s\n", "graph", "launches", "kernels", "span_us", "busy_us", "gaps", "first");
-    uint64_t *span = malloc((nrec ? nrec : 1) * sizeof *span), *busy = malloc((nrec ? nrec : 1) * sizeof *busy);
+    /* the launches of each graph (graph 0: one group, every kernel outside graphs) */
+    struct launch *ls = malloc((nrec ? nrec : 1) * sizeof *ls);
     for (size_t i = 0; i < nrec;) {
         size_t j = i, nl = 0, nk = 0;
-        uint64_t busy0 = 0;
         while (j < nrec && recs[j].graph == recs[i].graph) {
             size_t e = j;
             uint64_t s = recs[j].start, t = recs[j].end, b = 0;
@@ -125,29 +127,22 @@ static void trace_report(void)
                 b += recs[e].end - recs[e].start;
                 e++;
             }
-            if (recs[i].graph == 0) busy0 = b;
             nk = e - j;
-            span[nl] = t - s;
-            busy[nl] = b;
-            nl++;
+            ls[nl++] = (struct launch){t - s, b};
             j = e;
         }
         if (recs[i].graph == 0) {
-            fprintf(f, "%-6s %8s %7zu %10s %10.1f %6s  %s (kernels outside graphs)\n", "0", "-", nk, "-", busy0 / 1e3, "-",
-                    recs[i].name);
+            fprintf(f, "%-6s %8s %7zu %10s %10.1f %6s  %s (kernels outside graphs)\n", "0", "-", nk, "-", ls[0].busy / 1e3,
+                    "-", recs[i].name);
         } else {
             /* the median launch by span, and its own busy time */
-            uint64_t *pair = malloc(nl * 2 * sizeof *pair);
-            for (size_t l = 0; l < nl; l++) { pair[2 * l] = span[l]; pair[2 * l + 1] = busy[l]; }
-            qsort(pair, nl, 2 * sizeof *pair, cmp_u64);
-            const uint64_t sm = pair[2 * (nl / 2)], bm = pair[2 * (nl / 2) + 1];
-            fprintf(f, "%-6u %8zu %7zu %10.1f %10.1f %5.1f%%  %s\n", recs[i].graph, nl, nk, sm / 1e3, bm / 1e3,
-                    sm ? 100.0 * (1.0 - (double)bm / (double)sm) : 0.0, recs[i].name);
-            free(pair);
+            qsort(ls, nl, sizeof *ls, cmp_span);
+            const struct launch m = ls[nl / 2];
+            fprintf(f, "%-6u %8zu %7zu %10.1f %10.1f %5.1f%%  %s\n", recs[i].graph, nl, nk, m.span / 1e3, m.busy / 1e3,
+                    m.span ? 100.0 * (1.0 - (double)m.busy / (double)m.span) : 0.0, recs[i].name);
         }
         i = j;
     }
-    free(span);
-    free(busy);
+    free(ls);
     if (f != stderr) fclose(f);
 }

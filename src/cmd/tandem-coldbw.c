@@ -44,7 +44,6 @@ struct mm_ctx {
     void *y;
     int64_t m;
     const struct tdm_tiles *tiles;
-    uint64_t *sink; /* for rows_call */
 };
 
 static int mm_call(void *p, int i, void *stream)
@@ -66,6 +65,12 @@ static int rows_call(void *p, int i, void *stream)
     struct rows_ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     return tdm_dev_read_rows(w->w, w->n, w->k / 2, c->chains, c->depth, c->sink, stream);
+}
+
+/* One line of the table: what was timed, the bytes it moved, the median time, the rate. */
+static void table_line(const char *name, double bytes, double ms)
+{
+    printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, ms, bytes / ms / 1e6);
 }
 
 struct buf_ctx {
@@ -146,10 +151,9 @@ int main(int argc, char **argv)
     if (tdm_time_calls(buf_call, &bc, 4, (int)reps, 0, st, &copy_ms) != 0) tdm_die_check(prog);
     const double read_gbps = each / read_ms / 1e6, copy_gbps = 2.0 * each / copy_ms / 1e6;
     printf("%-34s %14s %12s %10s\n", "test", "bytes", "median_ms", "GB/s");
-    printf("%-34s %14zu %12.4f %10.1f\n", "read", each, read_ms, read_gbps);
-    printf("%-34s %14zu %12.4f %10.1f\n", "copy (read + write)", 2 * each, copy_ms, copy_gbps);
+    table_line("read", (double)each, read_ms);
+    table_line("copy (read + write)", 2.0 * each, copy_ms);
     for (int i = 0; i < 4; i++) tdm_cuda_free(bc.buf[i]);
-    tdm_cuda_free(bc.sink);
 
     json_t *rec = json_object();
     json_object_set_new(rec, "device", json_string(info.name));
@@ -168,8 +172,7 @@ int main(int argc, char **argv)
         struct tdm_wset ws;
         if (tdm_wset_alloc(&ws, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 7) != 0) tdm_die_check(prog);
         struct mm_ctx mc = {.ws = &ws, .m = rows, .tiles = tiles};
-        if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0 ||
-            tdm_cuda_malloc((void **)&mc.sink, 64) != 0)
+        if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
             tdm_die_check(prog);
         if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
         const double bytes = (double)tdm_matmul_bytes(&ws.w[0], rows);
@@ -178,22 +181,22 @@ int main(int argc, char **argv)
         if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 1, st, &graph_ms) != 0) tdm_die_check(prog);
         char name[96];
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld eager", kernel, n, k, rows);
-        printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, eager_ms, bytes / eager_ms / 1e6);
+        table_line(name, bytes, eager_ms);
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld graph", kernel, n, k, rows);
-        printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, graph_ms, bytes / graph_ms / 1e6);
+        table_line(name, bytes, graph_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
          * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic */
         json_t *pattern = json_array();
         const int chains = tdm_mm_kchains(n, k);
         if (fmt == TDM_W_NVFP4 && n % 16 == 0 && k % 128 == 0) {
+            const double wb = (double)n * (double)k / 2;   /* the codes alone: no scales, no activations */
             for (int depth = 1; depth <= 8; depth *= 2) {
-                struct rows_ctx rc = {.ws = &ws, .chains = chains, .depth = depth, .sink = mc.sink};
+                struct rows_ctx rc = {.ws = &ws, .chains = chains, .depth = depth, .sink = bc.sink};
                 double ms;
                 if (tdm_time_calls(rows_call, &rc, ws.copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
-                const double wb = (double)n * (double)k / 2;
                 snprintf(name, sizeof name, "nvfp4 rows read alone, depth %d", depth);
-                printf("%-34s %14.0f %12.4f %10.1f\n", name, wb, ms, wb / ms / 1e6);
+                table_line(name, wb, ms);
                 json_array_append_new(pattern, json_pack("{s:i, s:i, s:f, s:f}", "depth", depth, "chains", chains, "ms", ms,
                                                          "gbps", wb / ms / 1e6));
             }
@@ -206,7 +209,6 @@ int main(int argc, char **argv)
         json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
         tdm_cuda_free(mc.y);
-        tdm_cuda_free(mc.sink);
         tdm_wset_free(&ws);
         tdm_tiles_free(tiles);
     }
@@ -215,6 +217,7 @@ int main(int argc, char **argv)
         return TDM_EXIT_USAGE;
     }
     json_decref(rec);
+    tdm_cuda_free(bc.sink);
     tdm_stream_destroy(st);
     return 0;
 }
