@@ -153,19 +153,10 @@ static bool rows_aligned(const struct tdm_dweight *w)
     return true;
 }
 
-static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
-                  enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
+// Launches the skinny kernel with the setting t (already checked) on arguments a of m rows.
+static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct tdm_tile t, int64_t m, bool vec,
+                      void *stream)
 {
-    tdm_mm::SkinnyArgs a;
-    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul") != 0) return -1;
-    const int kk = tdm_mmk_for(w->fmt, m);
-    if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
-    if ((rule_chains ? tdm_tile_check : tdm_tile_check_plan)((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
-        return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
-    struct tdm_tile t = *tile;
-    // The vector instantiation needs aligned weight rows and activation rows; the other loads
-    // byte-wise (launch settings and load widths change no bits).
-    const bool vec = rows_aligned(w) && a.x_vec;
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
     a.wk = t.wk;
@@ -181,10 +172,24 @@ static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, i
     if (e != cudaSuccess) {
         (void)cudaGetLastError();   // a refused launch leaves no sticky error; clear it for the next call
         char buf[96];
-        return tdm_errf("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s: launch failed: %s", tdm_wfmt_name(w->fmt),
-                        w->n, w->k, m, tdm_tile_str(&t, buf, sizeof buf), cudaGetErrorString(e));
+        return tdm_errf("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s%s: launch failed: %s", tdm_wfmt_name(w->fmt),
+                        w->n, w->k, m, tdm_tile_str(&t, buf, sizeof buf), a.w_up ? " (SwiGLU)" : "", cudaGetErrorString(e));
     }
     return 0;
+}
+
+static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
+                  enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
+{
+    tdm_mm::SkinnyArgs a;
+    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul") != 0) return -1;
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
+    if ((rule_chains ? tdm_tile_check : tdm_tile_check_plan)((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
+        return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
+    // The vector instantiation needs aligned weight rows and activation rows; the other loads
+    // byte-wise (launch settings and load widths change no bits).
+    return run_skinny(a, w, *tile, m, rows_aligned(w) && a.x_vec, stream);
 }
 
 extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
@@ -211,6 +216,49 @@ extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, i
                         tdm_wfmt_name(w->fmt), w->n, w->k, m, cudaGetErrorString(e));
     }
     return 0;
+}
+
+// The setting of a SwiGLU product of m rows (tdm_matmul_swiglu) in *t when it runs as one: the two
+// weights of one shape and format, the setting's nt 2 (a warp's two tiles are the two weights),
+// aligned rows (the vector instantiation: the checked one runs nt 1).
+static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                           int64_t m, const struct tdm_tiles *tiles, struct tdm_tile *t)
+{
+    if (!gate || !up || m < 1 || m > TDM_MM_MAX_ROWS || gate->fmt != up->fmt || gate->n != up->n || gate->k != up->k ||
+        gate->scale_dt != up->scale_dt || !gate->w || !up->w)
+        return false;
+    const int kk = tdm_mmk_for(gate->fmt, m);
+    if (kk < 0) return false;
+    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, gate->n, gate->k);
+    return t->nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+}
+
+extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
+                                    int64_t ldx, int64_t m, const struct tdm_tiles *tiles)
+{
+    struct tdm_tile t;
+    return swiglu_setting(gate, up, x, ldx, m, tiles, &t);
+}
+
+extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
+                                 int64_t ldx, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
+                                 void *stream)
+{
+    struct tdm_tile t;
+    if (!swiglu_setting(gate, up, x, ldx, m, tiles, &t))
+        return tdm_errf("matmul (SwiGLU): %s %" PRId64 "x%" PRId64 " at %" PRId64 " rows cannot run as one product "
+                        "(tdm_matmul_swiglu_ok)", gate ? tdm_wfmt_name(gate->fmt) : "?", gate ? gate->n : 0,
+                        gate ? gate->k : 0, m);
+    tdm_mm::SkinnyArgs a;
+    if (make_args(gate, x, ldx, m, y, ldy, TDM_MM_BF16, &a, "matmul (SwiGLU)") != 0) return -1;
+    const int kk = tdm_mmk_for(gate->fmt, m);
+    if (tdm_tile_check((enum tdm_mmk)kk, gate->n, gate->k, &t) != 0)
+        return tdm_err_prefix("matmul (SwiGLU): %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), gate->n, gate->k);
+    a.w_up = (const uint8_t *)up->w;
+    a.scale_up = (const uint8_t *)up->scale;
+    a.row0_up = up->row0;
+    a.out_scale_up = up->fmt == TDM_W_NVFP4 ? up->scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+    return run_skinny(a, gate, t, m, true, stream);
 }
 
 extern "C" int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,

@@ -66,6 +66,18 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
                            void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
                            void *stream);
 
+/* SwiGLU in one product: y[m][n] = bf16(bf16(silu(g)) * u) with g and u the BF16 outputs that
+ * tdm_matmul would give for gate and up (the same bits: each warp takes both weights' rows of the
+ * same 8 outputs, with the setting and chains of the gate's shape; then tdm_silu_mul's roundings),
+ * in one launch instead of three. tdm_matmul_swiglu_ok says whether a call can run so (1): gate
+ * and up of one shape and format, 1..32 rows, the shape's setting with nt 2, weight and activation
+ * rows aligned; else tdm_matmul_swiglu refuses (-1 with tdm_err()) and the caller runs the two
+ * products and tdm_silu_mul. */
+int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                         int64_t m, const struct tdm_tiles *tiles);
+int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                      int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles, void *stream);
+
 /* The wide GEMM for any m >= 1 (tdm_matmul sends m > 32 here). */
 int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                     int64_t ldy, enum tdm_mm_out out, void *stream);

@@ -31,6 +31,7 @@
 #include <cooperative_groups.h>
 #include <stdint.h>
 #include <type_traits>
+#include "layers_dev.cuh"
 #include "mm_layout.h"
 
 namespace tdm_mm {
@@ -52,6 +53,13 @@ struct SkinnyArgs {
     int chain_len;           // slabs per chain, ceil(slabs / kchains)
     int wk;                  // chains per CTA
     int x_vec;               // x rows start 16-byte aligned
+    // SwiGLU (nt 2 only; tdm_matmul_swiglu): w and scale above are the gate's, these the up
+    // projection's, of the same view shape; each warp takes 8 outputs, its tile 0 from the gate and
+    // tile 1 from the up weight, and y[r][o] = bf16(bf16(silu(bf16(gate))) * bf16(up)). NULL: a
+    // plain product.
+    const uint8_t *w_up, *scale_up;
+    int64_t row0_up;
+    float out_scale_up;
 };
 
 // ---- small device pieces ------------------------------------------------------------------------
@@ -146,17 +154,19 @@ template <> struct FmtInfo<TDM_MMF_NVFP4> { static constexpr int NUM = 1, DEN = 
 template <> struct FmtInfo<TDM_MMF_FP8> { static constexpr int NUM = 1, DEN = 1; };
 template <> struct FmtInfo<TDM_MMF_BF16> { static constexpr int NUM = 2, DEN = 1; };
 
-// Loads lane chunk t of slab `slab` of view row `vrow` (clamped into the view by the caller).
-// cols: the view rows of this lane's C columns (FP8 block scales follow the output columns).
+// Loads lane chunk t of slab `slab` of view row `vrow` (clamped into the view by the caller) of the
+// stored matrix wm with its scales sm and first view row row0 (the gate's or, SwiGLU, the up
+// weight's). cols: the view rows of this lane's C columns (FP8 block scales follow the output
+// columns).
 template <int FMT, bool VEC>
-__device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, int vrow, int col0, int col1,
-                                           int slab, int t)
+__device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, const uint8_t *wm, const uint8_t *sm,
+                                           int64_t row0, int vrow, int col0, int col1, int slab, int t)
 {
     constexpr int CB = FmtInfo<FMT>::NUM * TDM_MM_CHUNK_K / FmtInfo<FMT>::DEN;   // chunk bytes
     constexpr int NW = CB / 4;
     const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
     const int64_t off = (int64_t)slab * 4 * CB + t * CB;
-    const uint8_t *p = a.w + (a.row0 + vrow) * rowbytes + off;
+    const uint8_t *p = wm + (row0 + vrow) * rowbytes + off;
     const bool full = off + CB <= rowbytes;
     if (VEC && full) {
 #pragma unroll
@@ -170,7 +180,7 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, i
     }
     if constexpr (FMT == TDM_MMF_NVFP4) {
         const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
-        const uint8_t *s = a.scale + (a.row0 + vrow) * srow + soff;
+        const uint8_t *s = sm + (row0 + vrow) * srow + soff;
         if (VEC && soff + 2 <= srow) {
             c.sc = ldg_stream_u16(s);
         } else {
@@ -181,13 +191,13 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, i
         }
     } else if constexpr (FMT == TDM_MMF_FP8) {
         const int64_t kb = a.slabs;   // scale blocks along k
-        const int64_t i0 = ((a.row0 + col0) >> 7) * kb + slab, i1 = ((a.row0 + col1) >> 7) * kb + slab;
+        const int64_t i0 = ((row0 + col0) >> 7) * kb + slab, i1 = ((row0 + col1) >> 7) * kb + slab;
         if (a.scale_bf16) {
-            const uint16_t *s = reinterpret_cast<const uint16_t *>(a.scale);
+            const uint16_t *s = reinterpret_cast<const uint16_t *>(sm);
             c.sc[0] = __uint_as_float((uint32_t)s[i0] << 16);
             c.sc[1] = __uint_as_float((uint32_t)s[i1] << 16);
         } else {
-            const float *s = reinterpret_cast<const float *>(a.scale);
+            const float *s = reinterpret_cast<const float *>(sm);
             c.sc[0] = s[i0];
             c.sc[1] = s[i1];
         }
@@ -276,9 +286,13 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wn_count = (nthr >> 5) / a.wk;
     const int wn = warp % wn_count, wk = warp / wn_count;
-    const int cols = 8 * NT * wn_count;
-    const int col0 = blockIdx.x * cols;             // first view row (output column) of the CTA
-    const int wcol = col0 + wn * 8 * NT;            // of this warp
+    // SwiGLU (a.w_up, NT 2): a warp's two tiles are the gate's and the up weight's rows of the same
+    // 8 outputs, so the CTA has half as many outputs as partial-sum columns.
+    const bool glu = NT == 2 && a.w_up != nullptr;
+    const int cols = 8 * NT * wn_count;             // partial-sum columns of the CTA
+    const int outs = glu ? cols / 2 : cols;         // its outputs
+    const int col0 = blockIdx.x * outs;             // first view row (output column) of the CTA
+    const int wcol = col0 + wn * (glu ? 8 : 8 * NT);   // of this warp
     const int rank = blockIdx.y;                    // CTA rank in the cluster = block of chains
     const int s_begin = (rank * a.wk + wk) * a.chain_len;
     const int s_end = min(s_begin + a.chain_len, a.slabs);
@@ -291,11 +305,18 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     // This lane's B rows (clamped into the view: columns past n compute garbage nobody stores)
     // and, for FP8, its C columns.
     int brow[NT], ccol0[NT], ccol1[NT];
+    const uint8_t *wm[NT], *sm[NT];   // each tile's stored matrix and scales (SwiGLU: tile 1 the up weight's)
+    int64_t r0[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        brow[nt] = min(wcol + 8 * nt + g, a.n - 1);
-        ccol0[nt] = min(wcol + 8 * nt + 2 * t, a.n - 1);
-        ccol1[nt] = min(wcol + 8 * nt + 2 * t + 1, a.n - 1);
+        const int base = glu ? wcol : wcol + 8 * nt;
+        const bool up = glu && nt == 1;
+        brow[nt] = min(base + g, a.n - 1);
+        ccol0[nt] = min(base + 2 * t, a.n - 1);
+        ccol1[nt] = min(base + 2 * t + 1, a.n - 1);
+        wm[nt] = up ? a.w_up : a.w;
+        sm[nt] = up ? a.scale_up : a.scale;
+        r0[nt] = up ? a.row0_up : a.row0;
     }
 
     // ---- the checked path (partial slabs, unaligned data) ----
@@ -317,7 +338,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     auto load_checked = [&](Chunk<FMT>(&dst)[NT], int i) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
-            load_chunk<FMT, VEC>(dst[nt], a, brow[nt], ccol0[nt], ccol1[nt], s_begin + i, t);
+            load_chunk<FMT, VEC>(dst[nt], a, wm[nt], sm[nt], r0[nt], brow[nt], ccol0[nt], ccol1[nt], s_begin + i, t);
     };
 
     // ---- the fast path: per-lane weight pointers, slab i of the chain at + i * (slab stride) ----
@@ -327,10 +348,10 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        wp[nt] = a.w + (a.row0 + brow[nt]) * rowbytes + (int64_t)s_begin * SB + t * CB;
-        sp[nt] = a.scale + (a.row0 + brow[nt]) * (int64_t)(a.k / 16) + (int64_t)s_begin * 8 + 2 * t;
-        fs0[nt] = ((a.row0 + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
-        fs1[nt] = ((a.row0 + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
+        wp[nt] = wm[nt] + (r0[nt] + brow[nt]) * rowbytes + (int64_t)s_begin * SB + t * CB;
+        sp[nt] = sm[nt] + (r0[nt] + brow[nt]) * (int64_t)(a.k / 16) + (int64_t)s_begin * 8 + 2 * t;
+        fs0[nt] = ((r0[nt] + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
+        fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }
     (void)sp; (void)fs0; (void)fs1;
     auto load_fast = [&](Chunk<FMT>(&dst)[NT], int i) {
@@ -346,11 +367,11 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
                 dst[nt].sc = ldg_stream_u16(sp[nt] + 8 * i);
             } else if constexpr (FMT == TDM_MMF_FP8) {
                 if (a.scale_bf16) {
-                    const uint16_t *s = reinterpret_cast<const uint16_t *>(a.scale);
+                    const uint16_t *s = reinterpret_cast<const uint16_t *>(sm[nt]);
                     dst[nt].sc[0] = __uint_as_float((uint32_t)__ldg(s + fs0[nt] + i) << 16);
                     dst[nt].sc[1] = __uint_as_float((uint32_t)__ldg(s + fs1[nt] + i) << 16);
                 } else {
-                    const float *s = reinterpret_cast<const float *>(a.scale);
+                    const float *s = reinterpret_cast<const float *>(sm[nt]);
                     dst[nt].sc[0] = __ldg(s + fs0[nt] + i);
                     dst[nt].sc[1] = __ldg(s + fs1[nt] + i);
                 }
@@ -565,6 +586,18 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
         cl.sync();   // no CTA leaves while another still reads its shared memory
     }
     if (rank != 0) return;
+    if (glu) {   // output o of warp w: the gate's sum at column 16 w + o % 8, the up's 8 further
+        for (int e = tid; e < a.m * outs; e += nthr) {
+            const int r = e / outs, h = e - r * outs, n = col0 + h;
+            if (n >= a.n) continue;
+            const int cg = 16 * (h >> 3) + (h & 7);
+            // tdm_silu_mul's roundings on the two products' BF16 outputs (engine_glue.cu)
+            const float gate = tdm_ly::bfr(red[r * rstride + cg] * a.out_scale);
+            const float up = tdm_ly::bfr(red[r * rstride + cg + 8] * a.out_scale_up);
+            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = tdm_ly::f2bf(__fmul_rn(tdm_ly::bfr(tdm_ly::silu_ref(gate)), up));
+        }
+        return;
+    }
     for (int e = tid; e < nel; e += nthr) {
         const int r = e / cols, c = e - r * cols, n = col0 + c;
         if (n >= a.n) continue;
@@ -596,9 +629,9 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
             allowed = want;
         }
     }
-    const int cols = 8 * NT * wn;
+    const int cols = 8 * NT * wn, outs = NT == 2 && a.w_up ? cols / 2 : cols;   // SwiGLU: half as many outputs
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((a.n + cols - 1) / cols), (unsigned)cs, 1);
+    cfg.gridDim = dim3((unsigned)((a.n + outs - 1) / outs), (unsigned)cs, 1);
     cfg.blockDim = dim3((unsigned)(32 * wn * a.wk), 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;

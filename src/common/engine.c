@@ -60,6 +60,7 @@ struct tdm_engine {
     struct dlayer *ly;                      /* [L] */
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
+    int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can */
     int attn_prefill;                       /* chunks past ROWS rows: tdm_attn_prefill (TANDEM_ATTN_PREFILL) */
     int moe_grouped;                        /* MoE layouts prefill e->prow rows, the experts grouped (TANDEM_MOE_GROUPED) */
     struct tdm_dweight head;                /* [V, H] */
@@ -401,6 +402,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
+    e->fuse_mlp = strcmp(tdm_setting("TANDEM_MLP_FUSE"), "off") != 0;
     e->defer = strcmp(tdm_setting("TANDEM_GDN_DEFER"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
@@ -608,9 +610,13 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
     const int64_t I = c->intermediate;
     void *st = e->st;
     const struct tdm_tiles *t = e->tiles;
-    if (tdm_matmul(&d->gate, e->xn, H, M, e->g, I, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->up, e->xn, H, M, e->u, I, TDM_MM_BF16, t, st) ||
-        tdm_silu_mul(e->g, e->u, I, M, e->g, st) ||
+    /* gate, up and SiLU x up in one launch where the setting allows (tdm_matmul_swiglu: the same
+     * bits as the three launches, so the choice, made per row count, changes none) */
+    const int fused = e->fuse_mlp && tdm_matmul_swiglu_ok(&d->gate, &d->up, e->xn, H, M, t);
+    if ((fused ? tdm_matmul_swiglu(&d->gate, &d->up, e->xn, H, M, e->g, I, t, st)
+               : tdm_matmul(&d->gate, e->xn, H, M, e->g, I, TDM_MM_BF16, t, st) ||
+                     tdm_matmul(&d->up, e->xn, H, M, e->u, I, TDM_MM_BF16, t, st) ||
+                     tdm_silu_mul(e->g, e->u, I, M, e->g, st)) ||
         tdm_matmul(&d->down, e->g, I, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;

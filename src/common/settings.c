@@ -31,6 +31,10 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs qwen3_5's in_proj_b and in_proj_a as one product per GDN layer (one [2Hv, H] "
      "weight, b's rows then a's) where the two concatenate exactly (same format and k; NVFP4 the same "
      "scale_2; FP8 whole 128-row blocks), else two; off runs two products (the older path, for comparison)"},
+    {"TANDEM_MLP_FUSE", "on", "on|off",
+     "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
+     "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp: the same bits); off runs "
+     "two products and the SiLU x up kernel (the older path, for comparison)"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "

@@ -91,7 +91,8 @@ done
 # forced run with in_proj_b and in_proj_a as two 48x5120 products (TANDEM_GDN_FUSE_BA=off): every
 # logit bit for bit as the one 96x5120 product's (tdm_mm_kchains gives both shapes 8 chains, and
 # nothing else of a shape changes a column's bits), and the engine's line says one product in 1 of
-# 1 GDN layers, then 0 of 1.
+# 1 GDN layers, then 0 of 1; and with the MLP's three launches (TANDEM_MLP_FUSE=off) instead of
+# one SwiGLU product (NVFP4 with nt 2 settings; the other formats run three either way): the same.
 printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
 for fmt in bf16 fp8 nvfp4; do
     M27=$tmp/m27-$fmt
@@ -107,6 +108,9 @@ for fmt in bf16 fp8 nvfp4; do
       "TANDEM_GDN_FUSE_BA=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu2.st >/dev/null 2>$tmp/err.two &&
        grep -q 'one product in 1 of 1 GDN layers' $tmp/err.one && grep -q 'one product in 0 of 1 GDN layers' $tmp/err.two &&
        cmp -s $tmp/gpu.st $tmp/gpu2.st || { sed 's/^/# /' $tmp/err.one $tmp/err.two; false; }"
+    t "27B layer shapes, $fmt: the MLP as gate, up and SiLU x up launches (TANDEM_MLP_FUSE=off) gives the one SwiGLU product's logits bit for bit" \
+      "TANDEM_MLP_FUSE=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu3.st >/dev/null 2>$tmp/err.three &&
+       cmp -s $tmp/gpu.st $tmp/gpu3.st || { sed 's/^/# /' $tmp/err.one $tmp/err.three; false; }"
     rm -rf "$M27"
 done
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of

@@ -11,6 +11,7 @@
  * engine's one product of qwen3_5's in_proj_b and in_proj_a (the 27B's 96x5120), edge shapes and
  * the tiny fixtures' shapes (12x256: qwen35-tiny's in_proj_b and in_proj_a as one). */
 #include "device.h"
+#include "engine_glue.h"
 #include "err.h"
 #include "formats.h"
 #include "linear.h"
@@ -229,6 +230,72 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     free(h.scale);
 }
 
+
+/* SwiGLU in one product (tdm_matmul_swiglu) against tdm_matmul of gate and of up, then
+ * tdm_silu_mul, bit for bit, at every row count 1..32 the tables let it run (nt 2 settings), with
+ * rows that share inputs; and each row against its one-row call (the twin). n not a multiple of a
+ * CTA's outputs exercises the last CTA's guard. Counts the row counts it ran at (NVFP4 with the
+ * shipped sm_90 tables: every one for the 27B's 17408x5120). */
+static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, int want_all)
+{
+    struct hweight hg, hu;
+    make_weight(&hg, fmt, n, k, TDM_DT_F32);
+    make_weight(&hu, fmt, n, k, TDM_DT_F32);
+    hu.q.scale2 = 0.0321f;   /* up's own NVFP4 global scale */
+    struct tdm_dweight g, u;
+    if (tdm_dweight_upload(&hg.q, &g) != 0 || tdm_dweight_upload(&hu.q, &u) != 0) {
+        ok(0, "%s: upload: %s", label, tdm_err());
+        return;
+    }
+    const int R = 32;
+    uint16_t *hx = malloc(sizeof *hx * R * k), *dx;
+    float *xf = malloc(sizeof *xf * R * k);
+    make_x(hx, xf, R, k);
+    uint16_t *dg, *du, *dref, *dglu;
+    const size_t yb = (size_t)R * n * 2;
+    if (tdm_cuda_malloc((void **)&dx, sizeof *hx * R * k) || tdm_cuda_h2d(dx, hx, sizeof *hx * R * k) ||
+        tdm_cuda_malloc((void **)&dg, yb) || tdm_cuda_malloc((void **)&du, yb) || tdm_cuda_malloc((void **)&dref, yb) ||
+        tdm_cuda_malloc((void **)&dglu, yb)) {
+        ok(0, "%s: device memory: %s", label, tdm_err());
+        return;
+    }
+    uint16_t *ref = malloc(yb), *glu = malloc(yb), *one = malloc((size_t)n * 2);
+    int ran = 0, same = 0, twins = 0, fails = 0;
+    for (int m = 1; m <= R; m++) {
+        if (!tdm_matmul_swiglu_ok(&g, &u, dx, k, m, tiles)) continue;
+        ran++;
+        if (tdm_dev_fill_bytes(dglu, yb, 99 + m, 0xff, 0, st) != 0 ||
+            tdm_matmul(&g, dx, k, m, dg, n, TDM_MM_BF16, tiles, st) || tdm_matmul(&u, dx, k, m, du, n, TDM_MM_BF16, tiles, st) ||
+            tdm_silu_mul(dg, du, n, m, dref, st) || tdm_matmul_swiglu(&g, &u, dx, k, m, dglu, n, tiles, st) ||
+            tdm_stream_sync(st) || tdm_cuda_d2h(ref, dref, (size_t)m * n * 2) || tdm_cuda_d2h(glu, dglu, (size_t)m * n * 2)) {
+            fails++;
+            printf("# %s m=%d: %s\n", label, m, tdm_err());
+            continue;
+        }
+        same += memcmp(ref, glu, (size_t)m * n * 2) == 0;
+        int rows_ok = 1;   /* each row against its own one-row call */
+        for (int r = 0; r < m && rows_ok; r++)
+            rows_ok = tdm_matmul_swiglu_ok(&g, &u, dx + r * k, k, 1, tiles) &&
+                      tdm_matmul_swiglu(&g, &u, dx + r * k, k, 1, dglu, n, tiles, st) == 0 && tdm_stream_sync(st) == 0 &&
+                      tdm_cuda_d2h(one, dglu, (size_t)n * 2) == 0 && memcmp(one, glu + (size_t)r * n, (size_t)n * 2) == 0;
+        twins += rows_ok;
+    }
+    ok(fails == 0 && same == ran, "%s: one SwiGLU product = gate, up, tdm_silu_mul bit for bit at %d of %d row counts run",
+       label, same, ran);
+    ok(twins == ran, "%s: every row = its one-row SwiGLU call at %d of %d row counts", label, twins, ran);
+    ok(ran >= (want_all ? R : 1), "%s: ran as one product at %d of 1..%d rows (at least %d expected)", label, ran, R,
+       want_all ? R : 1);
+    /* refused where it cannot run: shapes that differ */
+    struct tdm_dweight half = tdm_dweight_rows(&u, 0, n / 2);
+    ok(!tdm_matmul_swiglu_ok(&g, &half, dx, k, 1, tiles) && tdm_matmul_swiglu(&g, &half, dx, k, 1, dglu, n, tiles, st) != 0,
+       "%s: gate and up of different shapes refused: %s", label, tdm_err());
+    tdm_dweight_free(&g);
+    tdm_dweight_free(&u);
+    tdm_cuda_free(dx); tdm_cuda_free(dg); tdm_cuda_free(du); tdm_cuda_free(dref); tdm_cuda_free(dglu);
+    free(hx); free(xf); free(ref); free(glu); free(one);
+    free(hg.w); free(hg.scale); free(hu.w); free(hu.scale);
+}
+
 int main(void)
 {
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
@@ -279,6 +346,11 @@ int main(void)
             snprintf(label, sizeof label, "tiny %s %lldx%lld", tdm_wfmt_name(fmts[f]), (long long)tiny[i][0], (long long)tiny[i][1]);
             run_case(label, fmts[f], TDM_DT_F32, tiny[i][0], tiny[i][1], 0, tiny[i][0]);
         }
+    /* SwiGLU in one product: the 27B's MLP (the shipped tables: nt 2 at 1-16 and 17-32 rows), a
+     * shape whose last CTA is partial, and BF16 where a setting takes nt 2 */
+    run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
+    run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, 0);
+    run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, 0);
     tdm_tiles_free(tiles);
     tdm_stream_destroy(st);
     return done_testing();
