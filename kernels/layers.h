@@ -180,7 +180,9 @@ int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, cons
  * records its accepted rows; the next pass applies them to each GDN layer's states as it loads
  * them, so the recurrent state moves through memory once a round instead of twice. The pending
  * rows' count n lives in device memory (d_n: an int32 in 0..TDM_GDN_PEND_MAX; larger values are
- * taken as the maximum), so one CUDA graph serves every count.
+ * taken as the maximum), so one CUDA graph serves every count. (The CUDA engine launches none of
+ * this before its first deferred commit: its passes run the plain forms until then, which give
+ * the pending forms' bits over a count of 0; engine.c, take_pending.)
  *
  * tdm_gdn_conv_pending: tdm_gdn_conv over the first n rows of x (the kept conv inputs) from state,
  * state advanced (written) and their outputs y [n][C] — the same kernel with the count read from

@@ -71,7 +71,10 @@ static void usage(FILE *f)
             "         time includes the head and the copy of one logits row to the host; each rep then\n"
             "         runs a second step with only its greedy id copied (tdm_engine_forward_ids, as\n"
             "         tandem-run's plain decode runs now): round_ids. Run first, and again last (shape\n"
-            "         'again': how far the device drifted over the run); a rep advances two positions.\n"
+            "         'again': how far the device drifted over the run; deferred (TANDEM_GDN_DEFER), the\n"
+            "         graphed step after the rounds also holds the pending rows' launches, one a GDN layer\n"
+            "         over 0 rows after the reset, which no pass runs before an engine's first deferred\n"
+            "         commit); a rep advances two positions.\n"
             "  chain  R rows a round: tdm_engine_verify of R rows with every row's logits copied to the\n"
             "         host (as the rounds of tandem-run --spec did before the ids came from the device),\n"
             "         then tdm_engine_commit of all R rows (every draft accepted: the largest commit).\n"
@@ -471,7 +474,8 @@ int main(int argc, char **argv)
         chain_series(s, K_SPEC, k + 1);
         s->drafts = k;
     }
-    struct series *step_end = &ser[ns++]; /* the step again: how far the device drifted over the run */
+    struct series *step_end = &ser[ns++]; /* the step again: how far the device drifted over the run (deferred:
+                                             * with the pending launches, which the first step has not) */
     *step_end = *step;
     snprintf(step_end->shape, sizeof step_end->shape, "again");
 

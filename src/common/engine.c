@@ -101,14 +101,21 @@ struct tdm_engine {
      * last commit not yet run through the GDN states (0: none; rows 0..pend-1 of every GDN layer's
      * round_x and round_g), on the device in d_pend for the passes' kernels (copied before each
      * pass, as d_pos is, so one graph serves every count). The rows stay where their verify left
-     * them: each pass's first launch on a GDN layer (tdm_gdn_conv_pending) runs their conv into pcv,
-     * advancing the conv state, and copies their gates to pg, before the pass's own projections
-     * rewrite the round buffers (a verify's) — so a commit copies nothing, each layer needs no
+     * them: the next pass's first launch on a GDN layer (tdm_gdn_conv_pending) runs their conv
+     * into pcv, advancing the conv state, and copies their gates to pg, before the pass's own
+     * projections rewrite the round buffers (a verify's) — so a commit copies nothing, each layer needs no
      * second set of round buffers, and the graphs need no variant per buffer (double buffering
      * would have baked one buffer's address into each captured graph). pcv and pg are the
      * engine's, shared by the layers: a layer's recurrence consumes them before the next layer's
-     * launch rewrites them, in stream order. */
-    int defer, pend;
+     * launch rewrites them, in stream order.
+     * taking: a deferred commit with rows has happened since the engine was made (a reset keeps
+     * it). Until then no pass takes pending rows up at all (take_pending): the count is 0 at every
+     * pass, so tdm_gdn_conv_pending would do nothing and the pending forms would apply nothing, and
+     * plain decode launches what it launches with TANDEM_GDN_DEFER=off. The first such commit
+     * drops every graph captured before it (start_taking). pend_passes: the passes that took
+     * pending rows up (tdm_engine_gdn_pend_passes). */
+    int defer, pend, taking;
+    long pend_passes;
     int32_t *d_pend;
     uint16_t *pcv, *pg;                     /* [ROWS][C], [ROWS][2Hv] */
     int fin_rows;                           /* rows of the last forward chunk or verify in xn (the MTP's h) */
@@ -375,7 +382,9 @@ int tdm_engine_reset(struct tdm_engine *e)
     if (tdm_cuda_sync() != 0) return -1;
     e->pos = 0;
     e->round_rows = 0;
-    e->pend = 0; /* the pending rows' states are gone */
+    e->pend = 0; /* the pending rows' states are gone; e->taking stays (struct tdm_engine: the graphs
+                  * captured since the first deferred commit take pending rows up, and with none
+                  * pending they apply nothing) */
     e->fin_rows = 0;
     if (e->mtp) tdm_emtp_reset(e->mtp);
     return 0;
@@ -453,7 +462,8 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused,
-            e->defer ? "deferred to the next pass" : "replayed at the commit (TANDEM_GDN_DEFER=off)");
+            e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
+                     : "replayed at the commit (TANDEM_GDN_DEFER=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -487,14 +497,16 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
  * prefill chunk) runs the prefill forms when TANDEM_GDN_PREFILL is on (e->gdn_scratch): the conv
  * parallel over tokens (the same bits) and the chunked delta rule (the same function, summed in
  * another order; layers.h).
- * Deferred commit (e->defer): every pass first takes the last commit's pending rows (e->d_pend of
- * them) out of the round buffers (tdm_gdn_conv_pending: their conv, advancing the conv state, and
- * their gates; struct tdm_engine says why there), then the recurrence's pending form applies them
- * as it loads the state, before the pass's own rows, and writes the state once. The chunked
- * prefill kernel has no pending form (its scan loads the state chunk by chunk in shared memory):
- * a prefill chunk applies the rows with tdm_gdn_recur_pend over no rows of its own first — one
- * more read and write of the state, only for a prompt chunk right after a round. */
-static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
+ * Deferred commit (e->defer): a pass that takes pending rows up (take: take_pending) first takes
+ * the last commit's pending rows (e->d_pend of them) out of the round buffers
+ * (tdm_gdn_conv_pending: their conv, advancing the conv state, and their gates; struct tdm_engine
+ * says why there), then the recurrence's pending form applies them as it loads the state, before
+ * the pass's own rows, and writes the state once. The chunked prefill kernel has no pending form
+ * (its scan loads the state chunk by chunk in shared memory): a prefill chunk applies the rows
+ * with tdm_gdn_recur_pend over no rows of its own first — one more read and write of the state,
+ * only for a prompt chunk right after a round. A pass that does not take them up launches the
+ * plain forms, as with TANDEM_GDN_DEFER=off. */
+static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p, int take)
 {
     const int verify = p == PASS_VERIFY || p == PASS_TREE;
     const struct tdm_config *c = &e->m->cfg;
@@ -509,7 +521,7 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p)
     const uint16_t *bb = g.b, *aa = g.a;
     const int64_t ld = g.ld;
     struct tdm_gdn_pend pd, *pend = NULL;
-    if (e->defer) {
+    if (take) {
         const struct gates pg = gates_of(d, e->pg, ROWS, Hv); /* round_g's layout, copied whole */
         pd = (struct tdm_gdn_pend){e->pcv, pg.b, pg.a, pg.ld, pg.ld, e->d_pend};
         pend = &pd;
@@ -622,6 +634,24 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
     return 0;
 }
 
+/* Whether a pass takes the pending rows of a deferred commit up (gdn_mixer: tdm_gdn_conv_pending on
+ * each GDN layer, the recurrence's pending forms). Eager, the host knows the count (e->pend, which
+ * pend_to_device copies before the pass): only when rows are pending. Graphed, a captured pass
+ * serves every count (read from e->d_pend at replay): from the first deferred commit with rows on
+ * (e->taking), never before — every graph captured before is dropped then (start_taking), so none
+ * without the launches is replayed once rows can be pending. A pass that does not take them up runs
+ * exactly the plain forms, and gives the same bits as the pending forms over a count of 0:
+ * tdm_gdn_conv_pending over 0 rows only copies the gates to e->pg, which no kernel reads with
+ * 0 rows pending, and the recurrence's pending forms are the plain ones' kernel, which with a
+ * count of 0 runs no pending row and writes nothing more (gdn.cu, PENDING). So plain decode
+ * before any round launches what it launches with TANDEM_GDN_DEFER=off: no launch a GDN layer
+ * more, no read of the count, and a prefill chunk with nothing pending no extra pass over the
+ * state. */
+static int take_pending(const struct tdm_engine *e, int graphed)
+{
+    return e->defer && (graphed ? e->taking : e->pend > 0);
+}
+
 /* The launches of M <= ROWS rows from e->ids (already on the device) to the FP32 logits of rows
  * from..M-1 in e->logits and their greedy ids in e->gid (none when from >= M). graphed: positions
  * from e->d_pos. p: a forward, or a chain or tree verify (the mixers say what changes). The argmax
@@ -633,12 +663,14 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
     const int H = c->hidden, V = c->vocab;
     const float eps = c->rms_eps;
     void *st = e->st;
+    const int take = take_pending(e, graphed);
+    if (take && !graphed) e->pend_passes++; /* a graph's replays count in run_pass */
     if (tdm_embed_rows(e->embed, e->embed_f32, V, H, e->ids, M, e->h, st) != 0) return -1;
     const uint16_t *pend = NULL; /* the previous layer's MLP output, added by the next norm */
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
-        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
+        if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p, take) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
         if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 ||
             (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
             return -1;
@@ -712,7 +744,8 @@ static int pass_launches(struct tdm_engine *e, enum pass p, int M, int from, int
 /* One pass from the CUDA graph *g when graphs are on (TANDEM_CUDA_GRAPH): captured on the shape's
  * second use, after one eager run (*eager_runs) has done every kernel's one-time set-up, and
  * replayed after with the position from e->d_pos: the same launches with the same arguments except
- * the position's source, so the same bits (t/gpu/engine.t, t/gpu/spec.t). */
+ * the position's source, so the same bits (t/gpu/engine.t, t/gpu/spec.t). A graph captured before
+ * the first deferred commit holds no pending launches; that commit drops it (start_taking). */
 static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_graph *g, int *eager_runs)
 {
     void *st = e->st;
@@ -728,7 +761,11 @@ static int run_pass(struct tdm_engine *e, enum pass p, int M, int from, tdm_grap
         }
         *g = cap;
     }
-    if (*g) return tdm_copy_async(e->d_pos, &e->pos, sizeof(int32_t), st) != 0 || tdm_graph_launch(*g, st) != 0 ? -1 : 0;
+    if (*g) {
+        /* a forward's or verify's graph holds the pending launches once e->taking (take_pending) */
+        if (p != PASS_COMMIT && p != PASS_COMMIT_PATH && take_pending(e, 1)) e->pend_passes++;
+        return tdm_copy_async(e->d_pos, &e->pos, sizeof(int32_t), st) != 0 || tdm_graph_launch(*g, st) != 0 ? -1 : 0;
+    }
     ++*eager_runs;
     return pass_launches(e, p, M, from, 0);
 }
@@ -896,16 +933,45 @@ int tdm_engine_verify_tree_rows(struct tdm_engine *e, const int32_t *ids, const 
     return 0;
 }
 
+/* The first deferred commit with rows (struct tdm_engine: taking): from here on a graphed pass
+ * takes pending rows up (take_pending), so every graph captured before, of a pass that runs the
+ * GDN layers, lacks the pending launches and is dropped, to be captured again with them on its
+ * shape's second use from now (one eager run first, as at the start). Those are the one-token
+ * step's and the chain and tree verifies'. The others stay: they launch nothing for pending rows
+ * and read no count — a replayed commit (commit_graph) runs only with TANDEM_GDN_DEFER=off, a path
+ * commit (path_graph) deferred only gathers rows, the MTP drafter's graphs (engine_mtp.c) run its
+ * own attention layer and MLP and no GDN layer; a prefill chunk and a forward of more than one row
+ * run eager. Nothing changes when it fails. */
+static int start_taking(struct tdm_engine *e)
+{
+    if (tdm_stream_sync(e->st) != 0) return -1; /* no graph in flight when it is destroyed */
+    if (e->step) tdm_graph_destroy(e->step);
+    e->step = NULL;
+    e->eager_steps = 0;
+    for (int m = 0; m <= ROWS; m++)
+        for (int f = 0; f <= ROWS; f++) {
+            if (e->verify_graph[m][f]) tdm_graph_destroy(e->verify_graph[m][f]);
+            if (e->tree_graph[m][f]) tdm_graph_destroy(e->tree_graph[m][f]);
+            e->verify_graph[m][f] = e->tree_graph[m][f] = NULL;
+            e->verify_eager[m][f] = e->tree_eager[m][f] = 0;
+        }
+    e->taking = 1;
+    return 0;
+}
+
 /* After a commit's launches: the position advances; replayed, the states were read and written;
- * deferred, the rows (at the front of the round buffers) are pending and no state moved. The
- * verify before the commit consumed any earlier pending rows, so there are none to lose. */
+ * deferred, the rows (at the front of the round buffers) are pending and no state moved (the first
+ * time, start_taking first). The verify before the commit consumed any earlier pending rows, so
+ * there are none to lose. */
 static int committed(struct tdm_engine *e, int n)
 {
-    e->pos += n;
     if (e->defer) {
+        if (n > 0 && !e->taking && start_taking(e) != 0) return -1;
+        e->pos += n;
         e->pend = n;
         return 0;
     }
+    e->pos += n;
     e->round_bytes.state_read += (int64_t)e->mem.gdn_state;
     e->round_bytes.state_written += (int64_t)e->mem.gdn_state;
     return 0;
@@ -936,6 +1002,8 @@ int tdm_engine_commit_rows(struct tdm_engine *e, int j)
 
 int tdm_engine_gdn_defer(const struct tdm_engine *e) { return e->defer; }
 int tdm_engine_gdn_pending(const struct tdm_engine *e) { return e->pend; }
+int tdm_engine_gdn_taking(const struct tdm_engine *e) { return e->taking; }
+long tdm_engine_gdn_pend_passes(const struct tdm_engine *e) { return e->pend_passes; }
 
 const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_engine *e) { return &e->round_bytes; }
 

@@ -145,6 +145,16 @@ const struct tdm_engine_round_bytes *tdm_engine_round_bytes(const struct tdm_eng
  * of the last commit still pending (0 after any pass or a reset). */
 int tdm_engine_gdn_defer(const struct tdm_engine *e);
 int tdm_engine_gdn_pending(const struct tdm_engine *e);
+/* For tests: 1 once a deferred commit with rows has happened on the engine (since tdm_engine_new;
+ * a reset keeps it), else 0. Until then no pass launches anything for pending rows (plain decode's
+ * launches and graphs are TANDEM_GDN_DEFER=off's); the first such commit drops the graphs captured
+ * before it, and from then on every graphed forward and verify takes pending rows up (eager ones:
+ * when rows are pending). tdm_engine_gdn_pend_passes: the passes (forward, prefill chunk, verify,
+ * tree verify; eager, or a graph's replay) that took pending rows up — launched
+ * tdm_gdn_conv_pending on every GDN layer and the recurrence's pending forms — since the engine was
+ * made. */
+int tdm_engine_gdn_taking(const struct tdm_engine *e);
+long tdm_engine_gdn_pend_passes(const struct tdm_engine *e);
 /* For tests: FNV-1a (ref.c's tdm_ref_state_hash's) over the committed state as the next pass will
  * use it — the position, every attention layer's K and V rows in use, every GDN layer's conv state
  * and recurrent state — with pending rows applied first (in place, with the pending forms'

@@ -20,6 +20,12 @@
  *     and of 7, and a reset with rows pending, against one-token decode or an engine without rounds,
  *     logits and state bit for bit; the pending count; the round bytes (deferred: the commit moves
  *     no state, the verify after it reads and writes each state once);
+ *   plain decode before any round pays nothing for the deferred commit (test_defer_graphs; deferred,
+ *     graphed and eager): steps, verifies and tree verifies whose graphs are captured and replayed
+ *     before the first deferred commit, then rounds and steps after it (the graphs captured before
+ *     dropped, not replayed): one-token decode's bits; no pass takes pending rows up before that
+ *     commit (tdm_engine_gdn_taking, tdm_engine_gdn_pend_passes), the expected passes after it, and
+ *     after a reset with rows pending;
  *   the round protocol: a commit without a verify, a commit of 0 or R + 1 rows, a verify of 0 or
  *     33 rows, a verify past the context, and a commit after a forward are refused without
  *     changing the position; a refused round leaves the state intact (the next rows still equal
@@ -288,6 +294,102 @@ static void test_defer(const struct tdm_model *m, const char *fmt, const int32_t
     free(got); free(want); free(wv); free(ws);
 }
 
+/* Plain decode before any round pays nothing for the deferred commit (engine.c, take_pending):
+ * until the engine's first deferred commit with rows no pass takes pending rows up
+ * (tdm_engine_gdn_taking 0, tdm_engine_gdn_pend_passes 0), and that commit drops the graphs
+ * captured without the pending launches (start_taking). Deferred, graphed and eager, on a fresh
+ * engine after the prompt: plain steps (graphed: the step's graph captured and replayed), chain
+ * verifies of 6 rows and tree verifies of a 6-node chain, not committed (their graphs captured and
+ * replayed), then a round committing 4; then steps, chain rounds and tree rounds (4 of 6 committed)
+ * and a step, each pass right after a commit or a step: a graph of the same shape captured before
+ * the round, replayed, would leave the pending rows out. Every row against one-token decode (one[])
+ * bit for bit; the passes that took pending rows up counted; a reset keeps the engine taking them
+ * up and drops the rows. */
+static void test_defer_graphs(const struct tdm_model *m, const char *fmt, const int32_t *prompt, int np,
+                              const int32_t *seq, const float *one)
+{
+    enum { R = 6, J = 4 };
+    const int V = m->cfg.vocab;
+    const int chain[R] = {-1, 0, 1, 2, 3, 4}, path[J] = {0, 1, 2, 3};
+    float *got = hal((size_t)R * V * 4);
+    for (int graph = 1; graph >= 0; graph--) {
+        set_modes(1, graph);
+        const char *mode = mode_name(1, graph);
+        struct tdm_engine *e = tdm_engine_new(m, np + NSEQ);
+        if (!e || tdm_engine_forward(e, prompt, np, np, NULL) != 0) bail("engine");
+        long bad = 0;
+        int p = 0;
+#define STEP() (tdm_engine_forward(e, seq + p, 1, 0, got) != 0 ? bail("step") : (void)0, \
+                bad += !same_bits(got, one + (size_t)p * V, (size_t)V), p++)
+#define ROWS_OK() for (int t = 0; t < R; t++) bad += !same_bits(got + (size_t)t * V, one + (size_t)(p + t) * V, (size_t)V)
+        /* before any round: 4 steps (graphed: eager, captured, replayed twice), 2 verifies and 2
+         * tree verifies of the same rows (the second of each captured), not committed */
+        for (int i = 0; i < 4; i++) STEP();
+        for (int i = 0; i < 2; i++) {
+            if (tdm_engine_verify(e, seq + p, R, 0, got) != 0) bail("verify before a round");
+            ROWS_OK();
+        }
+        for (int i = 0; i < 2; i++) {
+            if (tdm_engine_verify_tree(e, seq + p, chain, R, 0, got) != 0) bail("tree verify before a round");
+            ROWS_OK();
+        }
+        /* the first round (graphed: its verify replays the graph captured above) */
+        if (tdm_engine_verify(e, seq + p, R, 0, got) != 0) bail("verify");
+        ROWS_OK();
+        const int taking0 = tdm_engine_gdn_taking(e);
+        const long passes0 = tdm_engine_gdn_pend_passes(e);
+        if (tdm_engine_commit(e, J) != 0) bail("commit");
+        p += J;
+        const int taking1 = tdm_engine_gdn_taking(e), pending1 = tdm_engine_gdn_pending(e);
+        ok(taking0 == 0 && passes0 == 0 && taking1 == 1 && pending1 == J,
+           "%s %s: before the first deferred commit no pass takes pending rows up (taking %d, %ld passes), after it "
+           "the engine does (taking %d, %d rows pending)", fmt, mode, taking0, passes0, taking1, pending1);
+        /* after it: 3 steps (the first right after the commit; graphed: eager, captured, replayed),
+         * 3 chain rounds and 3 tree rounds (graphed: eager, captured, replayed), a step (graphed:
+         * replayed right after a commit) */
+        for (int i = 0; i < 3; i++) STEP();
+        for (int i = 0; i < 3; i++) {
+            if (tdm_engine_verify(e, seq + p, R, 0, got) != 0) bail("verify after the first round");
+            ROWS_OK();
+            if (tdm_engine_commit(e, J) != 0) bail("commit");
+            p += J;
+        }
+        for (int i = 0; i < 3; i++) {
+            if (tdm_engine_verify_tree(e, seq + p, chain, R, 0, got) != 0) bail("tree verify after the first round");
+            ROWS_OK();
+            if (tdm_engine_commit_path(e, path, J) != 0) bail("tree commit");
+            p += J;
+        }
+        STEP();
+        /* the passes that took rows up: graphed, every one since the commit but the first verify
+         * (eager, right after a step: none pending) — 3 steps, 2 verifies, 3 tree verifies, a step;
+         * eager, those with rows pending — the first step, 2 verifies, 3 tree verifies, the step */
+        const long passes = tdm_engine_gdn_pend_passes(e), want = graph ? 9 : 7;
+        ok(bad == 0 && tdm_engine_pos(e) == np + p && passes == want,
+           "%s %s: plain steps, verifies and tree verifies before the first round (graphs captured and replayed), "
+           "then rounds and steps: %ld rows differ from one-token decode (bit for bit); %ld passes took pending rows up "
+           "(%ld expected: graphed, every step and verify graph captured since the commit)", fmt, mode, bad, passes, want);
+        /* a reset with rows pending: still taking, the rows dropped */
+        if (tdm_engine_verify(e, seq + p, R, 0, got) != 0 || tdm_engine_commit(e, J) != 0) bail("round before the reset");
+        const long passes2 = tdm_engine_gdn_pend_passes(e);
+        if (tdm_engine_reset(e) != 0 || tdm_engine_forward(e, prompt, np, np, NULL) != 0) bail("reset");
+        p = 0;
+        bad = 0;
+        STEP();
+        STEP();
+        ok(bad == 0 && tdm_engine_gdn_taking(e) == 1 && tdm_engine_gdn_pending(e) == 0 &&
+           tdm_engine_gdn_pend_passes(e) - passes2 == (graph ? 2 : 0),
+           "%s %s: after a reset with rows pending the engine still takes them up (graphed steps: the step's graph, "
+           "captured since the first commit) and there are none: the prompt and 2 steps give one-token decode's bits",
+           fmt, mode);
+#undef STEP
+#undef ROWS_OK
+        tdm_engine_free(e);
+    }
+    set_modes(1, 1);
+    free(got);
+}
+
 static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_t *prompt, int np)
 {
     const int V = m->cfg.vocab;
@@ -316,6 +418,7 @@ static void test_rounds(const struct tdm_model *m, const char *fmt, const int32_
         }
     set_modes(1, 1);
     test_defer(m, fmt, prompt, np, seq, one);
+    test_defer_graphs(m, fmt, prompt, np, seq, one);
 
     /* the protocol */
     struct tdm_engine *e = tdm_engine_new(m, np + 8);
