@@ -6,7 +6,7 @@
 # format; auto picks cuda for served models and the CPU for a model the engine refuses (head_dim
 # 32), which --backend cuda refuses with exit 2 and one line. The prefill path runs the wide GEMM,
 # the flash attention and the chunked delta rule past 32 rows (tdm_engine_prefill), so prefill and
-# decode agree within 1e-2, not to the bit (a near-tie row may flip).
+# decode agree within 1e-2, not to the bit (a near-tie row may flip); the MoE layout the same way.
 # Skips without a CUDA device.
 PC=bin/tandem-prefillcheck
 JG=build/t/json_get
@@ -62,13 +62,21 @@ t "auto picks cuda for the qwen3_5 fixture" \
 t "TANDEM_PREFILL_FAULT=3: the gate fails on the cuda backend too (exit 1)" \
   "TANDEM_PREFILL_FAULT=3 $PC -m $F/nvfp4 -p $F/prompt.tok --backend cuda -n 1 >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^gate: fails' $tmp/out"
+# qwen3_next prefill vs decode: the MoE layout prefills in chunks through the same kernels (and the
+# grouped experts), so the bits differ; on qwen3next-tiny/bf16 the engine's logits differ from the
+# reference's by 4e-2 (small logits), so the bound is decode's own relative error against the
+# reference, or 1e-2 where that is smaller.
+prefill_within_decode() {
+    awk '/^decode vs reference: next-token agreement/ { d = $10; sub(",", "", d) }
+         /^prefill vs decode: next-token agreement/ { ok = ($6 == "40/40"); p = $10; sub(",", "", p); s = $13; sub(";", "", s) }
+         END { b = (d + 0 > 1e-2) ? d + 0 : 1e-2; exit !(ok && s + 0 == 0 && p + 0 <= b) }' "$1"
+}
 N=$FIX/qwen3next-tiny
 if [ -d "$N" ]; then
     for fmt in bf16 fp8 nvfp4; do
         M="-m $N/$fmt -p $N/prompt.tok --backend cuda"
-        t "cuda qwen3_next $fmt: the gate holds against the CPU reference and the fixture's logits; prefill and decode give the same bits" \
-          "$PC $M >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out &&
-           grep -q '^prefill vs decode: next-token agreement 40/40 (100.00%), rel err 0.000e+00' $tmp/out &&
+        t "cuda qwen3_next $fmt: the gate holds against the CPU reference and the fixture's logits; prefill (chunked GDN, flash attention, grouped experts) and decode agree on every next token, with no sure disagreement and a relative error no larger than decode's own against the reference (or 1e-2)" \
+          "$PC $M >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out && prefill_within_decode $tmp/out &&
            $PC $M --ref $N/ref-$fmt.safetensors >$tmp/out2 2>$tmp/err && grep -q '^gate: holds' $tmp/out2"
         sed 's/^/#   /' "$tmp/out"
     done

@@ -76,7 +76,7 @@ t "tandem-run --backend cuda --spec draft --tree 3,2,1: tree round shapes and fu
 # the factored form, which may flip a near tie of the main model: then there is nothing to compare).
 t "tandem-run --backend cuda --spec mtp --tree 3,2,1: tree round shapes on stderr; acceptance per depth as the CPU reference's (when its tokens are the same)" \
   "$RUN -m $F/bf16 --spec mtp --tree 3,2,1 >$tmp/tok.cuda 2>$tmp/err && grep -q '^# round shape tree of 16 nodes' $tmp/err &&
-   grep -q '^# GDN state traffic (replayed commit)' $tmp/err && grep '^# acceptance by draft depth' $tmp/err >$tmp/acc.cuda &&
+   grep -q '^# GDN state traffic (deferred commit)' $tmp/err && grep '^# acceptance by draft depth' $tmp/err >$tmp/acc.cuda &&
    bin/tandem-run --backend cpu -m $F/bf16 -p $F/prompt.tok -n 32 --spec mtp --tree 3,2,1 >$tmp/tok.cpu 2>$tmp/err.cpu &&
    grep '^# acceptance by draft depth' $tmp/err.cpu >$tmp/acc.cpu && { ! cmp -s $tmp/tok.cuda $tmp/tok.cpu || cmp -s $tmp/acc.cuda $tmp/acc.cpu; }"
 printf '#   cuda %s\n#   cpu  %s\n#   the tokens: %s\n' "$(cat "$tmp/acc.cuda" 2>/dev/null)" "$(cat "$tmp/acc.cpu" 2>/dev/null)" \
