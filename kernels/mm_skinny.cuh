@@ -269,8 +269,8 @@ constexpr int MAX_THREADS = 256;
 // 8 warps a SM, latency-bound: ncu issued 0.34 instructions a cycle per scheduler).
 constexpr int MIN_BLOCKS = 2;
 
-// MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile are
-// compile-time zeros: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
+// MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
+// rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
 // instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
 template <int FMT, int NT, int MTA, int PF, bool VEC>
 __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const SkinnyArgs a)
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
 
     // ---- the activations of the fast path, staged by the CTA CH slabs at a time in two steps:
     // (1) cp.async copies the raw rows into a double buffer: buffer b, chain w, slab s of the
-    //     chunk, unit u, row r (< m rounded up to 8, zeros past m), lane chunk t holds the 16
+    //     chunk, unit u, row r (< m; rows past m are not written), lane chunk t holds the 16
     //     bytes of x row r at k = slab * 128 + 32 t + 8 u;
     // (2) after the chunk lands, the CTA permutes it once into mma A quads: chain w, slab s, step
     //     q, 16-row tile mt, lane holds the lane's four A registers of that step, so the K loop
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     //     spends no instruction on the permutation. Rows 8-15 of a tile at most 8 rows deep repeat
     //     rows 0-7 (their results are never stored).
     constexpr int CH = TDM_MM_STAGE_SLABS;
-    // Rows staged: 8, 16 or 32 by instantiation (zeros past m), so that every index below divides
+    // Row room in the buffers: 8, 16 or 32 by instantiation, so that every index below divides
     // by a compile-time power of two (v3 divided by m rounded to 8 at run time: ~40 % of the
     // kernel's instructions went to the staging loops' divisions).
     constexpr int ROWS8 = MTA == 0 ? 8 : 16 * MT;
@@ -405,29 +405,42 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
         const int b = (rank * a.wk + w) * a.chain_len;
         return max(0, min(min(b + a.chain_len, a.slabs), a.k / TDM_MM_SLAB_K) - b);
     };
+    // Only live rows are staged and permuted: rows >= m of an A tile hold whatever the buffers held
+    // before (an mma output row depends only on its own A row, and rows >= m are never summed or
+    // stored), so one row stages one row's bytes, not 8. Live rows are counted up to a power of two
+    // (rp2 >= m, at most ROWS8; gp2 >= min(m, 8) lanes' groups) so that the indices below are
+    // shifts and masks: at most one row past m is copied from x (none is read past m: the copy is
+    // skipped there). v4 staged ROWS8 rows, zero-filled past m: at one row 8x the cp.async and
+    // permute work; dropping it took 16 % of the kernel's instructions (bench/NOTES.md, v6 staging).
+    int rp2 = 1;
+    while (rp2 < am && rp2 < ROWS8) rp2 <<= 1;
+    const int gp2 = rp2 < 8 ? rp2 : 8;              // lane groups g of a tile with a live row
+    const int lg_rows = __ffs(rp2) + 1;             // log2(4 * rp2): raw uint4 of one (slab, unit)
+    const int lg_lanes = __ffs(gp2) + 1;            // log2(4 * gp2): quads of one (slab, unit, tile)
     auto stage = [&](int c) {
         if (c < nch) {
             for (int w = 0; w < a.wk; w++) {
                 uint4 *dst = abuf + (c & 1) * per_buf + w * PER_CHAIN;
                 const int nfast = fast_slabs(w) - c * CH;   // slabs of this chunk on the fast path
                 const uint16_t *xc = a.x + ((int64_t)(rank * a.wk + w) * a.chain_len + c * CH) * TDM_MM_SLAB_K;
-                for (unsigned e = tid; e < (unsigned)PER_CHAIN; e += nthr) {   // unsigned: shifts and masks
-                    const int sl = e / PER_SLAB, r2 = e % PER_SLAB;
-                    const int u = r2 / (4 * ROWS8), row = (r2 >> 2) % ROWS8, tt = r2 & 3;
-                    if (sl < nfast) {
-                        if (row < am) cp_async16(dst + e, xc + row * a.ldx + sl * TDM_MM_SLAB_K + 32 * tt + 8 * u);
-                        else cp_async16_zero(dst + e, a.x);
-                    }
+                const unsigned live = (unsigned)(CH * TDM_MM_UNITS) << lg_rows;
+                for (unsigned e = tid; e < live; e += nthr) {   // (slab, unit) outer, (row, lane chunk) inner
+                    const unsigned rt = e & ((1u << lg_rows) - 1), su = e >> lg_rows;
+                    const int sl = su / TDM_MM_UNITS, u = su % TDM_MM_UNITS, row = rt >> 2, tt = rt & 3;
+                    if (sl < nfast && row < am)
+                        cp_async16(dst + sl * PER_SLAB + u * 4 * ROWS8 + rt,
+                                   xc + row * a.ldx + sl * TDM_MM_SLAB_K + 32 * tt + 8 * u);
                 }
             }
         }
         cp_async_commit();   // an empty group past the end keeps the wait counts uniform
     };
-    auto quads = [&](int c) {   // raw buffer c & 1 -> the quads of chunk c
+    auto quads = [&](int c) {   // raw buffer c & 1 -> the quads of chunk c (lanes of live rows)
         const uint4 *raw = abuf + (c & 1) * per_buf;
-        for (unsigned e = tid; e < (unsigned)(a.wk * CH * TDM_MM_UNITS * MT * 32); e += nthr) {
-            const unsigned lane_q = e & 31, r = e >> 5, mt = r % MT, r2 = r / MT, u = r2 % TDM_MM_UNITS,
-                           r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
+        const unsigned live = (unsigned)(a.wk * CH * TDM_MM_UNITS * MT) << lg_lanes;
+        for (unsigned e = tid; e < live; e += nthr) {
+            const unsigned lane_q = e & ((1u << lg_lanes) - 1), r = e >> lg_lanes, mt = r % MT, r2 = r / MT,
+                           u = r2 % TDM_MM_UNITS, r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
             const unsigned gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
             const uint4 *src = raw + (w * CH + sl) * PER_SLAB + u * 4 * ROWS8 + tq;
             const uint4 p0 = permute(src[4 * row0]);
