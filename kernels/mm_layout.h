@@ -129,6 +129,92 @@ TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
  * read 8 distinct 16-byte bank groups (row stride 20 units = 4 mod 8). */
 TDM_HD int tdm_mm_apos(int row, int t, int u) { return row * TDM_MM_AROW + 4 * u + t; }
 
+/* ---- the staged activations (mm_skinny.cuh) --------------------------------------------------
+ * A CTA stages the activations of its chains into shared memory in super-chunks of `chunks` chunks
+ * of TDM_MM_STAGE_SLABS slabs: the raw rows (cp.async: chain, slab s, unit u, row, lane chunk tt
+ * holds the 16 bytes of the row at k = 128 s + 32 tt + 8 u), then the mma A quads (chain, lane,
+ * slab s, step q, 16-row tile mt holds the lane's four A registers of step q; a lane's quads are
+ * contiguous). Only live rows are staged: `rows`, a power of two >= m (at most the room: 8, 16 or
+ * 32 rows by instantiation; 9-32 rows stage the whole room), and only the `lanes` = 4 * min(rows, 8)
+ * lanes whose groups g hold them get quads; lane l reads lane l & (lanes - 1)'s. The buffers are
+ * sized for the room and 32 lanes, so fewer live rows fit more chunks between two barriers. */
+struct tdm_mm_live {
+    int rows, lanes, chunks, slabs;   /* live rows staged, lanes with quads, chunks and slabs a super-chunk */
+    int lg_rows4, lg_lanes, lg_slabs; /* log2 of 4 * rows (raw uint4 of one slab and unit), lanes, slabs */
+    int raw_chain;                    /* raw 16-byte units of one chain's super-chunk */
+    int lane_stride;                  /* quads of one lane: slabs * steps * mt + 1 (odd: no bank conflicts) */
+    int quad_chain;                   /* quads of one chain */
+};
+
+TDM_HD int tdm_mm_lg2(int v)   /* of a power of two */
+{
+    int l = 0;
+    while ((1 << l) < v) l++;
+    return l;
+}
+
+/* The staging geometry for m rows in an instantiation with `room` rows (8: at most 8 rows, one
+ * tile; 16; 32: two tiles, mt = 2). */
+TDM_HD struct tdm_mm_live tdm_mm_live_of(int m, int room, int mt)
+{
+    struct tdm_mm_live v;
+    v.rows = room;
+    if (room == 8) {
+        v.rows = 1;
+        while (v.rows < m && v.rows < room) v.rows <<= 1;
+    }
+    const int groups = v.rows < 8 ? v.rows : 8;
+    v.lanes = 4 * groups;
+    v.chunks = room / v.rows < 8 / groups ? room / v.rows : 8 / groups;
+    v.slabs = v.chunks * TDM_MM_STAGE_SLABS;
+    v.lg_rows4 = tdm_mm_lg2(4 * v.rows);
+    v.lg_lanes = tdm_mm_lg2(v.lanes);
+    v.lg_slabs = tdm_mm_lg2(v.slabs);
+    v.raw_chain = (v.slabs * TDM_MM_UNITS) << v.lg_rows4;
+    v.lane_stride = v.slabs * TDM_MM_STEPS * mt + 1;
+    v.quad_chain = v.lanes * v.lane_stride;
+    return v;
+}
+
+/* Raw unit of (slab s of the super-chunk, unit u, row, lane chunk tt) in one chain's raw buffer. */
+TDM_HD int tdm_mm_raw_at(const struct tdm_mm_live *v, int s, int u, int row, int tt)
+{
+    return ((s * TDM_MM_UNITS + u) << v->lg_rows4) + 4 * row + tt;
+}
+
+/* Raw unit e (0 .. raw_chain - 1) of one chain's super-chunk as the staging loop walks it, (slab,
+ * unit) outer and (row, lane chunk) inner: consecutive threads copy consecutive 16-byte pieces of a
+ * row. Its index is tdm_mm_raw_at of what this gives, which is e. */
+TDM_HD void tdm_mm_raw_elem(const struct tdm_mm_live *v, unsigned e, int *sl, int *u, int *row, int *tt)
+{
+    const unsigned su = e >> v->lg_rows4, rt = e & ((1u << v->lg_rows4) - 1);
+    *sl = (int)(su / TDM_MM_UNITS);
+    *u = (int)(su % TDM_MM_UNITS);
+    *row = (int)(rt >> 2);
+    *tt = (int)(rt & 3);
+}
+
+/* Quad-building element e of a super-chunk over wk chains (wk * slabs * units * mt_count * lanes of
+ * them) as the permute loop walks it: lane innermost, so that consecutive threads read consecutive
+ * raw units and write quads one lane stride apart (conflict-free). Each element builds the quads of
+ * steps 2u and 2u + 1. */
+TDM_HD void tdm_mm_quad_elem(const struct tdm_mm_live *v, int mt_count, unsigned e, int *w, int *sl, int *u, int *mt,
+                             int *lane)
+{
+    const unsigned r = e >> v->lg_lanes, r2 = r / (unsigned)mt_count, r3 = r2 / TDM_MM_UNITS;
+    *lane = (int)(e & (unsigned)(v->lanes - 1));
+    *mt = (int)(r % (unsigned)mt_count);
+    *u = (int)(r2 % TDM_MM_UNITS);
+    *sl = (int)(r3 & (unsigned)(v->slabs - 1));
+    *w = (int)(r3 >> v->lg_slabs);
+}
+
+/* Quad of (lane, slab s of the super-chunk, step q, tile mt of mt_count) in one chain's quads. */
+TDM_HD int tdm_mm_quad_at(const struct tdm_mm_live *v, int mt_count, int lane, int s, int q, int mt)
+{
+    return lane * v->lane_stride + (s * TDM_MM_STEPS + q) * mt_count + mt;
+}
+
 /* ---- decoders: bytes of a weight row -> BF16 operand registers -------------------------------- */
 
 /* NVFP4 placement: pair j (0..3) of word q = nibbles j (low half) and j+4 (high half), each as the
