@@ -7,13 +7,15 @@
  *   graph  the graph's id
  *   launches  how many times it was launched;  kernels  kernels a launch
  *   span_us   median over launches of (last kernel's end - first kernel's start)
- *   busy_us   median over launches of the kernels' summed durations (one stream: they never overlap)
+ *   busy_us   median over launches of the time in which at least one kernel ran (the union of the
+ *             kernels' intervals: on one stream their summed durations; kernels on two streams
+ *             (TANDEM_CONCURRENT) may overlap, and overlapped time counts once)
  *   gaps      1 - busy / span, of the median launch: the share of the graph's span in which no
  *             kernel ran (launch gaps between dependent nodes, and each kernel's ramp and tail
  *             count as kernel time)
  *   first     the first kernel's name (to tell the graphs apart)
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
- * on one line (graph 0). Not part of the library or the tools:
+ * on one line (graph 0: their summed durations). Not part of the library or the tools:
  * a measuring aid for bench/NOTES.md. */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -120,11 +122,15 @@ static void trace_report(void)
         size_t j = i, nl = 0, nk = 0;
         while (j < nrec && recs[j].graph == recs[i].graph) {
             size_t e = j;
-            uint64_t s = recs[j].start, t = recs[j].end, b = 0;
+            uint64_t s = recs[j].start, t = recs[j].end, b = 0, covered = recs[j].start; /* busy up to covered */
             while (e < nrec && recs[e].graph == recs[i].graph && (recs[i].graph == 0 || recs[e].corr == recs[j].corr)) {
                 if (recs[e].start < s) s = recs[e].start;
                 if (recs[e].end > t) t = recs[e].end;
-                b += recs[e].end - recs[e].start;
+                /* a launch's kernels in order of start: the part of this kernel past what earlier
+                 * ones covered (graph 0, ordered by launch, not start: the summed durations) */
+                const uint64_t from = recs[i].graph == 0 || recs[e].start > covered ? recs[e].start : covered;
+                if (recs[e].end > from) b += recs[e].end - from;
+                if (recs[e].end > covered) covered = recs[e].end;
                 e++;
             }
             nk = e - j;
