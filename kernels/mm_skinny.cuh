@@ -610,10 +610,9 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
             const int r = e / outs, h = e - r * outs, n = col0 + h;
             if (n >= a.n) continue;
             const int cg = 16 * (h >> 3) + (h & 7);
-            // tdm_silu_mul's roundings on the two products' BF16 outputs (engine_glue.cu)
-            const float gate = tdm_ly::bfr(red[r * rstride + cg] * a.out_scale);
-            const float up = tdm_ly::bfr(red[r * rstride + cg + 8] * a.out_scale_up);
-            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = tdm_ly::f2bf(__fmul_rn(tdm_ly::bfr(tdm_ly::silu_ref(gate)), up));
+            // tdm_silu_mul's roundings on the two products' BF16 outputs (swiglu_ref)
+            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] =
+                tdm_ly::swiglu_ref(red[r * rstride + cg] * a.out_scale, red[r * rstride + cg + 8] * a.out_scale_up);
         }
     } else {
         for (int e = tid; e < nel; e += nthr) {

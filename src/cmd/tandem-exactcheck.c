@@ -463,7 +463,7 @@ int main(int argc, char **argv)
     if (!m) tdm_die_input(prog);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, m, &backend, &why) != 0) tdm_die_input(prog);
     (void)why;
     base.backend = backend;
     if (backend == TDM_BACKEND_CUDA) {

@@ -272,7 +272,7 @@ int main(int argc, char **argv)
     if (tdm_tokens_read(prompt_path, V, 0, &prompt, &T) != 0) tdm_die_input(prog);
     enum tdm_backend backend;
     const char *why;
-    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, m, &backend, &why) != 0) tdm_die_input(prog);
     float *ref_logits = ref_path ? read_ref(ref_path, T, V) : NULL;
     fprintf(stderr, "# backend %s (%s); %d prompt tokens, chunk %ld, reference %s\n", tdm_backend_name(backend), why, T,
             chunk, ref_path ? ref_path : "the CPU reference forward");

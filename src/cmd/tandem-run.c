@@ -247,11 +247,11 @@ int main(int argc, char **argv)
     enum tdm_backend backend;
     const char *why;
     /* a backend that cannot run is refused before the model is read; auto is settled after */
-    if (tdm_backend_pick(backend_opt, NULL, NULL, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, NULL, &backend, &why) != 0) tdm_die_input(prog);
     double t0 = tdm_now_ms();
     struct tdm_model *m = tdm_model_load(model_dir);
     if (!m) tdm_die_input(prog);
-    if (tdm_backend_pick(backend_opt, NULL, m, &backend, &why) != 0) tdm_die_input(prog);
+    if (tdm_backend_pick(backend_opt, m, &backend, &why) != 0) tdm_die_input(prog);
     so.backend = backend;
     const struct tdm_config *c = &m->cfg;
     int32_t *prompt = NULL, *force = NULL;

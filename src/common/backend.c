@@ -8,8 +8,7 @@
 
 const char *tdm_backend_name(enum tdm_backend b) { return b == TDM_BACKEND_CUDA ? "cuda" : "cpu"; }
 
-int tdm_backend_pick(const char *opt, const char *no_cuda, const struct tdm_model *m, enum tdm_backend *out,
-                     const char **why)
+int tdm_backend_pick(const char *opt, const struct tdm_model *m, enum tdm_backend *out, const char **why)
 {
     static char buf[512];
     const char *v = opt ? opt : tdm_setting("TANDEM_BACKEND");
@@ -20,7 +19,6 @@ int tdm_backend_pick(const char *opt, const char *no_cuda, const struct tdm_mode
         return 0;
     }
     if (strcmp(v, "cuda") == 0) {
-        if (no_cuda) return tdm_errf("%s cuda: %s (use --backend cpu)", src, no_cuda);
         if (tdm_cuda_device_count() == 0) return tdm_errf("%s cuda: no CUDA device visible", src);
         *out = TDM_BACKEND_CUDA;
         *why = opt ? "asked for" : "TANDEM_BACKEND";
@@ -28,9 +26,7 @@ int tdm_backend_pick(const char *opt, const char *no_cuda, const struct tdm_mode
     }
     if (strcmp(v, "auto") == 0) {
         *out = TDM_BACKEND_CPU;
-        if (no_cuda) {
-            snprintf(buf, sizeof buf, "auto: %s", no_cuda);
-        } else if (tdm_cuda_device_count() == 0) {
+        if (tdm_cuda_device_count() == 0) {
             snprintf(buf, sizeof buf, "auto: no CUDA device visible");
         } else if (m && tdm_engine_supported(m) != 0) {
             snprintf(buf, sizeof buf, "auto: the CUDA engine does not serve this model: %s", tdm_err());

@@ -8,14 +8,11 @@
 extern "C" {
 #endif
 enum tdm_backend { TDM_BACKEND_CPU, TDM_BACKEND_CUDA };
-/* opt: the --backend argument or NULL (then TANDEM_BACKEND). no_cuda: NULL when the tool can run
- * this job on the engine, else why it cannot (cuda is then refused with that reason, and auto takes
- * the CPU). m: the model (auto asks tdm_engine_supported; NULL before it is read: then only the
- * device count decides, so call again once it is). Sets *why to a short explanation for
- * the "# backend" line. Returns 0, or -1 with tdm_err() (unknown name, or cuda asked for where it
- * cannot run). */
-int tdm_backend_pick(const char *opt, const char *no_cuda, const struct tdm_model *m, enum tdm_backend *out,
-                     const char **why);
+/* opt: the --backend argument or NULL (then TANDEM_BACKEND). m: the model (auto asks
+ * tdm_engine_supported; NULL before it is read: then only the device count decides, so call again
+ * once it is). Sets *why to a short explanation for the "# backend" line. Returns 0, or -1 with
+ * tdm_err() (unknown name, or cuda asked for without a device). */
+int tdm_backend_pick(const char *opt, const struct tdm_model *m, enum tdm_backend *out, const char **why);
 const char *tdm_backend_name(enum tdm_backend b);
 #ifdef __cplusplus
 }

@@ -446,10 +446,15 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
         tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
         goto fail;
     }
+    /* the uploaded layers: MoE ones, and qwen3_5 GDN ones whose in_proj_b and in_proj_a stay two products */
+    int n_moe = 0, n_sep = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        n_moe += e->ly[i].is_moe;
+        n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
+    }
     e->prow = pchunk < ctx ? (int)pchunk : ctx;
     e->moe_grouped = strcmp(tdm_setting("TANDEM_MOE_GROUPED"), "off") != 0;
-    for (int i = 0; i < c->n_layers; i++)
-        if (e->ly[i].is_moe && !e->moe_grouped) e->prow = ROWS;
+    if (n_moe && !e->moe_grouped) e->prow = ROWS;
     if (e->prow < ROWS) e->prow = ROWS;
     if (!(e->moe = tdm_emoe_new(m, e->prow, &e->mem.weights, &e->mem.act))) goto fail;
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
@@ -458,10 +463,6 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
 
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
-    int n_sep = 0; /* qwen3_5 GDN layers whose in_proj_b and in_proj_a stay two products */
-    for (int i = 0; i < c->n_layers; i++) n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
-    int n_moe = 0;
-    for (int i = 0; i < c->n_layers; i++) n_moe += e->ly[i].is_moe;
     const char *moe = !n_moe ? "" : e->moe_grouped ? ", MoE experts grouped" : ", MoE in chunks of 32 (TANDEM_MOE_GROUPED=off)";
     char fused[128] = "";
     if (e->n_one_ba || n_sep)
