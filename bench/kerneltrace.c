@@ -62,7 +62,7 @@ static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_reco
 }
 
 /* The index of kernel `key` in knames, added on first sight with its demangled name (templates and
- * arguments cut: up to the first '(' ; an anonymous namespace dropped). */
+ * arguments cut: every anonymous namespace dropped, then up to the first '('). */
 static uint32_t kernel_id(const char *key)
 {
     for (size_t i = 0; i < nknames; i++)
@@ -78,11 +78,11 @@ static uint32_t kernel_id(const char *key)
     char *name = strdup(status == 0 && d ? d : key ? key : "?");
     free(d);
     if (!name) { fprintf(stderr, "kerneltrace: out of memory\n"); exit(1); }
+    const char *anon = "(anonymous namespace)::";   /* dropped first: its '(' is not the arguments' */
+    for (char *a; (a = strstr(name, anon)); )
+        memmove(a, a + strlen(anon), strlen(a + strlen(anon)) + 1);
     char *paren = strchr(name, '(');
     if (paren) *paren = 0;
-    const char *anon = "(anonymous namespace)::";
-    char *a = strstr(name, anon);
-    if (a) memmove(a, a + strlen(anon), strlen(a + strlen(anon)) + 1);
     knames[nknames] = (struct kname){key, name};
     return (uint32_t)nknames++;
 }

@@ -276,8 +276,22 @@ constexpr int MIN_BLOCKS = 2;
 // GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
+// Registers a thread, by instantiation. A SM's four schedulers hold 16,384 registers each, in
+// warps: at <= 96 registers a scheduler holds 5 warps, at 97-128 only 4, so a CTA of 6 warps fits
+// 3 a SM at <= 96 and 2 above. The 27B's projections at 1-8 rows run 364 CTAs of 6 warps: at 98
+// registers they took 1.38 waves over the 132 SMs and the token 11.8 ms, at 94 one wave and 9.2
+// (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v): NVFP4
+// nt 2 and FP8 nt 1 at pf 1 and 1-16 rows (93-102 unbounded); the rest to the MIN_BLOCKS bound.
+template <int FMT, int NT, int MTA, int PF>
+constexpr int skinny_regs()
+{
+    return MTA <= 1 && PF == 1 && ((FMT == TDM_MMF_NVFP4 && NT == 2) || (FMT == TDM_MMF_FP8 && NT == 1))
+               ? 96
+               : 65536 / (MAX_THREADS * MIN_BLOCKS);
+}
+
 template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU>
-__global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const SkinnyArgs a)
+__global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(const SkinnyArgs a)
 {
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     constexpr int MT = MTA == 0 ? 1 : MTA;
