@@ -14,8 +14,7 @@
 //   register ring. The partial last slab and unaligned data take the checked path (per-lane
 //   global loads, permuted in registers): the same operands, so the same bits. (v1 staged the
 //   activations with a barrier per slab; v2 read them per lane from global memory; v3 is this:
-//   bench/NOTES.md has the measurements; v6 stages only the live rows, in super-chunks of as many
-//   chunks as the shared memory holds at that row count.)
+//   bench/NOTES.md has the measurements.)
 // - K is cut into kchains chains (a function of (N, K) only): warp group wk of cluster rank r runs
 //   chain r*wk_count + wk. Chains are summed as a balanced binary tree (in shared memory inside a
 //   CTA, over distributed shared memory across the cluster), then scaled and stored by rank 0.
@@ -280,14 +279,15 @@ constexpr int MIN_BLOCKS = 2;
 // warps: at <= 96 registers a scheduler holds 5 warps, at 97-128 only 4, so a CTA of 6 warps fits
 // 3 a SM at <= 96 and 2 above. The 27B's projections at 1-8 rows run 364 CTAs of 6 warps: at 98
 // registers they took 1.38 waves over the 132 SMs and the token 11.8 ms, at 94 one wave and 9.2
-// (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v): NVFP4
-// nt 2 and FP8 nt 1 at pf 1 and 1-16 rows (93-102 unbounded); the rest to the MIN_BLOCKS bound.
+// (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v, sm_90):
+// NVFP4 nt 2 at pf 1 and 1-16 rows or pf 3 and at most 8 rows, FP8 nt 1 at pf 1 and 1-16 rows
+// (84-102 unbounded); the rest to the MIN_BLOCKS bound.
 template <int FMT, int NT, int MTA, int PF>
 constexpr int skinny_regs()
 {
-    return MTA <= 1 && PF == 1 && ((FMT == TDM_MMF_NVFP4 && NT == 2) || (FMT == TDM_MMF_FP8 && NT == 1))
-               ? 96
-               : 65536 / (MAX_THREADS * MIN_BLOCKS);
+    const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
+    const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
+    return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
 }
 
 template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU>
@@ -398,70 +398,75 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
         }
     };
 
-    // ---- the activations of the fast path, staged by the CTA in super-chunks (mm_layout.h, the
-    // staged activations: tdm_mm_live_of gives the geometry for m rows) in two steps:
-    // (1) cp.async copies the live raw rows of a super-chunk into one of two raw buffers;
-    // (2) after it lands, the CTA permutes it once into mma A quads, each lane's contiguous, so the
-    //     K loop reads one 16-byte quad per mma at a compile-time offset from its lane's base and
-    //     spends no instruction on the permutation.
-    // Rows >= m of an A tile hold whatever the buffers held: an mma output row depends only on its
-    // own A row, and rows >= m are never summed or stored. So one row stages one row's bytes and
-    // builds 4 lanes' quads, and its super-chunk holds 8 chunks (32 slabs) between two CTA barriers,
-    // where v4 staged one chunk of 8 zero-filled rows (bench/NOTES.md, v6 staging and super-chunks).
-    // At most one row past m is staged from x (none is read past m: the copy is skipped there).
+    // ---- the activations of the fast path, staged by the CTA CH slabs at a time in two steps:
+    // (1) cp.async copies the raw rows into a double buffer: buffer b, chain w, slab s of the
+    //     chunk, unit u, row r (< m; rows past m are not written), lane chunk t holds the 16
+    //     bytes of x row r at k = slab * 128 + 32 t + 8 u;
+    // (2) after the chunk lands, the CTA permutes it once into mma A quads: chain w, slab s, step
+    //     q, 16-row tile mt, lane holds the lane's four A registers of that step, so the K loop
+    //     reads one 16-byte quad per mma (512 consecutive bytes a warp: no bank conflicts) and
+    //     spends no instruction on the permutation. Rows 8-15 of a tile at most 8 rows deep repeat
+    //     rows 0-7 (their results are never stored).
     constexpr int CH = TDM_MM_STAGE_SLABS;
-    // Row room: 8, 16 or 32 by instantiation (v3 divided by m rounded to 8 at run time: ~40 % of
-    // the kernel's instructions went to the staging loops' divisions; the live counts are powers
-    // of two, so the indices below are shifts and masks).
+    // Row room in the buffers: 8, 16 or 32 by instantiation, so that every index below divides
+    // by a compile-time power of two (v3 divided by m rounded to 8 at run time: ~40 % of the
+    // kernel's instructions went to the staging loops' divisions).
     constexpr int ROWS8 = MTA == 0 ? 8 : 16 * MT;
+    constexpr int PER_SLAB = 16 * ROWS8;            // raw uint4 per (chain, slab): unit u, row, lane chunk tt
+    constexpr int PER_CHAIN = CH * PER_SLAB;        // raw uint4 per (chain, chunk)
     const int am = a.m;
-    // The geometry is recomputed from the kernel parameter where it is used, rather than held in
-    // registers through the K loop; 9-32 rows stage the whole room (mt 1 and 2 serve m > 8 only).
-    auto live_of = [&]() { return tdm_mm_live_of(MTA == 0 ? a.m : ROWS8, ROWS8, MT); };
-    const tdm_mm_live lv = live_of();
-    const int G = lv.chunks;
-    uint4 *aquad = reinterpret_cast<uint4 *>(smem) + 2 * a.wk * lv.raw_chain;   // after the two raw buffers
+    const int per_buf = a.wk * PER_CHAIN;           // raw uint4 per buffer
+    constexpr int QSLAB = TDM_MM_STEPS * MT * 32;  // quads per (chain, slab)
+    uint4 *abuf = reinterpret_cast<uint4 *>(smem);
+    uint4 *aquad = abuf + 2 * per_buf;
     const int nch = VEC ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
-    const int nsc = (nch + G - 1) / G;              // super-chunks
     auto fast_slabs = [&](int w) {                  // fast slabs of the CTA's chain w
         const int b = (rank * a.wk + w) * a.chain_len;
         return max(0, min(min(b + a.chain_len, a.slabs), a.k / TDM_MM_SLAB_K) - b);
     };
-    auto stage = [&](int sc) {
-        if (sc < nsc) {
-            const tdm_mm_live v = live_of();
-            uint4 *buf = reinterpret_cast<uint4 *>(smem) + (sc & 1) * a.wk * v.raw_chain;
+    // Only live rows are staged and permuted: rows >= m of an A tile hold whatever the buffers held
+    // before (an mma output row depends only on its own A row, and rows >= m are never summed or
+    // stored), so one row stages one row's bytes, not 8. Live rows are counted up to a power of two
+    // (rp2 >= m, at most ROWS8; gp2 >= min(m, 8) lanes' groups) so that the indices below are
+    // shifts and masks: at most one row past m is copied from x (none is read past m: the copy is
+    // skipped there). v4 staged ROWS8 rows, zero-filled past m: at one row 8x the cp.async and
+    // permute work; dropping it took 16 % of the kernel's instructions (bench/NOTES.md, v6 staging).
+    int rp2 = 1;
+    while (rp2 < am && rp2 < ROWS8) rp2 <<= 1;
+    const int gp2 = rp2 < 8 ? rp2 : 8;              // lane groups g of a tile with a live row
+    const int lg_rows = __ffs(rp2) + 1;             // log2(4 * rp2): raw uint4 of one (slab, unit)
+    const int lg_lanes = __ffs(gp2) + 1;            // log2(4 * gp2): quads of one (slab, unit, tile)
+    auto stage = [&](int c) {
+        if (c < nch) {
             for (int w = 0; w < a.wk; w++) {
-                uint4 *dst = buf + w * v.raw_chain;
-                const int nfast = fast_slabs(w) - sc * v.slabs;   // slabs of this super-chunk on the fast path
-                const uint16_t *xc = a.x + ((int64_t)(rank * a.wk + w) * a.chain_len + sc * v.slabs) * TDM_MM_SLAB_K;
-                for (unsigned e = tid; e < (unsigned)v.raw_chain; e += nthr) {
-                    int sl, u, row, tt;
-                    tdm_mm_raw_elem(&v, e, &sl, &u, &row, &tt);
+                uint4 *dst = abuf + (c & 1) * per_buf + w * PER_CHAIN;
+                const int nfast = fast_slabs(w) - c * CH;   // slabs of this chunk on the fast path
+                const uint16_t *xc = a.x + ((int64_t)(rank * a.wk + w) * a.chain_len + c * CH) * TDM_MM_SLAB_K;
+                const unsigned live = (unsigned)(CH * TDM_MM_UNITS) << lg_rows;
+                for (unsigned e = tid; e < live; e += nthr) {   // (slab, unit) outer, (row, lane chunk) inner
+                    const unsigned rt = e & ((1u << lg_rows) - 1), su = e >> lg_rows;
+                    const int sl = su / TDM_MM_UNITS, u = su % TDM_MM_UNITS, row = rt >> 2, tt = rt & 3;
                     if (sl < nfast && row < am)
-                        cp_async16(dst + tdm_mm_raw_at(&v, sl, u, row, tt),
+                        cp_async16(dst + sl * PER_SLAB + u * 4 * ROWS8 + rt,
                                    xc + row * a.ldx + sl * TDM_MM_SLAB_K + 32 * tt + 8 * u);
                 }
             }
         }
         cp_async_commit();   // an empty group past the end keeps the wait counts uniform
     };
-    auto quads = [&](int sc) {   // raw buffer sc & 1 -> the quads of super-chunk sc (its live lanes)
-        const tdm_mm_live v = live_of();
-        const uint4 *raw = reinterpret_cast<const uint4 *>(smem) + (sc & 1) * a.wk * v.raw_chain;
-        const unsigned n = (unsigned)(a.wk * TDM_MM_UNITS * MT) << (v.lg_slabs + v.lg_lanes);
-        for (unsigned e = tid; e < n; e += nthr) {
-            int w, sl, u, mt, lane_q;
-            tdm_mm_quad_elem(&v, MT, e, &w, &sl, &u, &mt, &lane_q);
-            const int gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
-            const uint4 *src = raw + w * v.raw_chain;
-            const uint4 p0 = permute(src[tdm_mm_raw_at(&v, sl, u, row0, tq)]);   // row0 < rows (gq < lanes / 4)
-            // rows 8-15 repeat rows 0-7 at most 8 rows deep; a row1 past the staged rows is not
-            // live (and would index another unit), so it takes any value: row0's
-            const uint4 p1 = LO8 || row1 >= v.rows ? p0 : permute(src[tdm_mm_raw_at(&v, sl, u, row1, tq)]);
-            uint4 *dst = aquad + w * v.quad_chain;
-            dst[tdm_mm_quad_at(&v, MT, lane_q, sl, 2 * u, mt)] = make_uint4(p0.x, p1.x, p0.y, p1.y);
-            dst[tdm_mm_quad_at(&v, MT, lane_q, sl, 2 * u + 1, mt)] = make_uint4(p0.z, p1.z, p0.w, p1.w);
+    auto quads = [&](int c) {   // raw buffer c & 1 -> the quads of chunk c (lanes of live rows)
+        const uint4 *raw = abuf + (c & 1) * per_buf;
+        const unsigned live = (unsigned)(a.wk * CH * TDM_MM_UNITS * MT) << lg_lanes;
+        for (unsigned e = tid; e < live; e += nthr) {
+            const unsigned lane_q = e & ((1u << lg_lanes) - 1), r = e >> lg_lanes, mt = r % MT, r2 = r / MT,
+                           u = r2 % TDM_MM_UNITS, r3 = r2 / TDM_MM_UNITS, sl = r3 % CH, w = r3 / CH;
+            const unsigned gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
+            const uint4 *src = raw + (w * CH + sl) * PER_SLAB + u * 4 * ROWS8 + tq;
+            const uint4 p0 = permute(src[4 * row0]);
+            const uint4 p1 = LO8 ? p0 : permute(src[4 * row1]);
+            uint4 *dst = aquad + ((w * CH + sl) * TDM_MM_STEPS + 2 * u) * MT * 32 + mt * 32 + lane_q;
+            dst[0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
+            dst[MT * 32] = make_uint4(p0.z, p1.z, p0.w, p1.w);
         }
     };
 
@@ -477,9 +482,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     // registers decoded from the chunks, the mmas in one fixed order.
     // (The quads' shared-memory address as a 32-bit offset, read by ld.shared: no
     // generic-to-shared conversion per load.)
-    // (this lane's quads: lane & (lanes - 1)'s, of the warp's chain wk)
-    const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) +
-                             16u * (uint32_t)(wk * lv.quad_chain + tdm_mm_quad_at(&lv, MT, lane & (lv.lanes - 1), 0, 0, 0));
+    const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) + 16 * lane;
     auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
         constexpr bool STAGED = decltype(staged)::value;
         const int slab = s_begin + i;
@@ -512,7 +515,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
                     for (int q = 0; q < 2; q++)
                         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                                      : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
-                                     : "r"(ab + 16 * tdm_mm_quad_at(&lv, MT, 0, 0, 2 * u + q, mt)));
+                                     : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
                 } else {
                     const uint4 p0 = permute(load_unit(16 * mt + g, kbase + 8 * u));
                     const uint4 p1 = LO8 ? p0 : permute(load_unit(16 * mt + 8 + g, kbase + 8 * u));
@@ -545,28 +548,24 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     static_assert(CH % D == 0, "the weight ring depth must divide the staged chunk");
     Chunk<FMT> ring[D][NT];
     if (nch > 0) {
-        // The weights of the first PF slabs in flight, then the first activation super-chunk.
+        // The weights of the first PF slabs in flight, then the first two activation chunks.
 #pragma unroll
         for (int p = 0; p < PF; p++)
             if (p < Lf) load_fast(ring[p], p);
         stage(0);
-        for (int sc = 0; sc < nsc; sc++) {
+        for (int c = 0; c < nch; c++) {
             cp_async_wait<0>();
-            __syncthreads();                         // raw super-chunk sc landed; every warp is done with sc - 1
-            stage(sc + 1);                           // into the other raw buffer, while sc computes
-            quads(sc);
-            __syncthreads();                         // the quads of super-chunk sc are ready
-            for (int gi = 0; gi < G; gi++) {
-                const int c = sc * G + gi;           // the chunk: CH slabs, so slab i's ring entry is i % D
-                if (c >= nch) break;
-                const uint32_t ab = aquad_s + 16u * (uint32_t)tdm_mm_quad_at(&lv, MT, 0, gi * CH, 0, 0);
+            __syncthreads();                         // raw chunk c landed; every warp is done with chunk c - 1
+            stage(c + 1);                            // into the other raw buffer, while chunk c computes
+            quads(c);
+            __syncthreads();                         // the quads of chunk c are ready
+            const uint32_t ab = aquad_s + 16 * (wk * CH * QSLAB);
 #pragma unroll
-                for (int sl = 0; sl < CH; sl++) {
-                    const int i = c * CH + sl;
-                    if (i < Lf) {
-                        if (i + PF < Lf) load_fast(ring[(sl + PF) % D], i + PF);
-                        compute(ring[sl % D], i, ab + 16 * tdm_mm_quad_at(&lv, MT, 0, sl, 0, 0), std::true_type());
-                    }
+            for (int sl = 0; sl < CH; sl++) {
+                const int i = c * CH + sl;
+                if (i < Lf) {
+                    if (i + PF < Lf) load_fast(ring[(sl + PF) % D], i + PF);
+                    compute(ring[sl % D], i, ab + 16 * sl * QSLAB, std::true_type());
                 }
             }
         }

@@ -95,8 +95,7 @@ size_t tdm_tile_smem(const struct tdm_tile *t, int m)
     const size_t tree = (size_t)t->wk * rows * (cols + 8) * sizeof(float);   /* the chains' partial sums */
     const size_t mt = m <= 16 ? 1 : 2;
     const size_t staged = (2 * 16 * staged_rows                       /* two raw activation chunks, rows padded to 8, 16 or 32 */
-                           + TDM_MM_STEPS * mt * 32) * t->wk * TDM_MM_STAGE_SLABS * 16   /* and the chunk's A quads */
-                          + (size_t)t->wk * 32 * 16;   /* each lane's quads padded by one (conflict-free strides) */
+                           + TDM_MM_STEPS * mt * 32) * t->wk * TDM_MM_STAGE_SLABS * 16;   /* and the chunk's A quads */
     return tree > staged ? tree : staged;
 }
 

@@ -1,8 +1,7 @@
 /* The skinny matrix kernels' index mapping, emulated on the CPU with the kernels' own functions
  * (kernels/mm_layout.h): which lane loads which bytes of a weight row, the decoders, the K
  * permutation shared by the B registers and the staged activations, the mma.m16n8k16 fragment
- * layouts (PTX ISA), the chains of K and their sum, which CTA writes which output, and the staged
- * activations' super-chunks (test_staging: indices, bounds, the quads the K loop reads). Each
+ * layouts (PTX ISA), the chains of K and their sum, and which CTA writes which output. Each
  * emulated product must equal tdm_linear_ref within FP32 rounding (relative 2e-5 of the row's
  * sum of |x w|): a wrong mapping misses by O(1). */
 #include "formats.h"
@@ -334,126 +333,8 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     return worst;
 }
 
-/* ---- the staged activations: mm_skinny.cuh's stage, quads and K-loop reads, with mm_layout.h's
- * geometry (tdm_mm_live_of, tdm_mm_raw_at, tdm_mm_quad_at), over one CTA of wk chains. Every quad a
- * lane reads for a live row must hold that row's A registers (rows 8-15 of a tile at most 8 rows
- * deep repeat rows 0-7); every index stays inside its buffer, and the buffers inside the shared
- * memory the host sizes (tdm_tile_smem). Unwritten units hold a poison that no activation has. */
-typedef struct { uint32_t w[4]; } u4;
-static u4 permute_u4(u4 in)
-{
-    u4 out;
-    tdm_mm_permute_unit(TDM_MMF_NVFP4, in.w, out.w);
-    return out;
-}
-static int stage_case(int m, int wk, int chain_len, int k)
-{
-    const int room = m <= 8 ? 8 : m <= 16 ? 16 : 32, mt_count = m <= 16 ? 1 : 2, lo8 = room == 8;
-    const int CH = TDM_MM_STAGE_SLABS, slabs = (k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K;
-    /* as the kernel: the fast slabs of each chain, chunks, super-chunks */
-    const struct tdm_mm_live v = tdm_mm_live_of(room == 8 ? m : room, room, mt_count);
-    const int nch = (chain_len + CH - 1) / CH, G = v.chunks, nsc = (nch + G - 1) / G;
-    const size_t units = (size_t)2 * wk * v.raw_chain + (size_t)wk * v.quad_chain;
-    const struct tdm_tile tile = {2, 4, wk, 1, 1, wk};
-    int bad = 0;
-    if (units * 16 > tdm_tile_smem(&tile, m)) {
-        printf("# m=%d wk=%d: %zu bytes staged, tdm_tile_smem %zu\n", m, wk, units * 16, tdm_tile_smem(&tile, m));
-        bad++;
-    }
-    const int64_t ldx = (int64_t)slabs * TDM_MM_SLAB_K + 8;
-    uint16_t *x = malloc(sizeof *x * (size_t)m * (size_t)ldx);
-    for (int64_t e = 0; e < m * ldx; e++) x[e] = (uint16_t)(next() & 0x7fff);   /* never 0xffff */
-    u4 *sm = malloc(sizeof *sm * units);
-    memset(sm, 0xff, sizeof *sm * units);
-    u4 *aquad = sm + 2 * wk * v.raw_chain;
-    for (int sc = 0; sc < nsc && !bad; sc++) {
-        u4 *buf = sm + (sc & 1) * wk * v.raw_chain;
-        for (int w = 0; w < wk; w++) {   /* stage */
-            const int b = w * chain_len, end = b + chain_len < slabs ? b + chain_len : slabs;
-            const int fast = (end < k / TDM_MM_SLAB_K ? end : k / TDM_MM_SLAB_K) - b;
-            const int nfast = (fast > 0 ? fast : 0) - sc * v.slabs;
-            for (int e = 0; e < v.raw_chain; e++) {
-                int sl, u, row, tt;
-                tdm_mm_raw_elem(&v, (unsigned)e, &sl, &u, &row, &tt);
-                if (sl >= nfast || row >= m) continue;
-                const int at = tdm_mm_raw_at(&v, sl, u, row, tt);
-                if (at < 0 || at >= v.raw_chain) { bad++; continue; }
-                memcpy(&buf[w * v.raw_chain + at],
-                       x + row * ldx + ((int64_t)b + sc * v.slabs + sl) * TDM_MM_SLAB_K + 32 * tt + 8 * u, 16);
-            }
-        }
-        const unsigned n = (unsigned)(wk * TDM_MM_UNITS * mt_count) << (v.lg_slabs + v.lg_lanes);
-        for (unsigned e = 0; e < n; e++) {   /* quads */
-            int w, sl, u, mt, lane_q;
-            tdm_mm_quad_elem(&v, mt_count, e, &w, &sl, &u, &mt, &lane_q);
-            const int gq = lane_q >> 2, tq = lane_q & 3, row0 = 16 * mt + gq, row1 = row0 + 8;
-            const u4 *src = buf + w * v.raw_chain;
-            const int a0 = tdm_mm_raw_at(&v, sl, u, row0, tq), a1 = tdm_mm_raw_at(&v, sl, u, row1, tq);
-            if (a0 >= v.raw_chain || (!lo8 && row1 < v.rows && a1 >= v.raw_chain)) { bad++; continue; }
-            const u4 p0 = permute_u4(src[a0]);
-            const u4 p1 = lo8 || row1 >= v.rows ? p0 : permute_u4(src[a1]);
-            const int q0 = tdm_mm_quad_at(&v, mt_count, lane_q, sl, 2 * u, mt), q1 = tdm_mm_quad_at(&v, mt_count, lane_q, sl, 2 * u + 1, mt);
-            if (q0 >= v.quad_chain || q1 >= v.quad_chain) { bad++; continue; }
-            aquad[w * v.quad_chain + q0] = (u4){{p0.w[0], p1.w[0], p0.w[1], p1.w[1]}};
-            aquad[w * v.quad_chain + q1] = (u4){{p0.w[2], p1.w[2], p0.w[3], p1.w[3]}};
-        }
-        for (int w = 0; w < wk; w++)   /* the K loop's reads: chunk c of the super-chunk, slab sl, step, tile, lane */
-            for (int gi = 0; gi < G; gi++) {
-                const int c = sc * G + gi;
-                if (c >= nch) break;
-                const int b = w * chain_len, end = b + chain_len < slabs ? b + chain_len : slabs;
-                const int lf = (end < k / TDM_MM_SLAB_K ? end : k / TDM_MM_SLAB_K) - b;
-                for (int sl = 0; sl < CH; sl++) {
-                    const int i = c * CH + sl;
-                    if (i >= lf) continue;
-                    for (int lane = 0; lane < 32; lane++) {
-                        const int base = w * v.quad_chain + tdm_mm_quad_at(&v, mt_count, lane & (v.lanes - 1), 0, 0, 0) +
-                                         tdm_mm_quad_at(&v, mt_count, 0, gi * CH, 0, 0);
-                        const int g = lane >> 2, t = lane & 3;
-                        for (int q = 0; q < TDM_MM_STEPS; q++)
-                            for (int mt = 0; mt < mt_count; mt++) {
-                                const u4 got = aquad[base + tdm_mm_quad_at(&v, mt_count, 0, sl, q, mt)];
-                                const int u = q >> 1, h = q & 1, rows[2] = {16 * mt + g, lo8 ? g : 16 * mt + g + 8};
-                                for (int half = 0; half < 2; half++) {
-                                    const int row = rows[half];
-                                    if (row >= m) continue;   /* not live: any value */
-                                    u4 raw;
-                                    memcpy(&raw, x + row * ldx + ((int64_t)b + i) * TDM_MM_SLAB_K + 32 * t + 8 * u, 16);
-                                    const u4 want = permute_u4(raw);
-                                    if (got.w[half] != want.w[2 * h] || got.w[2 + half] != want.w[2 * h + 1]) bad++;
-                                }
-                            }
-                    }
-                }
-            }
-    }
-    free(sm);
-    free(x);
-    return bad;
-}
-
-static void test_staging(void)
-{
-    const int chain_lens[] = {1, 3, 4, 5, 17, 20, 33, 68};
-    for (int m = 1; m <= 32; m++)
-        for (int wk = 1; wk <= 3; wk++) {
-            int bad = 0, cases = 0;
-            for (size_t c = 0; c < sizeof chain_lens / sizeof *chain_lens; c++) {
-                const int cl = chain_lens[c];
-                bad += stage_case(m, wk, cl, wk * cl * TDM_MM_SLAB_K);          /* every slab full */
-                bad += stage_case(m, wk, cl, wk * cl * TDM_MM_SLAB_K - 48);     /* the last slab partial */
-                cases += 2;
-            }
-            const struct tdm_mm_live v = tdm_mm_live_of(m <= 8 ? m : m <= 16 ? 16 : 32, m <= 8 ? 8 : m <= 16 ? 16 : 32, m <= 16 ? 1 : 2);
-            ok(bad == 0, "staged activations, m=%d wk=%d (%d rows staged, %d lanes, %d chunks a super-chunk), %d chain "
-               "lengths: every live row's A quads as the K loop reads them, every index in its buffer, within tdm_tile_smem (%d faults)",
-               m, wk, v.rows, v.lanes, v.chunks, cases, bad);
-        }
-}
-
 int main(void)
 {
-    test_staging();
     test_decoders();
 
     const struct emul_case cases[] = {
