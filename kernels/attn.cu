@@ -98,6 +98,12 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
             if constexpr (TREE) row = row < p0 ? row : p0 + path[i][row - p0];
             return row;
         };
+        // the lane's dims of JB cache rows from position j0 of row i's walk, loaded before any is used
+        auto load_rows = [&](const uint16_t *cache, int i, int j0, int wn, float(&x)[JB][DPL]) {
+#pragma unroll
+            for (int b = 0; b < JB; b++)
+                load_bf16<DPL>(cache + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, x[b]);
+        };
 #pragma unroll
         for (int i = 0; i < RG; i++) {
             const int wn = max(0, min(SUB, pr[i] + 1 - ws));  // warp-uniform: positions row i sees here
@@ -111,9 +117,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                 float *ps = sc[i] + warp * SUB;
                 for (int j0 = 0; j0 < wn; j0 += JB) {
                     float kr[JB][DPL];
-#pragma unroll
-                    for (int b = 0; b < JB; b++)
-                        load_bf16<DPL>(kc + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, kr[b]);
+                    load_rows(kc, i, j0, wn, kr);
 #pragma unroll
                     for (int b = 0; b < JB; b++) {
                         float d = 0.0f;
@@ -132,9 +136,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                 __syncwarp();
                 for (int j0 = 0; j0 < wn; j0 += JB) {
                     float vr[JB][DPL];
-#pragma unroll
-                    for (int b = 0; b < JB; b++)
-                        load_bf16<DPL>(vc + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, vr[b]);
+                    load_rows(vc, i, j0, wn, vr);
 #pragma unroll
                     for (int b = 0; b < JB; b++) {
                         if (j0 + b < wn) {
