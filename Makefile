@@ -95,7 +95,7 @@ demo: all
 kerneltrace: build/kerneltrace.so
 build/kerneltrace.so: bench/kerneltrace.c
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(CUDA)/include $< -o $@ -L$(CUDA)/lib64 -lcupti -Wl,-rpath,$(CUDA)/lib64
+	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(CUDA)/include $< -o $@ -L$(CUDA)/lib64 -lcupti -lstdc++ -Wl,-rpath,$(CUDA)/lib64
 
 clean:
 	rm -rf build bin

@@ -7,13 +7,17 @@
  *   graph  the graph's id
  *   launches  how many times it was launched;  kernels  kernels a launch
  *   span_us   median over launches of (last kernel's end - first kernel's start)
- *   busy_us   median over launches of the kernels' summed durations (one stream: they never overlap)
+ *   busy_us   median over launches of the time in which at least one kernel ran (the union of the
+ *             kernels' intervals: on one stream their summed durations; kernels on two streams
+ *             (TANDEM_CONCURRENT) may overlap, and overlapped time counts once)
  *   gaps      1 - busy / span, of the median launch: the share of the graph's span in which no
  *             kernel ran (launch gaps between dependent nodes, and each kernel's ramp and tail
  *             count as kernel time)
  *   first     the first kernel's name (to tell the graphs apart)
+ * Then, for each graph of at least 100 kernels a launch launched at least 3 times, its kernels by
+ * time a launch (demangled names), the largest 16.
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
- * on one line (graph 0). Not part of the library or the tools:
+ * on one line (graph 0: their summed durations). Not part of the library or the tools:
  * a measuring aid for bench/NOTES.md. */
 #define _GNU_SOURCE
 #include <cupti.h>
@@ -22,7 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct krec { uint64_t start, end; uint32_t graph, corr, gorder; char name[48]; };
+struct krec { uint64_t start, end; uint32_t graph, corr, gorder, kid; char name[48]; };
+/* Distinct kernels by CUPTI's name pointer (one per kernel for the session), their names demangled. */
+struct kname { const char *key; char *name; };
+static struct kname *knames;
+static size_t nknames, capknames;
+char *__cxa_demangle(const char *mangled, char *buf, size_t *n, int *status);   /* libstdc++ */
 static struct krec *recs;
 static size_t nrec, caprec;
 
@@ -52,6 +61,32 @@ static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_reco
     *max_records = 0;
 }
 
+/* The index of kernel `key` in knames, added on first sight with its demangled name (templates and
+ * arguments cut: every anonymous namespace dropped, then up to the first '('). */
+static uint32_t kernel_id(const char *key)
+{
+    for (size_t i = 0; i < nknames; i++)
+        if (knames[i].key == key) return (uint32_t)i;
+    if (nknames == capknames) {
+        capknames = capknames ? 2 * capknames : 256;
+        struct kname *n = realloc(knames, capknames * sizeof *knames);
+        if (!n) { fprintf(stderr, "kerneltrace: out of memory\n"); exit(1); }
+        knames = n;
+    }
+    int status = -1;
+    char *d = key ? __cxa_demangle(key, NULL, NULL, &status) : NULL;
+    char *name = strdup(status == 0 && d ? d : key ? key : "?");
+    free(d);
+    if (!name) { fprintf(stderr, "kerneltrace: out of memory\n"); exit(1); }
+    const char *anon = "(anonymous namespace)::";   /* dropped first: its '(' is not the arguments' */
+    for (char *a; (a = strstr(name, anon)); )
+        memmove(a, a + strlen(anon), strlen(a + strlen(anon)) + 1);
+    char *paren = strchr(name, '(');
+    if (paren) *paren = 0;
+    knames[nknames] = (struct kname){key, name};
+    return (uint32_t)nknames++;
+}
+
 static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
 {
     (void)ctx; (void)stream; (void)size;
@@ -71,6 +106,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
         r->graph = k->graphId;
         r->corr = k->correlationId;
         snprintf(r->name, sizeof r->name, "%s", k->name ? k->name : "?");
+        r->kid = kernel_id(k->name);
     }
     free(buf);
 }
@@ -97,6 +133,14 @@ static int cmp_rec(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* One kernel's time in one graph: summed durations, launches. */
+struct ktime { uint64_t ns, calls; uint32_t kid; };
+static int cmp_ktime(const void *a, const void *b)   /* largest time first */
+{
+    const uint64_t x = ((const struct ktime *)a)->ns, y = ((const struct ktime *)b)->ns;
+    return x > y ? -1 : x < y;
+}
+
 static void trace_report(void)
 {
     cuptiActivityFlushAll(1);
@@ -120,11 +164,15 @@ static void trace_report(void)
         size_t j = i, nl = 0, nk = 0;
         while (j < nrec && recs[j].graph == recs[i].graph) {
             size_t e = j;
-            uint64_t s = recs[j].start, t = recs[j].end, b = 0;
+            uint64_t s = recs[j].start, t = recs[j].end, b = 0, covered = recs[j].start; /* busy up to covered */
             while (e < nrec && recs[e].graph == recs[i].graph && (recs[i].graph == 0 || recs[e].corr == recs[j].corr)) {
                 if (recs[e].start < s) s = recs[e].start;
                 if (recs[e].end > t) t = recs[e].end;
-                b += recs[e].end - recs[e].start;
+                /* a launch's kernels in order of start: the part of this kernel past what earlier
+                 * ones covered (graph 0, ordered by launch, not start: the summed durations) */
+                const uint64_t from = recs[i].graph == 0 || recs[e].start > covered ? recs[e].start : covered;
+                if (recs[e].end > from) b += recs[e].end - from;
+                if (recs[e].end > covered) covered = recs[e].end;
                 e++;
             }
             nk = e - j;
@@ -144,5 +192,33 @@ static void trace_report(void)
         i = j;
     }
     free(ls);
+    /* Where each large graph's kernel time goes (graphs of at least 100 kernels a launch, launched at
+     * least 3 times: the decode steps and the verify rounds): per kernel, its launches a graph
+     * launch, its time a graph launch (summed durations over every launch / graph launches) and its
+     * share of the graph's summed kernel time; the largest 16. */
+    struct ktime *kt = calloc(nknames ? nknames : 1, sizeof *kt);
+    for (size_t i = 0; kt && i < nrec;) {
+        size_t j = i, nl = 0;
+        uint64_t total = 0;
+        for (size_t q = 0; q < nknames; q++) kt[q] = (struct ktime){0, 0, (uint32_t)q};
+        while (j < nrec && recs[j].graph == recs[i].graph) {
+            if (j == i || recs[j].corr != recs[j - 1].corr) nl++;
+            kt[recs[j].kid].ns += recs[j].end - recs[j].start;
+            kt[recs[j].kid].calls++;
+            total += recs[j].end - recs[j].start;
+            j++;
+        }
+        if (recs[i].graph != 0 && nl >= 3 && (j - i) / nl >= 100) {
+            qsort(kt, nknames, sizeof *kt, cmp_ktime);
+            fprintf(f, "\n# graph %u: %zu launches of %zu kernels, %.1f us of kernel time a launch; by kernel:\n",
+                    recs[i].graph, nl, (j - i) / nl, total / 1e3 / (double)nl);
+            fprintf(f, "%8s %10s %6s  %s\n", "calls", "us", "share", "kernel");
+            for (size_t q = 0; q < nknames && q < 16 && kt[q].calls; q++)
+                fprintf(f, "%8.1f %10.1f %5.1f%%  %s\n", (double)kt[q].calls / (double)nl, kt[q].ns / 1e3 / (double)nl,
+                        total ? 100.0 * (double)kt[q].ns / (double)total : 0.0, knames[kt[q].kid].name);
+        }
+        i = j;
+    }
+    free(kt);
     if (f != stderr) fclose(f);
 }

@@ -37,20 +37,30 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
     }
 }
 
-// Block (chunk c, query head h); warp w takes the rows w, w + 8, ... A row at position p sees the
-// chunk's positions [c CH, min(c CH + CH, p + 1)); chunks that start after p are skipped (the
+// Block (chunk c, query head h), rows in groups of RG; warp w takes the SUB positions
+// [c CH + w SUB, c CH + w SUB + SUB) of the chunk (its sub-chunk) for every row of the group, so at
+// one row all eight warps stream the chunk's K and V (a warp a row left seven idle and its loads
+// in series: ~110 us a 27B layer at 4096 positions). A row at position p sees the sub-chunk's
+// positions up to p; sub-chunks past p are skipped, and chunks that start after p too (the
 // combine never reads them). Lane l holds dims [l DPL, l DPL + DPL). Per row, in this order:
 //   s_j = (q . k_j) * scale: lane-serial FMAs over its dims, then xor butterflies (the same bits in
 //     every lane), kept in shared memory;
-//   m = max_j s_j (exact in any order); l = sum_j exp(s_j - m): lane l serial over j = l mod 32,
-//     then butterflies;
-//   o[d] = sum_j bf16(exp(s_j - m)) v_j[d], serial over j.
-// Nothing depends on M or on which warp serves the row.
+//   per sub-chunk w: m_w = max_j s_j (exact in any order); l_w = sum_j exp(s_j - m_w), one
+//     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j;
+//   the chunk: m = max_w m_w; l = sum_w exp(m_w - m) l_w and o[d] = sum_w exp(m_w - m) o_w[d], over
+//     the sub-chunks the row sees, w ascending.
+// Nothing depends on M, on the group a row falls in or on which thread serves it. The K and V
+// rows are loaded for every row of a group (the rows of a chain share them, through L1).
 //
 // TREE (parent not NULL; layers.h, Trees): row r is a node at depth d, position p = p0 + d, and
 // the positions it sees are a virtual sequence: p' < p0 is cache row p', p0 + i is the cache row
 // p0 + path[i] of its ancestor at depth i (path[d] = r). Everything else is the chain's code over
 // that sequence, so the chunks, the scores' order and every sum are those of the path as a chain.
+constexpr int SUB = CH / ATT_WARPS;  // positions a warp: one a lane in the softmax
+static_assert(SUB == 32, "a sub-chunk is one position a lane");
+constexpr int RG = 4;                // rows a group
+constexpr int JB = 8;                // positions a warp loads before it uses them
+
 template <int DPL, bool TREE>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
@@ -60,73 +70,115 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
     const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (Hq / Hkv);
     const int p0 = d_pos0 ? *d_pos0 : pos0;
-    const int start = c * CH;
+    const int start = c * CH, ws = start + warp * SUB;  // the chunk's and the warp's first position
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
-    __shared__ float sc[ATT_WARPS][CH];  // per warp: the row's scores, then exp(s - m)
-    __shared__ int32_t path[TREE ? ATT_WARPS : 1][TREE ? TDM_TREE_MAX : 1];  // per warp: the row's path
-    for (int r = warp; r < M; r += ATT_WARPS) {
-        int p = p0 + r;
+    __shared__ float sc[RG][CH];                    // per row: the scores, then exp(s - m_w)
+    __shared__ float wml[RG][ATT_WARPS][2];         // per row and sub-chunk: m_w, l_w
+    __shared__ float wo[RG][ATT_WARPS][D];          // per row and sub-chunk: o_w
+    __shared__ int32_t path[TREE ? RG : 1][TREE ? TDM_TREE_MAX : 1];  // per row: its path
+    for (int r0 = 0; r0 < M; r0 += RG) {
+        const int nr = min(RG, M - r0);
+        int pr[RG];  // the group's positions (-1: no row)
+#pragma unroll
+        for (int i = 0; i < RG; i++) pr[i] = i < nr ? p0 + (TREE ? tree_depth(parent, r0 + i) : r0 + i) : -1;
         if constexpr (TREE) {
-            const int d = tree_depth(parent, r);
-            p = p0 + d;
-            __syncwarp();  // the previous row's reads of path are done
-            if (lane == 0)
-                for (int x = r, i = d; i >= 0; i--, x = parent[x]) path[warp][i] = x;
-            __syncwarp();
+            __syncthreads();  // the previous group's reads of path are done
+            if (threadIdx.x < nr)
+                for (int x = r0 + threadIdx.x, i = pr[threadIdx.x] - p0; i >= 0; i--, x = parent[x])
+                    path[threadIdx.x][i] = x;
+            __syncthreads();
         }
-        if (start > p) continue;  // warp-uniform
-        const int end = min(start + CH, p + 1);
-        float qr[DPL];
-        load_bf16<DPL>(q + ((size_t)r * Hq + h) * D + lane * DPL, qr);
-        const int n = end - start;
-        float *ps = sc[warp];
-        // unrolled so that the butterflies of several positions overlap; each position's sum is the same
-#pragma unroll 4
-        for (int jl = 0; jl < n; jl++) {
-            int row = start + jl;
-            if constexpr (TREE) row = row < p0 ? row : p0 + path[warp][row - p0];
-            float kr[DPL];
-            load_bf16<DPL>(kc + ((size_t)row * Hkv + kvh) * D + lane * DPL, kr);
-            float d = 0.0f;
+        bool seen = false;  // block-uniform: a row of the group sees the chunk
 #pragma unroll
-            for (int i = 0; i < DPL; i++) d = __fmaf_rn(qr[i], kr[i], d);
-            d = __fmul_rn(warp_sum(d), scale);
-            if (lane == 0) ps[jl] = d;
-        }
-        __syncwarp();
-        float m = -INFINITY;
-        for (int jl = lane; jl < n; jl += 32) m = fmaxf(m, ps[jl]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (int jl = lane; jl < n; jl += 32) {
-            const float e = expf(__fsub_rn(ps[jl], m));
-            ps[jl] = e;
-            l = __fadd_rn(l, e);
-        }
-        l = warp_sum(l);
-        __syncwarp();
-        float o[DPL];
+        for (int i = 0; i < RG; i++) seen |= pr[i] >= start;
+        if (!seen) continue;
+        // the cache row of the warp's position jl (clamped to the row's last: every load is a row it sees)
+        auto cache_row = [&](int i, int jl, int wn) {
+            int row = ws + min(jl, wn - 1);
+            if constexpr (TREE) row = row < p0 ? row : p0 + path[i][row - p0];
+            return row;
+        };
+        // the lane's dims of JB cache rows from position j0 of row i's walk, loaded before any is used
+        auto load_rows = [&](const uint16_t *cache, int i, int j0, int wn, float(&x)[JB][DPL]) {
 #pragma unroll
-        for (int i = 0; i < DPL; i++) o[i] = 0.0f;
-#pragma unroll 4
-        for (int jl = 0; jl < n; jl++) {
-            const float pb = bfr(ps[jl]);
-            int row = start + jl;
-            if constexpr (TREE) row = row < p0 ? row : p0 + path[warp][row - p0];
-            float vr[DPL];
-            load_bf16<DPL>(vc + ((size_t)row * Hkv + kvh) * D + lane * DPL, vr);
+            for (int b = 0; b < JB; b++)
+                load_bf16<DPL>(cache + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, x[b]);
+        };
 #pragma unroll
-            for (int i = 0; i < DPL; i++) o[i] = __fmaf_rn(pb, vr[i], o[i]);
-        }
-        __syncwarp();  // ps is rewritten by the warp's next row
-        const size_t idx = ((size_t)r * Hq + h) * NC + c;
-        float *po = part_o + idx * D + lane * DPL;
+        for (int i = 0; i < RG; i++) {
+            const int wn = max(0, min(SUB, pr[i] + 1 - ws));  // warp-uniform: positions row i sees here
+            float m = -INFINITY, l = 0.0f;
+            float o[DPL];
 #pragma unroll
-        for (int i = 0; i < DPL; i++) po[i] = o[i];
-        if (lane == 0) {
-            part_ml[idx * 2] = m;
-            part_ml[idx * 2 + 1] = l;
+            for (int e = 0; e < DPL; e++) o[e] = 0.0f;
+            if (wn > 0) {
+                float qr[DPL];
+                load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
+                float *ps = sc[i] + warp * SUB;
+                for (int j0 = 0; j0 < wn; j0 += JB) {
+                    float kr[JB][DPL];
+                    load_rows(kc, i, j0, wn, kr);
+#pragma unroll
+                    for (int b = 0; b < JB; b++) {
+                        float d = 0.0f;
+#pragma unroll
+                        for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[e], kr[b][e], d);
+                        d = __fmul_rn(warp_sum(d), scale);
+                        if (lane == 0 && j0 + b < wn) ps[j0 + b] = d;
+                    }
+                }
+                __syncwarp();
+                const float s = lane < wn ? ps[lane] : -INFINITY;
+                m = warp_max(s);
+                const float e = lane < wn ? expf(__fsub_rn(s, m)) : 0.0f;
+                if (lane < wn) ps[lane] = e;
+                l = warp_sum(e);
+                __syncwarp();
+                for (int j0 = 0; j0 < wn; j0 += JB) {
+                    float vr[JB][DPL];
+                    load_rows(vc, i, j0, wn, vr);
+#pragma unroll
+                    for (int b = 0; b < JB; b++) {
+                        if (j0 + b < wn) {
+                            const float pb = bfr(ps[j0 + b]);
+#pragma unroll
+                            for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
+                        }
+                    }
+                }
+            }
+            if (lane == 0) {
+                wml[i][warp][0] = m;
+                wml[i][warp][1] = l;
+            }
+#pragma unroll
+            for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[e];
         }
+        __syncthreads();
+        // the chunk's partial of each row that sees it: the sub-chunks it sees, w ascending
+        for (int t = threadIdx.x; t < nr * D; t += ATT_WARPS * 32) {
+            const int i = t / D, d = t % D;
+            int p = -1;
+#pragma unroll
+            for (int k = 0; k < RG; k++) p = k == i ? pr[k] : p;
+            if (p < start) continue;
+            const int nw = min(ATT_WARPS, (p - start) / SUB + 1);
+            float m = -INFINITY;
+            for (int w = 0; w < nw; w++) m = fmaxf(m, wml[i][w][0]);
+            float l = 0.0f, acc = 0.0f;
+            for (int w = 0; w < nw; w++) {
+                const float f = expf(__fsub_rn(wml[i][w][0], m));
+                l = __fadd_rn(l, __fmul_rn(f, wml[i][w][1]));
+                acc = __fadd_rn(acc, __fmul_rn(f, wo[i][w][d]));
+            }
+            const size_t idx = ((size_t)(r0 + i) * Hq + h) * NC + c;
+            part_o[idx * D + d] = acc;
+            if (d == 0) {
+                part_ml[idx * 2] = m;
+                part_ml[idx * 2 + 1] = l;
+            }
+        }
+        __syncthreads();  // sc, wml and wo are rewritten by the next group
     }
 }
 

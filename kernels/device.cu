@@ -67,8 +67,20 @@ extern "C" int tdm_event_create(tdm_event *e)
     *e = ev;
     return 0;
 }
+extern "C" int tdm_event_create_sync(tdm_event *e)
+{
+    cudaEvent_t ev;
+    TDM_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *e = ev;
+    return 0;
+}
 extern "C" void tdm_event_destroy(tdm_event e) { if (e) cudaEventDestroy((cudaEvent_t)e); }
 extern "C" int tdm_event_record(tdm_event e, tdm_stream s) { TDM_CUDA_TRY(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s)); return 0; }
+extern "C" int tdm_stream_wait(tdm_stream s, tdm_event e)
+{
+    TDM_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
+    return 0;
+}
 extern "C" int tdm_event_ms(tdm_event a, tdm_event b, float *ms)
 {
     TDM_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)b));

@@ -34,8 +34,15 @@ int tdm_stream_create(tdm_stream *s);
 void tdm_stream_destroy(tdm_stream s);
 int tdm_stream_sync(tdm_stream s);
 int tdm_event_create(tdm_event *e);
+/* An event for ordering only (no timestamps: cudaEventDisableTiming), cheaper to record and wait
+ * on; tdm_event_ms cannot time it. */
+int tdm_event_create_sync(tdm_event *e);
 void tdm_event_destroy(tdm_event e);
 int tdm_event_record(tdm_event e, tdm_stream s);
+/* Work launched on s after this call waits for the work before e's last record (cudaStreamWaitEvent);
+ * inside a graph capture, a record on the capturing stream and a wait on another stream fork the
+ * capture into that stream, and a record there and a wait on the capturing stream join it back. */
+int tdm_stream_wait(tdm_stream s, tdm_event e);
 int tdm_event_ms(tdm_event start, tdm_event stop, float *ms);
 /* Capture everything launched on s between begin and end into an instantiated graph. */
 int tdm_graph_begin(tdm_stream s);

@@ -836,15 +836,12 @@ static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b,
                         pend->d_n && pend->qkv && pend->b && pend->a ? "given" : "not all given", (long long)pend->ldb,
                         (long long)pend->lda, Hv);
     if (M == 0 && !pend) return 0;
-    const tdm_gdn_pend none = {NULL, NULL, NULL, 0, 0, NULL};
+    const tdm_gdn_pend none = {NULL, NULL, NULL, 0, 0, NULL}, &pv = pend ? *pend : none;
+    float *sp = pend ? S_pend : NULL;
     dim3 grid(Hv, Dv / 32);
     cudaStream_t st = (cudaStream_t)stream;
-    if (parent)
-        recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o,
-                       pend ? *pend : none, pend ? S_pend : NULL);
-    else
-        recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o,
-                        pend ? *pend : none, pend ? S_pend : NULL);
+    if (parent) recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o, pv, sp);
+    else recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o, pv, sp);
     TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -27,6 +27,12 @@ __device__ __forceinline__ uint16_t attn_gated(float attn, float gate)
 {
     return f2bf(__fmul_rn(bfr(attn), bfr(sigmoid_ref(gate))));
 }
+// The SwiGLU of one element (ref.c: bf(bf(siluf(g)) * u) over the BF16 outputs g, u of the gate and
+// up products; models.md): gate and up as the FP32 sums, rounded to BF16 here first.
+__device__ __forceinline__ uint16_t swiglu_ref(float gate, float up)
+{
+    return f2bf(__fmul_rn(bfr(silu_ref(bfr(gate))), bfr(up)));
+}
 // 1 / sqrtf(x), both correctly rounded as in C
 __device__ __forceinline__ float rsqrt_ref(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }
 

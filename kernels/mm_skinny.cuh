@@ -272,9 +272,28 @@ constexpr int MIN_BLOCKS = 2;
 // MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
 // rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
 // instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
-template <int FMT, int NT, int MTA, int PF, bool VEC>
-__global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const SkinnyArgs a)
+// GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
+// code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
+// 104 registers; bench/NOTES.md, the 9-16-row slowdown).
+// Registers a thread, by instantiation. A SM's four schedulers hold 16,384 registers each, in
+// warps: at <= 96 registers a scheduler holds 5 warps, at 97-128 only 4, so a CTA of 6 warps fits
+// 3 a SM at <= 96 and 2 above. The 27B's projections at 1-8 rows run 364 CTAs of 6 warps: at 98
+// registers they took 1.38 waves over the 132 SMs and the token 11.8 ms, at 94 one wave and 9.2
+// (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v, sm_90):
+// NVFP4 nt 2 at pf 1 and 1-16 rows or pf 3 and at most 8 rows, FP8 nt 1 at pf 1 and 1-16 rows
+// (84-102 unbounded); the rest to the MIN_BLOCKS bound.
+template <int FMT, int NT, int MTA, int PF>
+constexpr int skinny_regs()
 {
+    const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
+    const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
+    return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
+}
+
+template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU>
+__global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(const SkinnyArgs a)
+{
+    static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
     extern __shared__ __align__(16) uint8_t smem[];
@@ -288,7 +307,7 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
     const int wn = warp % wn_count, wk = warp / wn_count;
     // SwiGLU (a.w_up, NT 2): a warp's two tiles are the gate's and the up weight's rows of the same
     // 8 outputs, so the CTA has half as many outputs as partial-sum columns.
-    const bool glu = NT == 2 && a.w_up != nullptr;
+    constexpr bool glu = GLU;
     const int cols = 8 * NT * wn_count;             // partial-sum columns of the CTA
     const int outs = glu ? cols / 2 : cols;         // its outputs
     const int col0 = blockIdx.x * outs;             // first view row (output column) of the CTA
@@ -599,34 +618,33 @@ __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) skinny_kernel(const S
         cl.sync();   // no CTA leaves while another still reads its shared memory
     }
     if (rank != 0) return;
-    if (glu) {   // output o of warp w: the gate's sum at column 16 w + o % 8, the up's 8 further
+    if constexpr (glu) {   // output o of warp w: the gate's sum at column 16 w + o % 8, the up's 8 further
         for (int e = tid; e < a.m * outs; e += nthr) {
             const int r = e / outs, h = e - r * outs, n = col0 + h;
             if (n >= a.n) continue;
             const int cg = 16 * (h >> 3) + (h & 7);
-            // tdm_silu_mul's roundings on the two products' BF16 outputs (engine_glue.cu)
-            const float gate = tdm_ly::bfr(red[r * rstride + cg] * a.out_scale);
-            const float up = tdm_ly::bfr(red[r * rstride + cg + 8] * a.out_scale_up);
-            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = tdm_ly::f2bf(__fmul_rn(tdm_ly::bfr(tdm_ly::silu_ref(gate)), up));
+            // tdm_silu_mul's roundings on the two products' BF16 outputs (swiglu_ref)
+            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] =
+                tdm_ly::swiglu_ref(red[r * rstride + cg] * a.out_scale, red[r * rstride + cg + 8] * a.out_scale_up);
         }
-        return;
-    }
-    for (int e = tid; e < nel; e += nthr) {
-        const int r = e / cols, c = e - r * cols, n = col0 + c;
-        if (n >= a.n) continue;
-        const float v = red[r * rstride + c] * a.out_scale;
-        if (a.y_f32)
-            reinterpret_cast<float *>(a.y)[r * a.ldy + n] = v;
-        else
-            reinterpret_cast<__nv_bfloat16 *>(a.y)[r * a.ldy + n] = __float2bfloat16_rn(v);
+    } else {
+        for (int e = tid; e < nel; e += nthr) {
+            const int r = e / cols, c = e - r * cols, n = col0 + c;
+            if (n >= a.n) continue;
+            const float v = red[r * rstride + c] * a.out_scale;
+            if (a.y_f32)
+                reinterpret_cast<float *>(a.y)[r * a.ldy + n] = v;
+            else
+                reinterpret_cast<__nv_bfloat16 *>(a.y)[r * a.ldy + n] = __float2bfloat16_rn(v);
+        }
     }
 }
 
 // Launches one instantiation with the setting's grid, block, cluster and shared memory.
-template <int FMT, int NT, int MT, int PF, bool VEC>
+template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC>;
+    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU>;
     // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
     // need, so that no later call (perhaps inside a graph capture) has to.
     static size_t allowed = 48 * 1024;
@@ -642,7 +660,7 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
             allowed = want;
         }
     }
-    const int cols = 8 * NT * wn, outs = NT == 2 && a.w_up ? cols / 2 : cols;   // SwiGLU: half as many outputs
+    const int cols = 8 * NT * wn, outs = GLU ? cols / 2 : cols;   // SwiGLU: half as many outputs
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((a.n + outs - 1) / outs), (unsigned)cs, 1);
     cfg.blockDim = dim3((unsigned)(32 * wn * a.wk), 1, 1);
@@ -658,18 +676,31 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 
+// The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
+template <int FMT, int NT, int MT, int PF>
+cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
+{
+    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
+    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
+    return cudaErrorInvalidValue;
+}
+
 // Picks the instantiation for (nt, mt, pf, vec) from TDM_MM_VARIANTS (mt 0: at most 8 rows, built
 // beside every mt 1 entry); unaligned data take nt 1,
-// pf 1 (the setting only distributes work, so this changes no bits).
+// pf 1 (the setting only distributes work, so this changes no bits), and never the SwiGLU form.
 template <int FMT>
 cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st)
 {
-    if (!vec) return mt <= 1 ? launch<FMT, 1, 1, 1, false>(a, wn, cs, smem, st) : launch<FMT, 1, 2, 1, false>(a, wn, cs, smem, st);
+    if (!vec) {
+        if (a.w_up != nullptr) return cudaErrorInvalidValue;
+        return mt <= 1 ? launch<FMT, 1, 1, 1, false, false>(a, wn, cs, smem, st)
+                       : launch<FMT, 1, 2, 1, false, false>(a, wn, cs, smem, st);
+    }
 #define TDM_MM_LAUNCH_IF(F, NT_, MT_, PF_)                                                     \
     if constexpr (F == FMT) {                                                                   \
-        if (nt == NT_ && mt == MT_ && pf == PF_) return launch<FMT, NT_, MT_, PF_, true>(a, wn, cs, smem, st); \
+        if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, st); \
         if constexpr (MT_ == 1)                                                                 \
-            if (nt == NT_ && mt == 0 && pf == PF_) return launch<FMT, NT_, 0, PF_, true>(a, wn, cs, smem, st); \
+            if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, st); \
     }
     TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
 #undef TDM_MM_LAUNCH_IF

@@ -334,7 +334,7 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
         ag = __fmul_rn(ag, __fmul_rn(g.scale2[e], 0x1p7f));
         au = __fmul_rn(au, __fmul_rn(u.scale2[e], 0x1p7f));
     }
-    if (gl == 0 && n < I) out[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(ag))), bfr(au)));
+    if (gl == 0 && n < I) out[n] = swiglu_ref(ag, au);
 }
 
 template <int F, bool VEC>
@@ -606,7 +606,7 @@ grouped_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *a, int64_t
                     if constexpr (GU) {   // gate at c, up at c + 16 (n8-tile j + 2)
                         float u = acc[i][j + 2][2 * h + q];
                         if (F == TDM_W_NVFP4) u = __fmul_rn(u, s1);
-                        o[n] = f2bf(__fmul_rn(bfr(silu_ref(bfr(y))), bfr(u)));
+                        o[n] = swiglu_ref(y, u);
                     } else {
                         o[n] = f2bf(y);
                     }

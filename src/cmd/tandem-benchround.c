@@ -516,10 +516,11 @@ int main(int argc, char **argv)
     if (!e) tdm_die_input(prog);
     if (mtp && tdm_engine_mtp_init(e) != 0) tdm_die_input(prog);
     fprintf(stderr, "# drafter: %s\n", mtp_note);
-    const char *gdn_commit = tdm_engine_gdn_defer(e) ? "deferred" : "replayed";
+    const int deferred = tdm_engine_gdn_defer(e);
+    const char *gdn_commit = deferred ? "deferred" : "replayed";
     fprintf(stderr, "# GDN commit: %s (TANDEM_GDN_DEFER=%s): %s\n", gdn_commit, tdm_setting("TANDEM_GDN_DEFER"),
-            tdm_engine_gdn_defer(e) ? "the commit records the rows, the next verify applies them as it loads each state"
-                                    : "the commit replays the rows through the conv and recurrence");
+            deferred ? "the commit records the rows, the next verify applies them as it loads each state"
+                     : "the commit replays the rows through the conv and recurrence");
 
     struct bench b = {.m = m, .e = e, .V = c->vocab, .n_prompt = (int)n_prompt, .reps = (int)reps};
     b.prompt = malloc((size_t)(n_prompt + 1) * sizeof(int32_t));

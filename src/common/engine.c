@@ -1,5 +1,6 @@
 /* engine.c — the CUDA engine's host orchestration (engine.h): upload, state, and the forward of
- * ref.c's tdm_ref_forward as a sequence of launches on one stream. Per chunk of M <= 32 rows:
+ * ref.c's tdm_ref_forward as a sequence of launches on one stream (and a second, below). Per
+ * chunk of M <= 32 rows:
  *   h = embed[ids]
  *   per layer: xn = rmsnorm(h (+= previous y), in_norm); y = mixer(xn);
  *              xn = rmsnorm(h += y, post_norm); y = mlp(xn)
@@ -12,7 +13,8 @@
  * the accepted rows or root-to-node path — deferred by default: applied inside the next pass's
  * GDN kernels) are the hooks of engine_impl.h; engine_spec.c drives them. The MTP drafter
  * (engine_mtp.c) borrows the activations between passes and reads the final-norm rows left in
- * xn. */
+ * xn. Where TANDEM_CONCURRENT is on, a pass of at most ROWS rows runs a layer's sibling
+ * projections of one input on a second stream (side_fork, side_join). */
 #include "engine.h"
 #include "device.h"
 #include "engine_glue.h"
@@ -61,6 +63,9 @@ struct tdm_engine {
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
     int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can */
+    int concurrent;                         /* TANDEM_CONCURRENT: sibling projections on e->side (side_ok) */
+    tdm_stream side;                        /* the second stream (NULL when off) */
+    tdm_event fork_ev, join_ev;             /* side_fork's and side_join's events */
     int attn_prefill;                       /* chunks past ROWS rows: tdm_attn_prefill (TANDEM_ATTN_PREFILL) */
     int moe_grouped;                        /* MoE layouts prefill e->prow rows, the experts grouped (TANDEM_MOE_GROUPED) */
     struct tdm_dweight head;                /* [V, H] */
@@ -225,6 +230,7 @@ void tdm_engine_free(struct tdm_engine *e)
 {
     if (!e) return;
     if (e->st) tdm_stream_sync(e->st);
+    if (e->side) tdm_stream_sync(e->side);
     if (e->step) tdm_graph_destroy(e->step);
     tdm_emtp_free(e->mtp);
     tdm_emoe_free(e->moe);
@@ -240,6 +246,9 @@ void tdm_engine_free(struct tdm_engine *e)
     free(e->allocs);
     free(e->ly);
     tdm_tiles_free(e->tiles);
+    tdm_event_destroy(e->fork_ev);
+    tdm_event_destroy(e->join_ev);
+    if (e->side) tdm_stream_destroy(e->side);
     if (e->st) tdm_stream_destroy(e->st);
     free(e);
 }
@@ -412,6 +421,10 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
     e->fuse_mlp = strcmp(tdm_setting("TANDEM_MLP_FUSE"), "off") != 0;
+    e->concurrent = strcmp(tdm_setting("TANDEM_CONCURRENT"), "off") != 0;
+    if (e->concurrent && (tdm_stream_create(&e->side) != 0 || tdm_event_create_sync(&e->fork_ev) != 0 ||
+                          tdm_event_create_sync(&e->join_ev) != 0))
+        goto fail;
     e->defer = strcmp(tdm_setting("TANDEM_GDN_DEFER"), "off") != 0;
     for (int i = 0; i < c->n_layers; i++)
         if (upload_layer(e, i) != 0) goto fail;
@@ -433,10 +446,15 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
         tdm_errf("TANDEM_PREFILL_CHUNK must be a positive integer");
         goto fail;
     }
+    /* the uploaded layers: MoE ones, and qwen3_5 GDN ones whose in_proj_b and in_proj_a stay two products */
+    int n_moe = 0, n_sep = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        n_moe += e->ly[i].is_moe;
+        n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
+    }
     e->prow = pchunk < ctx ? (int)pchunk : ctx;
     e->moe_grouped = strcmp(tdm_setting("TANDEM_MOE_GROUPED"), "off") != 0;
-    for (int i = 0; i < c->n_layers; i++)
-        if (e->ly[i].is_moe && !e->moe_grouped) e->prow = ROWS;
+    if (n_moe && !e->moe_grouped) e->prow = ROWS;
     if (e->prow < ROWS) e->prow = ROWS;
     if (!(e->moe = tdm_emoe_new(m, e->prow, &e->mem.weights, &e->mem.act))) goto fail;
     if (alloc_act(e) != 0 || tdm_engine_reset(e) != 0) goto fail;
@@ -445,10 +463,6 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
 
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
-    int n_sep = 0; /* qwen3_5 GDN layers whose in_proj_b and in_proj_a stay two products */
-    for (int i = 0; i < c->n_layers; i++) n_sep += e->ly[i].mixer == TDM_MIXER_GDN && !e->ly[i].grouped && !e->ly[i].one_ba;
-    int n_moe = 0;
-    for (int i = 0; i < c->n_layers; i++) n_moe += e->ly[i].is_moe;
     const char *moe = !n_moe ? "" : e->moe_grouped ? ", MoE experts grouped" : ", MoE in chunks of 32 (TANDEM_MOE_GROUPED=off)";
     char fused[128] = "";
     if (e->n_one_ba || n_sep)
@@ -457,11 +471,12 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s%s; GDN commits %s\n",
+            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
-            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)", fused,
+            e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
+            e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)");
     return e;
@@ -491,6 +506,40 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
     return (struct gates){buf, buf + Hv, 2 * (int64_t)Hv};
 }
 
+/* The side stream (TANDEM_CONCURRENT): a layer's sibling projections read the same input (e->xn) and
+ * write different buffers, so the smaller ones run on e->side beside the largest on e->st.
+ * side_fork makes e->side wait for everything launched on e->st so far; side_join makes e->st wait
+ * for everything launched on e->side so far. Captured into a CUDA graph, the pair forks the capture
+ * into a branch on e->side and joins it back: a capture can only end with every forked stream
+ * joined, so a mixer that forks joins on every path, a failed launch's too. Only in passes of at
+ * most ROWS rows (side_ok): their products run the skinny kernels, which keep their partial sums
+ * in shared and distributed shared memory and use no global scratch, so two at once share no
+ * buffer; more rows (a prefill chunk) run the wide GEMM, kept on one stream. The kernels and their
+ * arguments are those of one stream, so the bits are the same. */
+static int side_ok(const struct tdm_engine *e, int M) { return e->concurrent && M <= ROWS; }
+
+static int side_fork(struct tdm_engine *e)
+{
+    return tdm_event_record(e->fork_ev, e->st) != 0 || tdm_stream_wait(e->side, e->fork_ev) != 0 ? -1 : 0;
+}
+
+static int side_join(struct tdm_engine *e)
+{
+    return tdm_event_record(e->join_ev, e->side) != 0 || tdm_stream_wait(e->st, e->join_ev) != 0 ? -1 : 0;
+}
+
+/* A GDN layer's conv of M rows of x into e->cv, in the form of the pass (gdn_mixer). */
+static int gdn_conv(struct tdm_engine *e, const struct dlayer *d, const uint16_t *x, int M, enum pass p, int prefill)
+{
+    const struct tdm_config *c = &e->m->cfg;
+    const int C = tdm_gdn_conv_dim(c), K = c->conv_kernel;
+    void *st = e->st;
+    if (p == PASS_TREE) return tdm_gdn_conv_tree(x, C, d->conv_w, d->conv_state, e->d_parent, M, C, K, e->cv, st);
+    if (p == PASS_VERIFY) return tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
+    if (prefill) return tdm_gdn_conv_prefill(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
+    return tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
+}
+
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
  * a tree's nodes run the tree kernels (layers.h, Trees). A forward of more than ROWS rows (a
@@ -505,7 +554,12 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
  * (its scan loads the state chunk by chunk in shared memory): a prefill chunk applies the rows
  * with tdm_gdn_recur_pend over no rows of its own first — one more read and write of the state,
  * only for a prompt chunk right after a round. A pass that does not take them up launches the
- * plain forms, as with TANDEM_GDN_DEFER=off. */
+ * plain forms, as with TANDEM_GDN_DEFER=off.
+ * Two streams (side_ok): the fork comes after tdm_gdn_conv_pending, which reads the round buffers
+ * that a verify's projections rewrite. qwen3_5: in_proj_qkv then the conv (which needs only x) on
+ * e->st, in_proj_z and in_proj_b/a on e->side, joined before the recurrence (which needs the
+ * gates; tdm_gdn_gated_norm, after it, needs z). qwen3_next: in_proj_qkvz on e->st, in_proj_ba
+ * on e->side, joined before tdm_gdn_ungroup, which needs both. */
 static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p, int take)
 {
     const int verify = p == PASS_VERIFY || p == PASS_TREE;
@@ -529,21 +583,23 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
                                  (int64_t)ROWS * 2 * Hv, st) != 0)
             return -1;
     }
-    if (d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, st) ||
-                         tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, g.b, g.a, st)
-                   : tdm_matmul(&d->qkv, e->xn, H, M, x, C, TDM_MM_BF16, t, st) ||
-                         tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, st) ||
-                         (d->one_ba ? tdm_matmul(&d->ba, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, st)
-                                    : tdm_matmul(&d->b, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, st) ||
-                                          tdm_matmul(&d->a, e->xn, H, M, g.a, ld, TDM_MM_BF16, t, st)))
-        return -1;
+    const int two = side_ok(e, M);
+    void *ss = two ? e->side : st; /* the sibling products' stream */
+    if (two && side_fork(e) != 0) return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
-    if ((p == PASS_TREE ? tdm_gdn_conv_tree(x, C, d->conv_w, d->conv_state, e->d_parent, M, C, K, e->cv, st)
-         : verify       ? tdm_gdn_conv_verify(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
-         : prefill      ? tdm_gdn_conv_prefill(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)
-                        : tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st)) ||
-        (p == PASS_TREE ? (pend ? tdm_gdn_recur_tree_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M,
+    int bad = d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
+                               tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)
+                         : tdm_matmul(&d->qkv, e->xn, H, M, x, C, TDM_MM_BF16, t, st) ||
+                               tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, ss) ||
+                               (d->one_ba ? tdm_matmul(&d->ba, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, ss)
+                                          : tdm_matmul(&d->b, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, ss) ||
+                                                tdm_matmul(&d->a, e->xn, H, M, g.a, ld, TDM_MM_BF16, t, ss)) ||
+                               gdn_conv(e, d, x, M, p, prefill);
+    if ((two && side_join(e) != 0) || bad) return -1;
+    if (d->grouped && (tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, g.b, g.a, st) ||
+                       gdn_conv(e, d, x, M, p, prefill)))
+        return -1;
+    if ((p == PASS_TREE ? (pend ? tdm_gdn_recur_tree_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M,
                                                           Hk, Hv, Dk, Dv, e->o, pend, st)
                                 : tdm_gdn_recur_tree(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk,
                                                      Hv, Dk, Dv, e->o, st))
@@ -588,7 +644,8 @@ static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
 }
 
 /* A tree's nodes: node r rotated at pos + depth, its K/V at row pos + r, attending to its
- * ancestors (layers.h, Trees). */
+ * ancestors (layers.h, Trees). Two streams (side_ok): q_proj on e->st, k_proj and v_proj on
+ * e->side, joined before the q/k norm and rotary kernel, which needs all three. */
 static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed, enum pass p)
 {
     const struct tdm_config *c = &e->m->cfg;
@@ -596,10 +653,13 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     const int64_t ldqg = 2 * (int64_t)Hq * D, ldkv = (int64_t)Hkv * D;
     void *st = e->st;
     const struct tdm_tiles *t = e->tiles;
-    if (tdm_matmul(&d->q, e->xn, H, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, st))
-        return -1;
+    const int two = side_ok(e, M);
+    void *ss = two ? e->side : st; /* the sibling products' stream */
+    if (two && side_fork(e) != 0) return -1;
+    const int bad = tdm_matmul(&d->q, e->xn, H, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
+                    tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, ss) ||
+                    tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, ss);
+    if ((two && side_join(e) != 0) || bad) return -1;
     const int pos = pos_host(e, M, graphed);
     const int32_t *dpos = graphed ? e->d_pos : NULL;
     if (p == PASS_TREE ? tdm_qk_norm_rope_tree(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, e->d_parent, M, Hq, Hkv,

@@ -404,13 +404,14 @@ static int mtp_call(struct tdm_engine *e, int pos, int r0, const int *rows, cons
     if (pos < 0 || pos > x->pos) return tdm_errf("tdm_engine_mtp: position %d: the drafter has fed %d rows", pos, x->pos);
     if (T < 1 || T > ROWS) return tdm_errf("tdm_engine_mtp: %d real rows: 1 to %d a call", T, ROWS);
     if (rows) {
-        int inc = rows[0] >= 0;
-        for (int t = 1; t < T; t++) inc &= rows[t] > rows[t - 1];
+        int inc = rows[0] >= 0, run = 1; /* increasing; consecutive (no gather needed) */
+        for (int t = 1; t < T; t++) {
+            inc &= rows[t] > rows[t - 1];
+            run &= rows[t] == rows[0] + t;
+        }
         if (!inc || rows[T - 1] - rows[0] >= ROWS)
             return tdm_errf("tdm_engine_mtp_path: real rows %d..%d: not increasing from row 0 or more, within %d rows",
                             rows[0], rows[T - 1], ROWS);
-        int run = 1; /* consecutive rows need no gather */
-        for (int t = 1; t < T; t++) run &= rows[t] == rows[0] + t;
         r0 = rows[0];
         if (run) rows = NULL;
     }

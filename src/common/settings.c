@@ -35,6 +35,12 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
      "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp: the same bits); off runs "
      "two products and the SiLU x up kernel (the older path, for comparison)"},
+    {"TANDEM_CONCURRENT", "on", "on|off",
+     "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
+     "rows (a GDN layer's in_proj_z and in_proj_b/a, or in_proj_ba, beside in_proj_qkv or in_proj_qkvz; an "
+     "attention layer's k_proj and v_proj beside q_proj), forked and joined by events, in CUDA graphs as "
+     "branches: the same kernels, so the same bits; off runs everything on one stream (the older path, for "
+     "comparison)"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "

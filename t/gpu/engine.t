@@ -93,6 +93,9 @@ done
 # nothing else of a shape changes a column's bits), and the engine's line says one product in 1 of
 # 1 GDN layers, then 0 of 1; and with the MLP's three launches (TANDEM_MLP_FUSE=off) instead of
 # one SwiGLU product (NVFP4 with nt 2 settings; the other formats run three either way): the same.
+# And with every launch on one stream (TANDEM_CONCURRENT=off) instead of the sibling projections on
+# two (the 6-row prompt eager, the steps from graphs with the branches in them): the same bits, and
+# the engine's line says which.
 printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
 for fmt in bf16 fp8 nvfp4; do
     M27=$tmp/m27-$fmt
@@ -111,12 +114,17 @@ for fmt in bf16 fp8 nvfp4; do
     t "27B layer shapes, $fmt: the MLP as gate, up and SiLU x up launches (TANDEM_MLP_FUSE=off) gives the one SwiGLU product's logits bit for bit" \
       "TANDEM_MLP_FUSE=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu3.st >/dev/null 2>$tmp/err.three &&
        cmp -s $tmp/gpu.st $tmp/gpu3.st || { sed 's/^/# /' $tmp/err.one $tmp/err.three; false; }"
+    t "27B layer shapes, $fmt: every launch on one stream (TANDEM_CONCURRENT=off) gives the two streams' logits bit for bit" \
+      "TANDEM_CONCURRENT=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu4.st >/dev/null 2>$tmp/err.seq &&
+       grep -q 'sibling projections on two streams' $tmp/err.one && grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err.seq &&
+       cmp -s $tmp/gpu.st $tmp/gpu4.st || { sed 's/^/# /' $tmp/err.one $tmp/err.seq; false; }"
     rm -rf "$M27"
 done
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of
 # 128, 512 experts of width 512, top-10, shared expert 512), two layers (GDN with the MoE MLP,
 # attention with the dense MLP 5120 through mlp_only_layers: the experts are 1.6 G parameters a
-# layer) and a cut vocabulary, in each stored format: the same comparison as the 27B's.
+# layer) and a cut vocabulary, in each stored format: the same comparison as the 27B's, and
+# (grouped in_proj_qkvz beside in_proj_ba) one stream (TANDEM_CONCURRENT=off) against two, bit for bit.
 for fmt in bf16 fp8 nvfp4; do
     M80=$tmp/m80-$fmt
     t "80B-A3B layer shapes, $fmt: the engine's prompt logits (6 rows) and 3 steps' logits against the CPU reference" \
@@ -124,10 +132,15 @@ for fmt in bf16 fp8 nvfp4; do
        bin/tandem-run -m $M80 --backend cpu -p $tmp/p27.tok -n 0 --dump-logits $tmp/cpu0.st >/dev/null 2>>$tmp/err &&
        $RUN -m $M80 -p $tmp/p27.tok -n 0 --dump-logits $tmp/gpu0.st >/dev/null 2>>$tmp/err &&
        bin/tandem-run -m $M80 --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/cpu.st >$tmp/cpu.tok 2>>$tmp/err &&
-       $RUN -m $M80 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>>$tmp/err &&
+       $RUN -m $M80 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu.st >/dev/null 2>$tmp/err.one &&
        build/t/logits_cmp $tmp/gpu0.st $tmp/cpu0.st 2e-2 >$tmp/cmp && build/t/logits_cmp $tmp/gpu.st $tmp/cpu.st 2e-2 >>$tmp/cmp;
-       rc=\$?; sed 's/^/#   /' $tmp/cmp; grep '^# CUDA engine' $tmp/err | sed 's/^/#   /'; rm -rf $M80;
-       [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err; false; }"
+       rc=\$?; sed 's/^/#   /' $tmp/cmp; grep '^# CUDA engine' $tmp/err | sed 's/^/#   /';
+       [ \$rc -eq 0 ] || { sed 's/^/# /' $tmp/err $tmp/err.one; false; }"
+    t "80B-A3B layer shapes, $fmt: every launch on one stream (TANDEM_CONCURRENT=off) gives the two streams' logits bit for bit" \
+      "TANDEM_CONCURRENT=off $RUN -m $M80 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu4.st >/dev/null 2>$tmp/err.seq &&
+       grep -q 'sibling projections on two streams' $tmp/err.one && grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err.seq &&
+       cmp -s $tmp/gpu.st $tmp/gpu4.st || { sed 's/^/# /' $tmp/err.one $tmp/err.seq; false; }"
+    rm -rf "$M80"
 done
 # qwen3_5_moe (ungrouped GDN projections, MoE MLP, a dense layer through mlp_only_layers), tiny
 # shapes, NVFP4: 40 prompt rows (one prefill chunk, the experts grouped) and 8 steps against the CPU

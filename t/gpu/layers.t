@@ -9,5 +9,6 @@
 # forms (the conv bit for bit against tdm_gdn_conv, the chunked delta rule within stated bounds of
 # tdm_gdn_recur and the reference up to 4096 tokens); the deferred commit's forms (the conv and the
 # recurrence with pending rows, the count in device memory) against the plain kernels over the same
-# rows, bit for bit, eager and from graphs. Skips without a CUDA device.
-exec build/t/layers_gpu
+# rows, bit for bit, eager and from graphs. Skips without a CUDA device. Arguments name the groups
+# to run (attn: decode, tree and prefill attention; rest: the others); none runs all.
+exec build/t/layers_gpu "$@"

@@ -20,6 +20,8 @@
 # greedy ids path giving the tokens of the runs with logits) and
 # fails on an injected difference (exit 1). All of it with the deferred GDN commit (the default);
 # exactcheck and tandem-run again with TANDEM_GDN_DEFER=off (the replayed commit): the same bits.
+# A draft model's chain and tree with every launch on one stream (TANDEM_CONCURRENT=off): the
+# tokens and logits of the sibling projections on two (the default), byte for byte.
 # Skips without a CUDA device.
 out=$(build/t/spec_gpu)
 rc=$?
@@ -131,6 +133,16 @@ t "TANDEM_GDN_DEFER=off: tandem-run --backend cuda --spec mtp and --spec ngram -
    $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/d.st >$tmp/d.tok 2>$tmp/err &&
    TANDEM_GDN_DEFER=off $RUN -m $F/bf16 --spec ngram --tree 3,2,1 --dump-logits $tmp/r.st >$tmp/r.tok 2>$tmp/err &&
    cmp -s $tmp/d.tok $tmp/r.tok && cmp -s $tmp/d.st $tmp/r.st"
+# one stream (TANDEM_CONCURRENT=off) against two: the verifies' and tree verifies' graphs, with and
+# without the side branches, and the draft model's steps give the same bits
+for a in "--spec draft --draft-model $F/bf16" "--spec draft --draft-model $F/bf16 --tree 3,2,1"; do
+    t "TANDEM_CONCURRENT=off: tandem-run --backend cuda $a gives the two streams' tokens and logits, byte for byte; the engine's line says one stream" \
+      "$RUN -m $F/bf16 $a --dump-logits $tmp/c2.st >$tmp/c2.tok 2>$tmp/err &&
+       grep -q 'sibling projections on two streams' $tmp/err &&
+       TANDEM_CONCURRENT=off $RUN -m $F/bf16 $a --dump-logits $tmp/c1.st >$tmp/c1.tok 2>$tmp/err &&
+       grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err &&
+       [ -s $tmp/c2.tok ] && cmp -s $tmp/c1.tok $tmp/c2.tok && cmp -s $tmp/c1.st $tmp/c2.st"
+done
 t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3) fails with exit 1" \
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"

@@ -12,7 +12,7 @@
  *       recurrence (32 tokens in sequence): o within 1 ulp + 1e-4 max|o| of the head and token, the
  *         state within 1e-4 max|S| of the head (the sums over Dk are parallel);
  *       attention: within 2^-7 (A + |ref|), A = sum_j p_j |v_j| / sum_j p_j (the probabilities are
- *         rounded to BF16 relative to their chunk's max, the reference's relative to the row's);
+ *         rounded to BF16 relative to their sub-chunk's max, the reference's relative to the row's);
  *       prefill attention (tdm_attn_prefill; heads of the 27B, the 80B, D 128 and the tiny
  *         fixtures' D 64; 1, 33, 100 and 300 rows at positions 0, 37 and 500; cache rows past the
  *         chunk NaN, the row after the output poisoned and left so): within 2^-7 (A + |ref|) of
@@ -2128,8 +2128,23 @@ static void test_argmax(const struct shape *s)
     free(l);
 }
 
-int main(void)
+/* The groups named on the command line (none: all): "attn" (decode, tree and prefill attention),
+ * "rest" (everything else). */
+static int want_attn = 1, want_rest = 1;
+
+int main(int argc, char **argv)
 {
+    if (argc > 1) {
+        want_attn = want_rest = 0;
+        for (int i = 1; i < argc; i++) {
+            if (!strcmp(argv[i], "attn")) want_attn = 1;
+            else if (!strcmp(argv[i], "rest")) want_rest = 1;
+            else {
+                fprintf(stderr, "layers_gpu: unknown group '%s' (attn, rest)\n", argv[i]);
+                return 2;
+            }
+        }
+    }
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
     struct tdm_device_info info;
     if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) bail("device");
@@ -2140,14 +2155,17 @@ int main(void)
     add_shape("qwen3-next-80b", "qwen3-next-80b", TDM_ARCH_QWEN3_NEXT);
     for (int i = 0; i < nshapes; i++) {
         const struct shape *s = &shapes[i];
+        if (want_attn) {
+            test_attn(s, 500);
+            test_attn_tree(s, 500);
+        }
+        if (!want_rest) continue;
         test_norm(s);
         test_gated_norm(s);
         test_qk(s, 3000);
         test_conv(s);
         test_recur(s);
-        test_attn(s, 500);
         test_gdn_tree(s);
-        test_attn_tree(s, 500);
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
@@ -2155,43 +2173,46 @@ int main(void)
         for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
         for (int j = 0; j < 6; j++) test_recur_chunked(s, rec_m[j]);
     }
-    /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's (all 512
-     * experts, top-10) in every format at M = 1, 5 and 32 */
-    test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 0, R);
-    test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 1, R);
-    test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32, 0, R);
-    test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_BF16, 0, R);
-    test_moe(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32, 0, R);
-    {
+    if (want_rest) {
+        /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's (all 512
+         * experts, top-10) in every format at M = 1, 5 and 32 */
+        test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 0, R);
+        test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 1, R);
+        test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32, 0, R);
+        test_moe(&shapes[1], 8, TDM_W_FP8, TDM_DT_BF16, 0, R);
+        test_moe(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32, 0, R);
         const int moe_m[3] = {1, 5, R};
         for (int j = 0; j < 3; j++) {
             test_moe(&shapes[3], 512, TDM_W_BF16, TDM_DT_F32, 0, moe_m[j]);
             test_moe(&shapes[3], 512, TDM_W_FP8, TDM_DT_BF16, 0, moe_m[j]);
             test_moe(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32, 0, moe_m[j]);
         }
+        /* the grouped form (prefill chunks of 1, 33, 100 and 512 rows): the tiny fixture's shape and
+         * the 80B's (all 512 experts, top-10), in BF16, FP8 and NVFP4 */
+        test_moe_grouped(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32);
+        test_moe_grouped(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32);
+        test_moe_grouped(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32);
+        test_moe_grouped(&shapes[3], 512, TDM_W_BF16, TDM_DT_F32);
+        test_moe_grouped(&shapes[3], 512, TDM_W_FP8, TDM_DT_BF16);
+        test_moe_grouped(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32);
+        test_qk(&shapes[0], 250000);  /* large rotary angles */
+        test_route(&shapes[3], 0);
     }
-    /* the grouped form (prefill chunks of 1, 33, 100 and 512 rows): the tiny fixture's shape and the
-     * 80B's (all 512 experts, top-10), in BF16, FP8 and NVFP4 */
-    test_moe_grouped(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32);
-    test_moe_grouped(&shapes[1], 8, TDM_W_FP8, TDM_DT_F32);
-    test_moe_grouped(&shapes[1], 8, TDM_W_NVFP4, TDM_DT_F32);
-    test_moe_grouped(&shapes[3], 512, TDM_W_BF16, TDM_DT_F32);
-    test_moe_grouped(&shapes[3], 512, TDM_W_FP8, TDM_DT_BF16);
-    test_moe_grouped(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32);
-    test_qk(&shapes[0], 250000);  /* large rotary angles */
-    test_attn(&shapes[0], 0);     /* the first tokens */
-    test_attn_tree(&shapes[0], 0);
-    test_attn(&shapes[2], 3000);  /* 12 chunks */
-    test_route(&shapes[3], 0);
-    /* prefill attention: the 27B's and the 80B's heads, D 128, the tiny fixtures' D 64; chunks at
-     * position 0 and past it, shorter than a query block, across block and tile edges */
-    const struct { const char *name; int Hq, Hkv, D; } pf[4] = {
-        {"qwen3.8-27b", 24, 4, 256}, {"qwen3-next-80b", 16, 2, 256}, {"D 128", 8, 2, 128}, {"qwen35-tiny", 6, 2, 64}};
-    const int pf_m[4] = {1, 33, 100, 300}, pf_p[3] = {0, 37, 500};
-    for (int i = 0; i < 4; i++)
-        for (int a = 0; a < 4; a++)
-            for (int b = 0; b < 3; b++) test_attn_prefill(pf[i].name, pf[i].Hq, pf[i].Hkv, pf[i].D, pf_m[a], pf_p[b]);
-    test_attn_prefill_args();
+    if (want_attn) {
+        test_attn(&shapes[0], 0);     /* the first tokens */
+        test_attn_tree(&shapes[0], 0);
+        test_attn(&shapes[2], 3000);  /* 12 chunks */
+        /* prefill attention: the 27B's and the 80B's heads, D 128, the tiny fixtures' D 64; chunks
+         * at position 0 and past it, shorter than a query block, across block and tile edges */
+        const struct { const char *name; int Hq, Hkv, D; } pf[4] = {
+            {"qwen3.8-27b", 24, 4, 256}, {"qwen3-next-80b", 16, 2, 256}, {"D 128", 8, 2, 128}, {"qwen35-tiny", 6, 2, 64}};
+        const int pf_m[4] = {1, 33, 100, 300}, pf_p[3] = {0, 37, 500};
+        for (int i = 0; i < 4; i++)
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 3; b++)
+                    test_attn_prefill(pf[i].name, pf[i].Hq, pf[i].Hkv, pf[i].D, pf_m[a], pf_p[b]);
+        test_attn_prefill_args();
+    }
     for (int i = 0; i < nshapes; i++) tdm_config_free(&shapes[i].c);
     tdm_stream_destroy(st);
     return done_testing();

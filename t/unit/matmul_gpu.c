@@ -120,6 +120,17 @@ static int check_ref(const struct tdm_qweight *view, const float *xf, int m, con
     return bad;
 }
 
+/* rows x k random activations (make_x: BF16 hx and their floats xf, both malloc'd) and their device
+ * copy dx; 0, or -1 with tdm_err set. */
+static int make_dx(int rows, int64_t k, uint16_t **hx, float **xf, uint16_t **dx)
+{
+    *hx = malloc(sizeof **hx * rows * k);
+    *xf = malloc(sizeof **xf * rows * k);
+    if (!*hx || !*xf) return tdm_errf("out of memory");
+    make_x(*hx, *xf, rows, k);
+    return tdm_cuda_malloc((void **)dx, sizeof **hx * rows * k) || tdm_cuda_h2d(*dx, *hx, sizeof **hx * rows * k) ? -1 : 0;
+}
+
 static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, int64_t row0, int64_t n)
 {
     struct hweight h;
@@ -131,13 +142,11 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         return;
     }
     const int XR = 100;
-    uint16_t *hx = malloc(sizeof *hx * XR * k), *dx;
-    float *xf = malloc(sizeof *xf * XR * k);
-    make_x(hx, xf, XR, k);
+    uint16_t *hx, *dx;
+    float *xf;
     void *dy, *dy2;
     const size_t ybytes = (size_t)XR * n * 4;
-    if (tdm_cuda_malloc((void **)&dx, sizeof *hx * XR * k) || tdm_cuda_h2d(dx, hx, sizeof *hx * XR * k) ||
-        tdm_cuda_malloc(&dy, ybytes) || tdm_cuda_malloc(&dy2, ybytes)) {
+    if (make_dx(XR, k, &hx, &xf, &dx) != 0 || tdm_cuda_malloc(&dy, ybytes) || tdm_cuda_malloc(&dy2, ybytes)) {
         ok(0, "%s: device memory: %s", label, tdm_err());
         return;
     }
@@ -248,14 +257,12 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
         return;
     }
     const int R = 32;
-    uint16_t *hx = malloc(sizeof *hx * R * k), *dx;
-    float *xf = malloc(sizeof *xf * R * k);
-    make_x(hx, xf, R, k);
+    uint16_t *hx, *dx;
+    float *xf;
     uint16_t *dg, *du, *dref, *dglu;
     const size_t yb = (size_t)R * n * 2;
-    if (tdm_cuda_malloc((void **)&dx, sizeof *hx * R * k) || tdm_cuda_h2d(dx, hx, sizeof *hx * R * k) ||
-        tdm_cuda_malloc((void **)&dg, yb) || tdm_cuda_malloc((void **)&du, yb) || tdm_cuda_malloc((void **)&dref, yb) ||
-        tdm_cuda_malloc((void **)&dglu, yb)) {
+    if (make_dx(R, k, &hx, &xf, &dx) != 0 || tdm_cuda_malloc((void **)&dg, yb) || tdm_cuda_malloc((void **)&du, yb) ||
+        tdm_cuda_malloc((void **)&dref, yb) || tdm_cuda_malloc((void **)&dglu, yb)) {
         ok(0, "%s: device memory: %s", label, tdm_err());
         return;
     }
