@@ -26,6 +26,7 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     const int r = blockIdx.x, tid = threadIdx.x;
     uint16_t *hr = h + (size_t)r * H;
     const uint16_t *yr = y ? y + (size_t)r * ldy : nullptr;
+    prefetch_l2(w, (size_t)H * sizeof(float), tid, NORM_THREADS);   // used by the third pass
     if (yr) {
 #pragma unroll 4
         for (int i = tid; i < H; i += NORM_THREADS) {
@@ -63,6 +64,7 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     const int task = blockIdx.x * GN_WARPS + warp;
     if (task >= M * Hv) return;  // warp-uniform
     const int r = task / Hv, hd = task % Hv;
+    prefetch_l2(w, (size_t)Dv * sizeof(float), lane, 32);   // used by the last loop
     const uint16_t *orow = o + ((size_t)r * Hv + hd) * Dv;
     const uint16_t *zrow = z + (size_t)r * ldz + (size_t)hd * Dv;
     float *xs = buf[warp];
@@ -92,6 +94,7 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
     if (!isq && (row < 0 || row >= ctx)) return;  // the host checks this when pos0 is given on the host
     const uint16_t *src = isq ? qg + (size_t)r * ldqg + (size_t)hd * 2 * D : k + (size_t)r * ldkv + (size_t)g * D;
     const float *w = isq ? q_norm : k_norm;
+    prefetch_l2(w, (size_t)D * sizeof(float), lane, 32);   // used after the sum of squares
     for (int i = lane; i < D; i += 32) xs[i] = bf2f(src[i]);
     __syncwarp();
     const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, D), (float)D), eps));
