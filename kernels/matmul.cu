@@ -113,6 +113,13 @@ extern "C" int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m)
     return tdm_dweight_bytes(w) + m * w->k * 2;
 }
 
+// The factor a weight's FP32 sums are scaled by before they are stored: NVFP4's global scale times
+// the exponent the decode leaves out (TDM_NVFP4_OUT_EXP); 1 for the other formats.
+static float out_scale_of(const struct tdm_dweight *w)
+{
+    return w->fmt == TDM_W_NVFP4 ? w->scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+}
+
 // Fills the kernel arguments shared by the skinny and wide kernels; checks the call.
 static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
                      enum tdm_mm_out out, tdm_mm::SkinnyArgs *a, const char *who)
@@ -128,7 +135,7 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     a->w = (const uint8_t *)w->w;
     a->scale = (const uint8_t *)w->scale;
     a->scale_bf16 = w->scale_dt == TDM_DT_BF16;
-    a->out_scale = w->fmt == TDM_W_NVFP4 ? w->scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+    a->out_scale = out_scale_of(w);
     a->n = (int)w->n;
     a->k = (int)w->k;
     a->row0 = w->row0;
@@ -218,46 +225,48 @@ extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, i
     return 0;
 }
 
-// The setting of a SwiGLU product of m rows (tdm_matmul_swiglu) in *t when it runs as one: the two
-// weights of one shape and format, the setting's nt 2 (a warp's two tiles are the two weights),
-// aligned rows (the vector instantiation: the checked one runs nt 1).
+// The kernel kind (*kk) and setting (*t) of a SwiGLU product of m rows (tdm_matmul_swiglu) when it
+// runs as one: the two weights of one shape and format, the setting's nt 2 (a warp's two tiles are
+// the two weights), aligned rows (the vector instantiation: the checked one runs nt 1).
 static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
-                           int64_t m, const struct tdm_tiles *tiles, struct tdm_tile *t)
+                           int64_t m, const struct tdm_tiles *tiles, enum tdm_mmk *kk, struct tdm_tile *t)
 {
     if (!gate || !up || m < 1 || m > TDM_MM_MAX_ROWS || gate->fmt != up->fmt || gate->n != up->n || gate->k != up->k ||
         gate->scale_dt != up->scale_dt || !gate->w || !up->w)
         return false;
-    const int kk = tdm_mmk_for(gate->fmt, m);
-    if (kk < 0) return false;
-    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, gate->n, gate->k);
+    const int k = tdm_mmk_for(gate->fmt, m);
+    if (k < 0) return false;
+    *kk = (enum tdm_mmk)k;
+    *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
     return t->nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
 }
 
 extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
                                     int64_t ldx, int64_t m, const struct tdm_tiles *tiles)
 {
+    enum tdm_mmk kk;
     struct tdm_tile t;
-    return swiglu_setting(gate, up, x, ldx, m, tiles, &t);
+    return swiglu_setting(gate, up, x, ldx, m, tiles, &kk, &t);
 }
 
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
                                  int64_t ldx, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
                                  void *stream)
 {
+    enum tdm_mmk kk;
     struct tdm_tile t;
-    if (!swiglu_setting(gate, up, x, ldx, m, tiles, &t))
+    if (!swiglu_setting(gate, up, x, ldx, m, tiles, &kk, &t))
         return tdm_errf("matmul (SwiGLU): %s %" PRId64 "x%" PRId64 " at %" PRId64 " rows cannot run as one product "
                         "(tdm_matmul_swiglu_ok)", gate ? tdm_wfmt_name(gate->fmt) : "?", gate ? gate->n : 0,
                         gate ? gate->k : 0, m);
     tdm_mm::SkinnyArgs a;
     if (make_args(gate, x, ldx, m, y, ldy, TDM_MM_BF16, &a, "matmul (SwiGLU)") != 0) return -1;
-    const int kk = tdm_mmk_for(gate->fmt, m);
-    if (tdm_tile_check((enum tdm_mmk)kk, gate->n, gate->k, &t) != 0)
-        return tdm_err_prefix("matmul (SwiGLU): %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), gate->n, gate->k);
+    if (tdm_tile_check(kk, gate->n, gate->k, &t) != 0)
+        return tdm_err_prefix("matmul (SwiGLU): %s %" PRId64 ",%" PRId64, tdm_mmk_name(kk), gate->n, gate->k);
     a.w_up = (const uint8_t *)up->w;
     a.scale_up = (const uint8_t *)up->scale;
     a.row0_up = up->row0;
-    a.out_scale_up = up->fmt == TDM_W_NVFP4 ? up->scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
+    a.out_scale_up = out_scale_of(up);
     return run_skinny(a, gate, t, m, true, stream);
 }
 

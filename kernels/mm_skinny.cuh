@@ -269,12 +269,6 @@ constexpr int MAX_THREADS = 256;
 // 8 warps a SM, latency-bound: ncu issued 0.34 instructions a cycle per scheduler).
 constexpr int MIN_BLOCKS = 2;
 
-// MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
-// rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
-// instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
-// GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
-// code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
-// 104 registers; bench/NOTES.md, the 9-16-row slowdown).
 // Registers a thread, by instantiation. A SM's four schedulers hold 16,384 registers each, in
 // warps: at <= 96 registers a scheduler holds 5 warps, at 97-128 only 4, so a CTA of 6 warps fits
 // 3 a SM at <= 96 and 2 above. The 27B's projections at 1-8 rows run 364 CTAs of 6 warps: at 98
@@ -290,6 +284,12 @@ constexpr int skinny_regs()
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
 }
 
+// MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
+// rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
+// instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
+// GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
+// code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
+// 104 registers; bench/NOTES.md, the 9-16-row slowdown).
 template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU>
 __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(const SkinnyArgs a)
 {
@@ -307,11 +307,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     const int wn = warp % wn_count, wk = warp / wn_count;
     // SwiGLU (a.w_up, NT 2): a warp's two tiles are the gate's and the up weight's rows of the same
     // 8 outputs, so the CTA has half as many outputs as partial-sum columns.
-    constexpr bool glu = GLU;
     const int cols = 8 * NT * wn_count;             // partial-sum columns of the CTA
-    const int outs = glu ? cols / 2 : cols;         // its outputs
+    const int outs = GLU ? cols / 2 : cols;         // its outputs
     const int col0 = blockIdx.x * outs;             // first view row (output column) of the CTA
-    const int wcol = col0 + wn * (glu ? 8 : 8 * NT);   // of this warp
+    const int wcol = col0 + wn * (GLU ? 8 : 8 * NT);   // of this warp
     const int rank = blockIdx.y;                    // CTA rank in the cluster = block of chains
     const int s_begin = (rank * a.wk + wk) * a.chain_len;
     const int s_end = min(s_begin + a.chain_len, a.slabs);
@@ -328,8 +327,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     int64_t r0[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        const int base = glu ? wcol : wcol + 8 * nt;
-        const bool up = glu && nt == 1;
+        const int base = GLU ? wcol : wcol + 8 * nt;
+        const bool up = GLU && nt == 1;
         brow[nt] = min(base + g, a.n - 1);
         ccol0[nt] = min(base + 2 * t, a.n - 1);
         ccol1[nt] = min(base + 2 * t + 1, a.n - 1);
@@ -618,7 +617,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
         cl.sync();   // no CTA leaves while another still reads its shared memory
     }
     if (rank != 0) return;
-    if constexpr (glu) {   // output o of warp w: the gate's sum at column 16 w + o % 8, the up's 8 further
+    if constexpr (GLU) {   // output o of warp w: the gate's sum at column 16 w + o % 8, the up's 8 further
         for (int e = tid; e < a.m * outs; e += nthr) {
             const int r = e / outs, h = e - r * outs, n = col0 + h;
             if (n >= a.n) continue;

@@ -1,0 +1,54 @@
+#!/bin/sh
+# The compiled kernels' resources, read from the objects by cuobjdump (no GPU needed), for both
+# targets (sm_90, sm_121a):
+#   - no skinny matrix kernel (kernels/*_skinny.cu) and no decode attention kernel uses a stack
+#     frame or local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
+#     spills nothing, and a change that makes one spill fails here;
+#   - the one-row decode's instantiations (NVFP4 nt 2, at most 8 rows, pf 1; the plain and the
+#     SwiGLU form) use at most 96 registers on sm_90: past 96 a scheduler holds 4 warps, not 5, and
+#     the 27B's 6-warp CTAs fit 2 a SM instead of 3 (bench/NOTES.md, the register cliff).
+CUOBJDUMP=${CUDA:-/usr/local/cuda}/bin/cuobjdump
+objs="build/kernels/nvfp4_skinny.o build/kernels/fp8_skinny.o build/kernels/bf16_skinny.o build/kernels/attn.o"
+for o in $objs; do
+    [ -f "$o" ] || { echo "Bail out! $o is not built (make all first)"; exit 1; }
+done
+[ -x "$CUOBJDUMP" ] || { echo "Bail out! no $CUOBJDUMP (the CUDA toolkit builds the kernels)"; exit 1; }
+tmp=$(mktemp) || exit 1
+trap 'rm -f "$tmp"' EXIT
+# one line a kernel: object arch function REG STACK LOCAL
+for o in $objs; do
+    "$CUOBJDUMP" --dump-resource-usage "$o" | awk -v o="$o" '
+        /arch = / { arch = $3 }
+        /Function/ { f = $2; sub(":$", "", f) }
+        /REG:/ { r = s = l = ""
+                 for (i = 1; i <= NF; i++) {
+                     if ($i ~ /^REG:/) r = substr($i, 5)
+                     if ($i ~ /^STACK:/) s = substr($i, 7)
+                     if ($i ~ /^LOCAL:/) l = substr($i, 7)
+                 }
+                 print o, arch, f, r, s, l }'
+done | grep -E 'skinny_kernel|attn_partial_kernel' >"$tmp"
+n=$(wc -l <"$tmp")
+hot=$(grep -c ' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi1ELb1ELb[01]EEE' "$tmp")
+echo "1..$((n + 3))"
+t=0
+while read -r o arch f r s l; do
+    t=$((t + 1))
+    if [ "$s" = 0 ] && [ "$l" = 0 ]; then
+        echo "ok $t - $o $arch $f: $r registers, no stack, no local memory"
+    else
+        echo "not ok $t - $o $arch $f: $r registers, stack $s, local $l (a spill)"
+    fi
+done <"$tmp"
+t=$((t + 1))
+if [ "$n" -ge 50 ]; then echo "ok $t - $n kernels read"; else echo "not ok $t - only $n kernels read"; fi
+t=$((t + 1))
+if [ "$hot" -eq 2 ]; then echo "ok $t - both one-row NVFP4 forms found for sm_90"; else
+    echo "not ok $t - $hot one-row NVFP4 forms found for sm_90 (want the plain and the SwiGLU)"; fi
+t=$((t + 1))
+over=$(grep ' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi1ELb1ELb[01]EEE' "$tmp" | awk '$4 > 96' | wc -l)
+if [ "$hot" -eq 2 ] && [ "$over" -eq 0 ]; then
+    echo "ok $t - the one-row NVFP4 forms use at most 96 registers on sm_90"
+else
+    echo "not ok $t - $over one-row NVFP4 forms use more than 96 registers on sm_90"
+fi
