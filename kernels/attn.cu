@@ -4,6 +4,7 @@
 #include "layers.h"
 #include "layers_dev.cuh"
 #include "cuda_check.h"
+#include "pdl.cuh"
 
 using namespace tdm_ly;
 
@@ -188,6 +189,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 __global__ void attn_combine_kernel(const float *part_o, const float *part_ml, const uint16_t *qg, int64_t ldqg, int Hq,
                                     int D, const int32_t *parent, int pos0, const int32_t *d_pos0, int NC, uint16_t *out)
 {
+    tdm_pdl::release();   // o_proj may start its weight loads (pdl.cuh)
     const int h = blockIdx.x, r = blockIdx.y;
     const int p = (d_pos0 ? *d_pos0 : pos0) + (parent ? tree_depth(parent, r) : r), last = p / CH;
     const size_t base = ((size_t)r * Hq + h) * NC;

@@ -1,6 +1,7 @@
 // device.cu — the CUDA runtime behind device.h.
 #include "device.h"
 #include "cuda_check.h"
+#include "settings.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,14 @@ extern "C" int tdm_cuda_d2h(void *d, const void *s, size_t n) { TDM_CUDA_TRY(cud
 extern "C" int tdm_cuda_memset(void *p, int b, size_t n) { TDM_CUDA_TRY(cudaMemset(p, b, n)); return 0; }
 extern "C" int tdm_cuda_sync(void) { TDM_CUDA_TRY(cudaDeviceSynchronize()); return 0; }
 extern "C" int tdm_cuda_mem_info(size_t *f, size_t *t) { TDM_CUDA_TRY(cudaMemGetInfo(f, t)); return 0; }
+
+static int pdl_on = -1;   // -1: not read yet
+extern "C" int tdm_cuda_pdl(void)
+{
+    if (pdl_on < 0) pdl_on = strcmp(tdm_setting("TANDEM_PDL"), "off") != 0;
+    return pdl_on;
+}
+extern "C" void tdm_cuda_set_pdl(int on) { pdl_on = on ? 1 : 0; }
 
 extern "C" int tdm_stream_create(tdm_stream *s)
 {

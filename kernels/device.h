@@ -26,6 +26,11 @@ int tdm_cuda_d2h(void *dst, const void *src, size_t bytes);
 int tdm_cuda_memset(void *p, int byte, size_t bytes);
 int tdm_cuda_sync(void);
 int tdm_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* Whether kernels that may start before the one ahead of them in their stream has finished (the
+ * programmatic dependent launches of kernels/pdl.cuh) are launched so: TANDEM_PDL, read at the first
+ * call, unless tdm_cuda_set_pdl() said otherwise (tests compare the two in one process). */
+int tdm_cuda_pdl(void);
+void tdm_cuda_set_pdl(int on);
 
 typedef void *tdm_stream;   /* cudaStream_t */
 typedef void *tdm_event;    /* cudaEvent_t */

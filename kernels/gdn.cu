@@ -4,6 +4,7 @@
 #include "layers.h"
 #include "layers_dev.cuh"
 #include "cuda_check.h"
+#include "pdl.cuh"
 
 using namespace tdm_ly;
 
@@ -293,6 +294,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     __shared__ RecSmem<Dk> sm;
     __shared__ float fk[NT][TREE ? Dk : 1], fu[NT][32], fdec[NT];
     __shared__ int32_t par[NT];
+    tdm_pdl::release();   // the gated norm may start (pdl.cuh)
     const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
     const int kh = h / (Hv / Hk), C = 2 * Hk * Dk + Hv * Dv;

@@ -33,6 +33,7 @@
 #include <type_traits>
 #include "layers_dev.cuh"
 #include "mm_layout.h"
+#include "pdl.cuh"
 
 namespace tdm_mm {
 
@@ -546,11 +547,17 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
 
     static_assert(CH % D == 0, "the weight ring depth must divide the staged chunk");
     Chunk<FMT> ring[D][NT];
+    // Before the wait (pdl.cuh; weights are no kernel's output): the first PF slabs of weights into
+    // the ring, so that a kernel started early has them on the way while the kernel before it
+    // finishes. (Asking L2 for the next 8 slabs of each row there as well made a 27B token 9-13 %
+    // slower, with or without programmatic launches: bench/NOTES.md.)
     if (nch > 0) {
-        // The weights of the first PF slabs in flight, then the first two activation chunks.
 #pragma unroll
         for (int p = 0; p < PF; p++)
             if (p < Lf) load_fast(ring[p], p);
+    }
+    tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
+    if (nch > 0) {
         stage(0);
         for (int c = 0; c < nch; c++) {
             cp_async_wait<0>();
@@ -575,6 +582,11 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
         load_checked(ring[0], i);
         compute(ring[0], i, 0u, std::false_type());
     }
+    // The kernel after this one may start (pdl.cuh) once every CTA is past its K loop. Released at
+    // the start instead, a whole 27B token's products took 10.26 ms against 9.26 without programmatic
+    // launches (H200, bench/NOTES.md): the next kernels' CTAs then came up one after another and sat
+    // waiting beside the streaming ones. Here: 9.09.
+    tdm_pdl::release();
     __syncthreads();                                 // the staging buffers become the tree's
 
     // ---- the sum of the chains, then the output ----
@@ -665,13 +677,17 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
     cfg.blockDim = dim3((unsigned)(32 * wn * a.wk), 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = (unsigned)cs;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned nattr = 0;
+    if (cs > 1) {
+        attr[nattr].id = cudaLaunchAttributeClusterDimension;
+        attr[nattr].val.clusterDim.x = 1;
+        attr[nattr].val.clusterDim.y = (unsigned)cs;
+        attr[nattr].val.clusterDim.z = 1;
+        nattr++;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = cs > 1 ? 1 : 0;
+    cfg.numAttrs = tdm_pdl::add_attr(attr, nattr);   // the kernel waits before its activations
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 

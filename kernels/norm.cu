@@ -3,6 +3,7 @@
 #include "layers.h"
 #include "layers_dev.cuh"
 #include "cuda_check.h"
+#include "pdl.cuh"
 
 using namespace tdm_ly;
 
@@ -26,7 +27,9 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     const int r = blockIdx.x, tid = threadIdx.x;
     uint16_t *hr = h + (size_t)r * H;
     const uint16_t *yr = y ? y + (size_t)r * ldy : nullptr;
+    tdm_pdl::release();
     prefetch_l2(w, (size_t)H * sizeof(float), tid, NORM_THREADS);   // used by the third pass
+    tdm_pdl::wait();   // programmatic launch (pdl.cuh): h and y come from the kernels before
     if (yr) {
 #pragma unroll 4
         for (int i = tid; i < H; i += NORM_THREADS) {
@@ -62,9 +65,11 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     __shared__ float buf[GN_WARPS][GN_MAX_D];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int task = blockIdx.x * GN_WARPS + warp;
+    tdm_pdl::release();
+    prefetch_l2(w, (size_t)Dv * sizeof(float), lane, 32);   // used by the last loop
+    tdm_pdl::wait();   // programmatic launch (pdl.cuh): o and z come from the kernels before
     if (task >= M * Hv) return;  // warp-uniform
     const int r = task / Hv, hd = task % Hv;
-    prefetch_l2(w, (size_t)Dv * sizeof(float), lane, 32);   // used by the last loop
     const uint16_t *orow = o + ((size_t)r * Hv + hd) * Dv;
     const uint16_t *zrow = z + (size_t)r * ldz + (size_t)hd * Dv;
     float *xs = buf[warp];
@@ -87,14 +92,16 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
 {
     __shared__ float xs[GN_MAX_D];
     const int hd = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
+    const bool isq = hd < Hq;
+    const float *w = isq ? q_norm : k_norm;
+    tdm_pdl::release();
+    prefetch_l2(w, (size_t)D * sizeof(float), lane, 32);   // used after the sum of squares
+    tdm_pdl::wait();   // programmatic launch (pdl.cuh): q, k, v and the position come from the kernels before
     const int base = d_pos0 ? *d_pos0 : pos0, row = base + r;
     const int pos = parent ? base + tree_depth(parent, r) : row;
-    const bool isq = hd < Hq;
     const int g = hd - Hq;
     if (!isq && (row < 0 || row >= ctx)) return;  // the host checks this when pos0 is given on the host
     const uint16_t *src = isq ? qg + (size_t)r * ldqg + (size_t)hd * 2 * D : k + (size_t)r * ldkv + (size_t)g * D;
-    const float *w = isq ? q_norm : k_norm;
-    prefetch_l2(w, (size_t)D * sizeof(float), lane, 32);   // used after the sum of squares
     for (int i = lane; i < D; i += 32) xs[i] = bf2f(src[i]);
     __syncwarp();
     const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, D), (float)D), eps));
@@ -134,8 +141,8 @@ extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, cons
     if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H))
         return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld", M, H, NORM_MAX_H, (long long)ldy);
     if (M == 0) return 0;
-    add_rmsnorm_kernel<<<M, NORM_THREADS, (size_t)H * sizeof(float), (cudaStream_t)stream>>>(h, y, ldy, w, H, eps, out);
-    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), (size_t)H * sizeof(float),
+                                 (cudaStream_t)stream, h, y, ldy, w, H, eps, out));
     return 0;
 }
 
@@ -153,9 +160,8 @@ extern "C" int tdm_gdn_gated_norm(const uint16_t *o, const uint16_t *z, int64_t 
                         (long long)ldz);
     if (M == 0) return 0;
     const int tasks = M * Hv;
-    gated_norm_kernel<<<(tasks + GN_WARPS - 1) / GN_WARPS, GN_WARPS * 32, 0, (cudaStream_t)stream>>>(o, z, ldz, w, M, Hv,
-                                                                                                     Dv, eps, y);
-    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(tdm_pdl::launch(gated_norm_kernel, dim3((tasks + GN_WARPS - 1) / GN_WARPS), dim3(GN_WARPS * 32), 0,
+                                 (cudaStream_t)stream, o, z, ldz, w, M, Hv, Dv, eps, y));
     return 0;
 }
 
@@ -177,10 +183,9 @@ static int qk_launch(const char *who, const uint16_t *qg, int64_t ldqg, const ui
         return tdm_errf("%s: positions %d..%d exceed the cache of %d", who, pos0, pos0 + M - 1, ctx);
     if (M == 0) return 0;
     dim3 grid(Hq + Hkv, M);
-    qk_norm_rope_kernel<<<grid, 32, 0, (cudaStream_t)stream>>>(qg, ldqg, k, v, ldkv, q_norm, k_norm, parent, Hq, Hkv, D,
-                                                               R, (float)theta, eps, pos0, d_pos0, ctx, q_out, kcache,
-                                                               vcache);
-    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(tdm_pdl::launch(qk_norm_rope_kernel, grid, dim3(32), 0, (cudaStream_t)stream, qg, ldqg, k, v, ldkv,
+                                 q_norm, k_norm, parent, Hq, Hkv, D, R, (float)theta, eps, pos0, d_pos0, ctx, q_out,
+                                 kcache, vcache));
     return 0;
 }
 

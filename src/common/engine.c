@@ -471,14 +471,15 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s\n",
+            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s; %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
-                     : "replayed at the commit (TANDEM_GDN_DEFER=off)");
+                     : "replayed at the commit (TANDEM_GDN_DEFER=off)",
+            tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)");
     return e;
 fail:
     tdm_engine_free(e);

@@ -41,6 +41,11 @@ const struct tdm_setting_def tdm_settings[] = {
      "attention layer's k_proj and v_proj beside q_proj), forked and joined by events, in CUDA graphs as "
      "branches: the same kernels, so the same bits; off runs everything on one stream (the older path, for "
      "comparison)"},
+    {"TANDEM_PDL", "on", "on|off",
+     "CUDA: on launches the skinny matrix kernels and the norm kernels as programmatic dependent launches "
+     "(sm_90+): their CTAs start while the kernel before them finishes, ask for their first weights, and wait "
+     "for it before reading their inputs (kernels/pdl.cuh); the same kernels, so the same bits; off launches "
+     "each kernel after the one before it has finished (the older path, for comparison)"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "

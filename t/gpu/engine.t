@@ -118,6 +118,12 @@ for fmt in bf16 fp8 nvfp4; do
       "TANDEM_CONCURRENT=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu4.st >/dev/null 2>$tmp/err.seq &&
        grep -q 'sibling projections on two streams' $tmp/err.one && grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err.seq &&
        cmp -s $tmp/gpu.st $tmp/gpu4.st || { sed 's/^/# /' $tmp/err.one $tmp/err.seq; false; }"
+    t "27B layer shapes, $fmt: plain launches (TANDEM_PDL=off) give the programmatic launches' prompt and step logits bit for bit, graphed and eager" \
+      "TANDEM_PDL=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu5.st >/dev/null 2>$tmp/err.pdl &&
+       TANDEM_PDL=off TANDEM_CUDA_GRAPH=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu6.st >/dev/null 2>>$tmp/err.pdl &&
+       TANDEM_CUDA_GRAPH=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu7.st >/dev/null 2>>$tmp/err.pdl &&
+       grep -q '; programmatic launches' $tmp/err.one && grep -q 'plain launches (TANDEM_PDL=off)' $tmp/err.pdl &&
+       cmp -s $tmp/gpu.st $tmp/gpu5.st && cmp -s $tmp/gpu.st $tmp/gpu6.st && cmp -s $tmp/gpu.st $tmp/gpu7.st || { sed 's/^/# /' $tmp/err.one $tmp/err.pdl; false; }"
     rm -rf "$M27"
 done
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of

@@ -7,12 +7,17 @@
  *     and every element must be written; the tile tables' setting gives the default's bits;
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound.
+ * And the programmatic launches (kernels/pdl.cuh, TANDEM_PDL): a chain of norm -> product pairs
+ * through one reused activation buffer, each product launched while its norm may still run, gives
+ * the plain launches' bits, eager and from a graph (a product that read its input before the norm
+ * had finished would read the previous pair's activations).
  * Shapes: every projection shape of Qwen3.8-27B and Qwen3-Next-80B-A3B (src/common/shapes.c), the
  * engine's one product of qwen3_5's in_proj_b and in_proj_a (the 27B's 96x5120), edge shapes and
  * the tiny fixtures' shapes (12x256: qwen35-tiny's in_proj_b and in_proj_a as one). */
 #include "device.h"
 #include "engine_glue.h"
 #include "err.h"
+#include "layers.h"
 #include "formats.h"
 #include "linear.h"
 #include "matmul.h"
@@ -303,6 +308,66 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
     free(hg.w); free(hg.scale); free(hu.w); free(hu.scale);
 }
 
+/* Programmatic launches: PAIRS pairs of (add_rmsnorm of residual rows h_p into the one buffer xn,
+ * then the product of xn into y_p) on one stream with no sync between, with TANDEM_PDL on (eager
+ * and from a graph) and off; every y_p bit for bit the same. The residuals differ pair to pair, so a
+ * product that read xn before its norm had finished would show. */
+static void run_pdl_chain(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, int m)
+{
+    enum { PAIRS = 6 };
+    struct hweight h;
+    make_weight(&h, fmt, n, k, TDM_DT_F32);
+    struct tdm_dweight d;
+    if (tdm_dweight_upload(&h.q, &d) != 0) {
+        ok(0, "%s: upload: %s", label, tdm_err());
+        return;
+    }
+    uint16_t *hx = malloc(sizeof *hx * PAIRS * m * k), *dh, *dxn;
+    float *xf = malloc(sizeof *xf * PAIRS * m * k), *w = malloc(sizeof *w * k), *dw;
+    void *dy;
+    const size_t ybytes = (size_t)m * n * 2, hbytes = sizeof *hx * PAIRS * m * k;
+    make_x(hx, xf, PAIRS * m, k);
+    for (int64_t i = 0; i < k; i++) w[i] = 0.25f * frand();
+    int rc = tdm_cuda_malloc((void **)&dh, hbytes) || tdm_cuda_malloc((void **)&dxn, sizeof *hx * m * k) ||
+             tdm_cuda_malloc((void **)&dw, sizeof *w * k) || tdm_cuda_malloc(&dy, 3 * PAIRS * ybytes) ||
+             tdm_cuda_h2d(dh, hx, hbytes) || tdm_cuda_h2d(dw, w, sizeof *w * k);
+    /* run 0: plain launches; 1: programmatic, eager; 2: programmatic, a graph replayed twice (the
+     * norm without y only reads h, so a replay sees the same inputs) */
+    for (int run = 0; run < 3 && !rc; run++) {
+        tdm_cuda_set_pdl(run > 0);
+        char *y = (char *)dy + (size_t)run * PAIRS * ybytes;
+        tdm_graph g = NULL;
+        rc = tdm_cuda_memset(y, 0xff, PAIRS * ybytes) || (run == 2 && tdm_graph_begin(st));
+        for (int p = 0; p < PAIRS && !rc; p++)
+            rc = tdm_add_rmsnorm(dh + (size_t)p * m * k, NULL, 0, dw, (int)k, m, 1e-6f, dxn, st) ||
+                 tdm_matmul(&d, dxn, k, m, y + p * ybytes, n, TDM_MM_BF16, tiles, st);
+        if (run == 2) rc = rc || tdm_graph_end(st, &g) || tdm_graph_launch(g, st) || tdm_graph_launch(g, st);
+        rc = rc || tdm_stream_sync(st);
+        tdm_graph_destroy(g);
+    }
+    tdm_cuda_set_pdl(1);
+    int64_t diff1 = -1, diff2 = -1;
+    rc = rc || tdm_dev_count_diff(dy, (char *)dy + PAIRS * ybytes, PAIRS * ybytes, &diff1, st) ||
+         tdm_dev_count_diff(dy, (char *)dy + 2 * PAIRS * ybytes, PAIRS * ybytes, &diff2, st);
+    /* and the pairs differ from one another (the test could not see a stale input otherwise) */
+    int64_t diff01 = 0;
+    rc = rc || tdm_dev_count_diff(dy, (char *)dy + ybytes, ybytes, &diff01, st);
+    ok(!rc && diff1 == 0 && diff2 == 0 && diff01 > 0,
+       "%s, %d rows: %d norm -> product pairs through one buffer, programmatic launches (eager: %lld bytes differ; "
+       "graph: %lld) equal plain launches bit for bit (pairs 0 and 1 differ in %lld bytes)%s%s",
+       label, m, PAIRS, (long long)diff1, (long long)diff2, (long long)diff01, rc ? ": " : "", rc ? tdm_err() : "");
+    tdm_cuda_free(dh);
+    tdm_cuda_free(dxn);
+    tdm_cuda_free(dw);
+    tdm_cuda_free(dy);
+    tdm_dweight_free(&d);
+    free(hx);
+    free(xf);
+    free(w);
+    free(h.w);
+    free(h.scale);
+}
+
 int main(void)
 {
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
@@ -358,6 +423,11 @@ int main(void)
     run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
     run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, 0);
     run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, 0);
+    /* programmatic launches: the 27B's largest NVFP4 shape and a small FP8 and BF16 one */
+    run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
+    run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 8);
+    run_pdl_chain("pdl fp8 1024x5120", TDM_W_FP8, 1024, 5120, 3);
+    run_pdl_chain("pdl bf16 96x5120", TDM_W_BF16, 96, 5120, 16);
     tdm_tiles_free(tiles);
     tdm_stream_destroy(st);
     return done_testing();
