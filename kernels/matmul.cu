@@ -129,6 +129,9 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     if (!x || !y) return tdm_errf("%s: NULL activations or output", who);
     if (m < 1 || m > INT32_MAX) return tdm_errf("%s: %" PRId64 " rows", who, m);
     if (ldx < w->k) return tdm_errf("%s: ldx %" PRId64 " < k %" PRId64, who, ldx, w->k);
+    // the skinny kernel addresses a lane's activations by 32-bit element offsets (mm_skinny.cuh)
+    if (m <= TDM_MM_MAX_ROWS && (m - 1) * ldx + w->k > (int64_t)UINT32_MAX)
+        return tdm_errf("%s: %" PRId64 " rows of stride %" PRId64 ": past 2^32 elements", who, m, ldx);
     if (ldy < w->n) return tdm_errf("%s: ldy %" PRId64 " < n %" PRId64, who, ldy, w->n);
     if (out != TDM_MM_BF16 && out != TDM_MM_F32) return tdm_errf("%s: unknown output type", who);
     memset(a, 0, sizeof *a);
@@ -166,9 +169,15 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
 {
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
+    // NVFP4 at most 8 rows: 3 slabs of weights in flight whatever the table's pf (which then serves
+    // 9-16 rows). With the activations loaded per lane the form fits 96 registers at pf 3 (3 CTAs of
+    // 6 warps a SM); measured on the H200, a 27B token's projections 8.95 -> 8.65 ms at 1 row and
+    // 10.26 -> 9.74 at 8, where 9-16 rows at pf 3 (128 registers) went 14.0 -> 18.8 (bench/NOTES.md).
+    // The load depth only orders the loads: the bits are the same.
+    if (w->fmt == TDM_W_NVFP4 && mt == 0 && vec) t.pf = 3;
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
-    const size_t smem = tdm_tile_smem(&t, (int)m);
+    const size_t smem = tdm_tile_smem(&t, (int)w->fmt, (int)m);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {

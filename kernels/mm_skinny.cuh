@@ -7,14 +7,15 @@
 //   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
 //   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
 //   tile and step, 17-32 rows two, over the same decoded B registers.
-// - Activations (fast path: full slabs, aligned data): the CTA stages them CH slabs at a time
-//   into shared memory with cp.async (double-buffered), then permutes each chunk once into the
-//   mma A quads of every (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma
-//   and spends no instruction on the K permutation; the weights stream PF slabs ahead in a
-//   register ring. The partial last slab and unaligned data take the checked path (per-lane
-//   global loads, permuted in registers): the same operands, so the same bits. (v1 staged the
-//   activations with a barrier per slab; v2 read them per lane from global memory; v3 is this:
-//   bench/NOTES.md has the measurements.)
+// - Activations (fast path: full slabs, aligned data): NVFP4 at 1-16 rows has each lane load the
+//   16-byte units of its own A registers straight from global memory (L1-cached) and permute them
+//   in registers (TDM_MM_DIRECT). Otherwise the CTA stages them CH slabs at a time into
+//   shared memory with cp.async (double-buffered), then permutes each chunk once into the mma A
+//   quads of every (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma. The
+//   weights stream PF slabs ahead in a register ring. The partial last slab and unaligned data take
+//   the checked path (per-lane global loads with checks): the same operands, so the same bits. (v1
+//   staged with a barrier per slab; v2 read per lane from global memory at 164 registers; v3-v6
+//   staged at every row count; bench/NOTES.md has the measurements.)
 // - K is cut into kchains chains (a function of (N, K) only): warp group wk of cluster rank r runs
 //   chain r*wk_count + wk. Chains are summed as a balanced binary tree (in shared memory inside a
 //   CTA, over distributed shared memory across the cluster), then scaled and stored by rank 0.
@@ -277,12 +278,19 @@ constexpr int MIN_BLOCKS = 2;
 // (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v, sm_90):
 // NVFP4 nt 2 at pf 1 and 1-16 rows or pf 3 and at most 8 rows, FP8 nt 1 at pf 1 and 1-16 rows
 // (84-102 unbounded); the rest to the MIN_BLOCKS bound.
+// sm_121a (GB10, never run here) is not held to 96: its forms spill there, and the cliff was measured
+// on the H200 only; its BF16 nt 2 forms (a ring of 64 weight registers) get 168, one CTA of 256
+// threads a SM, where 128 spilled with the activations loaded per lane.
 template <int FMT, int NT, int MTA, int PF>
 constexpr int skinny_regs()
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+    return FMT == TDM_MMF_BF16 && NT == 2 ? 168 : 65536 / (MAX_THREADS * MIN_BLOCKS);
+#else
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
+#endif
 }
 
 // MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
@@ -297,6 +305,15 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
+    // DIRECT (NVFP4 at 1-16 rows, TDM_MM_DIRECT): each lane loads its own A units of the fast slabs
+    // from global memory (16 bytes of one activation row, through L1: the CTA's warps read the same
+    // rows) and permutes them in registers, as the checked path does: no shared-memory staging, no
+    // CTA barrier in the K loop. The same operands, so the same bits. Measured on the H200
+    // (bench/NOTES.md, direct A loads): a 27B token's NVFP4 projections 9.08 / 10.37 / 12.33 / 15.50 ms
+    // at 1 / 4 / 8 / 16 rows with the staging, 8.95 / 9.38 / 10.26 / 14.03 without; at 24 and 32 rows
+    // the staging wins (21.2 and 23.9 against 28.9 and 32.5: four 16-row tiles' loads a lane), and
+    // FP8 at 16 rows took 1.4x longer.
+    constexpr bool DIRECT = TDM_MM_DIRECT(FMT, MTA);
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -349,6 +366,14 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
             if (k0 + e < a.k) v[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
         return make_uint4(v[0], v[1], v[2], v[3]);
     };
+    // DIRECT: the element offsets from a.x of this lane's activation rows g and g + 8 (rows past m
+    // read row m - 1: their results are never summed or stored) at its lane chunk of the chain's first
+    // slab; unit u of slab i of the chain is 16 bytes at + i * 128 + 8 * u elements. (32-bit offsets
+    // from the parameter's pointer: two registers fewer than pointers, which sm_121a's forms needed.)
+    uint32_t xo[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        xo[h] = (uint32_t)(min(8 * h + g, a.m - 1) * a.ldx + (int64_t)s_begin * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t);
     auto permute = [&](uint4 v) -> uint4 {
         uint32_t in[4] = {v.x, v.y, v.z, v.w}, out[4];
         tdm_mm_permute_unit(FMT, in, out);
@@ -419,7 +444,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     constexpr int QSLAB = TDM_MM_STEPS * MT * 32;  // quads per (chain, slab)
     uint4 *abuf = reinterpret_cast<uint4 *>(smem);
     uint4 *aquad = abuf + 2 * per_buf;
-    const int nch = VEC ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
+    const int nch = VEC && !DIRECT ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
     auto fast_slabs = [&](int w) {                  // fast slabs of the CTA's chain w
         const int b = (rank * a.wk + w) * a.chain_len;
         return max(0, min(min(b + a.chain_len, a.slabs), a.k / TDM_MM_SLAB_K) - b);
@@ -484,7 +509,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     // generic-to-shared conversion per load.)
     const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) + 16 * lane;
     auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
-        constexpr bool STAGED = decltype(staged)::value;
+        constexpr int MODE = (int)decltype(staged)::value;   // 1 staged, 0 checked, 2 direct
+        constexpr bool STAGED = MODE == 1;
         const int slab = s_begin + i;
         const int64_t kbase = (int64_t)slab * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t;
         uint32_t sa[NT], sb[NT];
@@ -516,6 +542,12 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
                         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                                      : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
                                      : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
+                } else if constexpr (MODE == 2) {
+                    const uint32_t off = (uint32_t)i * TDM_MM_SLAB_K + 8 * u;   // DIRECT: MT 1
+                    const uint4 p0 = permute(__ldg(reinterpret_cast<const uint4 *>(a.x + (xo[0] + off))));
+                    const uint4 p1 = LO8 ? p0 : permute(__ldg(reinterpret_cast<const uint4 *>(a.x + (xo[1] + off))));
+                    aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
+                    aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
                 } else {
                     const uint4 p0 = permute(load_unit(16 * mt + g, kbase + 8 * u));
                     const uint4 p1 = LO8 ? p0 : permute(load_unit(16 * mt + 8 + g, kbase + 8 * u));
@@ -551,13 +583,22 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
     // the ring, so that a kernel started early has them on the way while the kernel before it
     // finishes. (Asking L2 for the next 8 slabs of each row there as well made a 27B token 9-13 %
     // slower, with or without programmatic launches: bench/NOTES.md.)
-    if (nch > 0) {
 #pragma unroll
-        for (int p = 0; p < PF; p++)
-            if (p < Lf) load_fast(ring[p], p);
-    }
+    for (int p = 0; p < PF; p++)
+        if (p < Lf) load_fast(ring[p], p);
     tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
-    if (nch > 0) {
+    if constexpr (DIRECT) {
+        for (int i0 = 0; i0 < Lf; i0 += D) {
+#pragma unroll
+            for (int j = 0; j < D; j++) {
+                const int i = i0 + j;
+                if (i < Lf) {
+                    if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
+                    compute(ring[j], i, 0u, std::integral_constant<int, 2>());
+                }
+            }
+        }
+    } else if (nch > 0) {
         stage(0);
         for (int c = 0; c < nch; c++) {
             cp_async_wait<0>();
