@@ -5,6 +5,7 @@
 #include "device.h"
 #include "err.h"
 #include "formats.h"
+#include "settings.h"
 #include "mm_skinny.cuh"
 #include <inttypes.h>
 #include <stdlib.h>
@@ -153,6 +154,14 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     return 0;
 }
 
+static int mm_direct = -1;   // -1: not read yet
+extern "C" int tdm_mm_direct(void)
+{
+    if (mm_direct < 0) mm_direct = strcmp(tdm_setting("TANDEM_MM_DIRECT"), "on") == 0;
+    return mm_direct;
+}
+extern "C" void tdm_mm_set_direct(int on) { mm_direct = on ? 1 : 0; }
+
 // Whether every weight row (and NVFP4 scale row) of the view starts 16-byte (2-byte) aligned, so
 // that the kernel may use vector loads.
 static bool rows_aligned(const struct tdm_dweight *w)
@@ -169,19 +178,21 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
 {
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
-    // NVFP4 at most 8 rows: 3 slabs of weights in flight whatever the table's pf (which then serves
-    // 9-16 rows). With the activations loaded per lane the form fits 96 registers at pf 3 (3 CTAs of
-    // 6 warps a SM); measured on the H200, a 27B token's projections 8.95 -> 8.65 ms at 1 row and
-    // 10.26 -> 9.74 at 8, where 9-16 rows at pf 3 (128 registers) went 14.0 -> 18.8 (bench/NOTES.md).
-    // The load depth only orders the loads: the bits are the same.
-    if (w->fmt == TDM_W_NVFP4 && mt == 0 && vec) t.pf = 3;
+    // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA).
+    // At most 8 rows it then keeps 3 slabs of weights in flight whatever the table's pf (which then
+    // serves 9-16 rows): the form fits 96 registers at pf 3 (3 CTAs of 6 warps a SM); measured on the
+    // H200, a 27B token's projections 8.95 -> 8.65 ms at 1 row and 10.26 -> 9.74 at 8, where 9-16
+    // rows at pf 3 (128 registers) went 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders
+    // the loads and the per-lane loads fetch the same operands: the bits are the same.
+    const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct();
+    if (direct && mt == 0) t.pf = 3;
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
-    const size_t smem = tdm_tile_smem(&t, (int)w->fmt, (int)m);
+    const size_t smem = tdm_tile_smem(&t, (int)m, direct);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {
-    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
+    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, smem, st); break;
     case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }

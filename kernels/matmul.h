@@ -93,6 +93,11 @@ int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m);
 int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream);
 /* Fills n BF16 values uniform in [-amp, amp). */
 int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream);
+/* Whether NVFP4 products of 1-16 rows load their activations per lane instead of staging them in
+ * shared memory (kernels/mm_skinny.cuh: DA; the same bits): TANDEM_MM_DIRECT, read at the first call,
+ * unless tdm_mm_set_direct() said otherwise (tests compare the two in one process). */
+int tdm_mm_direct(void);
+void tdm_mm_set_direct(int on);
 /* Fills n F32 values uniform in [lo, hi). */
 int tdm_dev_fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi, void *stream);
 /* Counts positions where a and b differ (bytes); *diff is a host int64. Synchronous. */

@@ -278,19 +278,17 @@ constexpr int MIN_BLOCKS = 2;
 // (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v, sm_90):
 // NVFP4 nt 2 at pf 1 and 1-16 rows or pf 3 and at most 8 rows, FP8 nt 1 at pf 1 and 1-16 rows
 // (84-102 unbounded); the rest to the MIN_BLOCKS bound.
-// sm_121a (GB10, never run here) is not held to 96: its forms spill there, and the cliff was measured
-// on the H200 only; its BF16 nt 2 forms (a ring of 64 weight registers) get 168, one CTA of 256
-// threads a SM, where 128 spilled with the activations loaded per lane.
-template <int FMT, int NT, int MTA, int PF>
+// The per-lane activation forms (DA) spill at 96 on sm_121a (GB10, never run here; the cliff was
+// measured on the H200 only), so there they get the MIN_BLOCKS bound.
+template <int FMT, int NT, int MTA, int PF, bool DA>
 constexpr int skinny_regs()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
-    return FMT == TDM_MMF_BF16 && NT == 2 ? 168 : 65536 / (MAX_THREADS * MIN_BLOCKS);
-#else
+    if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
+#endif
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
-#endif
 }
 
 // MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
@@ -299,21 +297,24 @@ constexpr int skinny_regs()
 // GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
-template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU>
-__global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(const SkinnyArgs a)
+// DA: the activations loaded per lane (TDM_MM_DIRECT, TANDEM_MM_DIRECT; see DIRECT below).
+template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA>
+__global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel(const SkinnyArgs a)
 {
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
+    static_assert(!DA || TDM_MM_DIRECT(FMT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
-    // DIRECT (NVFP4 at 1-16 rows, TDM_MM_DIRECT): each lane loads its own A units of the fast slabs
-    // from global memory (16 bytes of one activation row, through L1: the CTA's warps read the same
-    // rows) and permutes them in registers, as the checked path does: no shared-memory staging, no
-    // CTA barrier in the K loop. The same operands, so the same bits. Measured on the H200
-    // (bench/NOTES.md, direct A loads): a 27B token's NVFP4 projections 9.08 / 10.37 / 12.33 / 15.50 ms
-    // at 1 / 4 / 8 / 16 rows with the staging, 8.95 / 9.38 / 10.26 / 14.03 without; at 24 and 32 rows
-    // the staging wins (21.2 and 23.9 against 28.9 and 32.5: four 16-row tiles' loads a lane), and
-    // FP8 at 16 rows took 1.4x longer.
-    constexpr bool DIRECT = TDM_MM_DIRECT(FMT, MTA);
+    // DIRECT (DA: NVFP4 at 1-16 rows where TANDEM_MM_DIRECT is on): each lane loads its own A units
+    // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
+    // warps read the same rows) and permutes them in registers, as the checked path does: no
+    // shared-memory staging, no CTA barrier in the K loop. The same operands, so the same bits.
+    // Measured on the H200 (bench/NOTES.md, direct A loads): a 27B token's NVFP4 projections in one
+    // graph 9.08 / 10.37 / 12.33 / 15.50 ms at 1 / 4 / 8 / 16 rows staged, 8.95 / 9.38 / 10.26 / 14.03
+    // direct (8.65 / 9.12 / 9.74 at 1 / 4 / 8 with pf 3); at 24-32 rows and in FP8 at 16 the staging
+    // wins. But the engine's one-row step was slower with it (3.34 against 3.22 ms on a 16-layer
+    // 27B), hence the switch, off by default, until the engine's rounds decide per row count.
+    constexpr bool DIRECT = DA;
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -693,10 +694,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF>())) skinny_kernel(con
 }
 
 // Launches one instantiation with the setting's grid, block, cluster and shared memory.
-template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU>
+template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU>;
+    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA>;
     // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
     // need, so that no later call (perhaps inside a graph capture) has to.
     static size_t allowed = 48 * 1024;
@@ -733,19 +734,28 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
 }
 
 // The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
-template <int FMT, int NT, int MT, int PF>
-cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
+// direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one.
+template <int FMT, int NT, int MT, int PF, bool DA>
+cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
-    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
+    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA>(a, wn, cs, smem, st);
+    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true, DA>(a, wn, cs, smem, st);
     return cudaErrorInvalidValue;
 }
+template <int FMT, int NT, int MT, int PF>
+cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
+{
+    if constexpr (TDM_MM_DIRECT(FMT, MT))
+        if (direct) return launch_glu<FMT, NT, MT, PF, true>(a, wn, cs, smem, st);
+    return launch_glu<FMT, NT, MT, PF, false>(a, wn, cs, smem, st);
+}
 
-// Picks the instantiation for (nt, mt, pf, vec) from TDM_MM_VARIANTS (mt 0: at most 8 rows, built
-// beside every mt 1 entry); unaligned data take nt 1,
-// pf 1 (the setting only distributes work, so this changes no bits), and never the SwiGLU form.
+// Picks the instantiation for (nt, mt, pf, vec, direct) from TDM_MM_VARIANTS (mt 0: at most 8 rows,
+// built beside every mt 1 entry); unaligned data take nt 1, pf 1 (the setting only distributes
+// work, so this changes no bits), the staged form and never the SwiGLU form.
 template <int FMT>
-cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st)
+cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct, size_t smem,
+                     cudaStream_t st)
 {
     if (!vec) {
         if (a.w_up != nullptr) return cudaErrorInvalidValue;
@@ -754,9 +764,9 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
     }
 #define TDM_MM_LAUNCH_IF(F, NT_, MT_, PF_)                                                     \
     if constexpr (F == FMT) {                                                                   \
-        if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, st); \
+        if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, st); \
         if constexpr (MT_ == 1)                                                                 \
-            if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, st); \
+            if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, direct, st); \
     }
     TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
 #undef TDM_MM_LAUNCH_IF
@@ -766,6 +776,7 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
 }  // namespace tdm_mm
 
 // The per-format entry points (nvfp4_skinny.cu, fp8_skinny.cu, bf16_skinny.cu).
-cudaError_t tdm_mm_skinny_nvfp4(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);
+cudaError_t tdm_mm_skinny_nvfp4(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct,
+                                size_t smem, cudaStream_t st);
 cudaError_t tdm_mm_skinny_fp8(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);
 cudaError_t tdm_mm_skinny_bf16(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);

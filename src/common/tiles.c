@@ -88,15 +88,15 @@ struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
     return t;
 }
 
-size_t tdm_tile_smem(const struct tdm_tile *t, int fmt, int m)
+size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct)
 {
     const size_t rows = m <= 16 ? 16 : 32, cols = 8 * (size_t)t->nt * t->wn;
     const size_t staged_rows = m <= 8 ? 8 : m <= 16 ? 16 : 32;   /* mm_skinny.cuh: ROWS8 */
     const size_t tree = (size_t)t->wk * rows * (cols + 8) * sizeof(float);   /* the chains' partial sums */
-    const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;
-    if (TDM_MM_DIRECT(fmt, mt)) return tree;   /* activations loaded per lane: nothing staged */
+    if (direct) return tree;   /* activations loaded per lane: nothing staged */
+    const size_t mt = m <= 16 ? 1 : 2;
     const size_t staged = (2 * 16 * staged_rows                       /* two raw activation chunks, rows padded to 8, 16 or 32 */
-                           + TDM_MM_STEPS * (mt == 2 ? 2 : 1) * 32) * t->wk * TDM_MM_STAGE_SLABS * 16;   /* and the chunk's A quads */
+                           + TDM_MM_STEPS * mt * 32) * t->wk * TDM_MM_STAGE_SLABS * 16;   /* and the chunk's A quads */
     return tree > staged ? tree : staged;
 }
 
@@ -123,8 +123,8 @@ static int check_tile(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_ti
     if (32 * t->wn * t->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
         return tdm_errf("wn %d x wk %d warps exceed 256 threads", t->wn, t->wk);
     const int mmax = serves(kk, 2) ? 32 : 16;
-    if (tdm_tile_smem(t, fmt, mmax) > SMEM_LIMIT)
-        return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, fmt, mmax), mmax,
+    if (tdm_tile_smem(t, mmax, 0) > SMEM_LIMIT)   /* staged: the most a setting needs */
+        return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, mmax, 0), mmax,
                         SMEM_LIMIT);
     return 0;
 }

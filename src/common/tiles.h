@@ -49,9 +49,9 @@ int tdm_mm_kchains(int64_t n, int64_t k);
 int tdm_mm_chains_ok(int64_t k, int c);
 /* The default setting of kernel kk for shape (n, k) (row-invariant like every valid setting). */
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
-/* Shared memory (bytes) a setting of the skinny kernel of format fmt (TDM_MMF_*) needs at m rows: the
- * staged activations (none where TDM_MM_DIRECT) or the chains' sum. */
-size_t tdm_tile_smem(const struct tdm_tile *t, int fmt, int m);
+/* Shared memory (bytes) a setting needs at m rows: the staged activations or the chains' sum; with
+ * direct (the activations loaded per lane, tdm_mm_direct), the chains' sum alone. */
+size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct);
 /* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
 /* tdm_tile_check without the rule that kchains is the shape's (tdm_mm_kchains): another sum order.
