@@ -9,6 +9,16 @@ using namespace tdm_ly;
 
 namespace {
 
+// The start of a norm kernel launched programmatically (pdl.cuh): release the kernels after it, ask
+// L2 for its weights w[0..n) (thread t of nthr; prefetch_l2: no kernel writes them), then wait for
+// the kernels before it, whose outputs are its inputs.
+__device__ __forceinline__ void weights_then_wait(const float *w, int n, int t, int nthr)
+{
+    tdm_pdl::release();
+    prefetch_l2(w, (size_t)n * sizeof(float), t, nthr);
+    tdm_pdl::wait();
+}
+
 constexpr int NORM_THREADS = 256;
 constexpr int NORM_MAX_H = 11264;  // the row in shared memory as FP32: 44 KB (of the 48 KB without opt-in)
 
@@ -27,9 +37,7 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     const int r = blockIdx.x, tid = threadIdx.x;
     uint16_t *hr = h + (size_t)r * H;
     const uint16_t *yr = y ? y + (size_t)r * ldy : nullptr;
-    tdm_pdl::release();
-    prefetch_l2(w, (size_t)H * sizeof(float), tid, NORM_THREADS);   // used by the third pass
-    tdm_pdl::wait();   // programmatic launch (pdl.cuh): h and y come from the kernels before
+    weights_then_wait(w, H, tid, NORM_THREADS);   // w: the third pass; h and y: the kernels before
     if (yr) {
 #pragma unroll 4
         for (int i = tid; i < H; i += NORM_THREADS) {
@@ -65,9 +73,7 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     __shared__ float buf[GN_WARPS][GN_MAX_D];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int task = blockIdx.x * GN_WARPS + warp;
-    tdm_pdl::release();
-    prefetch_l2(w, (size_t)Dv * sizeof(float), lane, 32);   // used by the last loop
-    tdm_pdl::wait();   // programmatic launch (pdl.cuh): o and z come from the kernels before
+    weights_then_wait(w, Dv, lane, 32);   // w: the last loop; o and z: the kernels before
     if (task >= M * Hv) return;  // warp-uniform
     const int r = task / Hv, hd = task % Hv;
     const uint16_t *orow = o + ((size_t)r * Hv + hd) * Dv;
@@ -94,9 +100,7 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
     const int hd = blockIdx.x, r = blockIdx.y, lane = threadIdx.x;
     const bool isq = hd < Hq;
     const float *w = isq ? q_norm : k_norm;
-    tdm_pdl::release();
-    prefetch_l2(w, (size_t)D * sizeof(float), lane, 32);   // used after the sum of squares
-    tdm_pdl::wait();   // programmatic launch (pdl.cuh): q, k, v and the position come from the kernels before
+    weights_then_wait(w, D, lane, 32);   // w: after the sum of squares; q, k, v, the position: the kernels before
     const int base = d_pos0 ? *d_pos0 : pos0, row = base + r;
     const int pos = parent ? base + tree_depth(parent, r) : row;
     const int g = hd - Hq;

@@ -339,15 +339,14 @@ static void run_pdl_chain(const char *label, enum tdm_wfmt fmt, int64_t n, int64
         ok(0, "%s: upload: %s", label, tdm_err());
         return;
     }
-    uint16_t *hx = malloc(sizeof *hx * PAIRS * m * k), *dh, *dxn;
-    float *xf = malloc(sizeof *xf * PAIRS * m * k), *w = malloc(sizeof *w * k), *dw;
-    void *dy;
-    const size_t ybytes = (size_t)m * n * 2, hbytes = sizeof *hx * PAIRS * m * k;
-    make_x(hx, xf, PAIRS * m, k);
+    uint16_t *hx = NULL, *dh = NULL, *dxn = NULL;
+    float *xf = NULL, *w = malloc(sizeof *w * k), *dw = NULL;
+    void *dy = NULL;
+    const size_t ybytes = (size_t)m * n * 2;
+    int rc = make_dx(PAIRS * m, k, &hx, &xf, &dh);   /* the PAIRS residuals */
     for (int64_t i = 0; i < k; i++) w[i] = 0.25f * frand();
-    int rc = tdm_cuda_malloc((void **)&dh, hbytes) || tdm_cuda_malloc((void **)&dxn, sizeof *hx * m * k) ||
-             tdm_cuda_malloc((void **)&dw, sizeof *w * k) || tdm_cuda_malloc(&dy, 3 * PAIRS * ybytes) ||
-             tdm_cuda_h2d(dh, hx, hbytes) || tdm_cuda_h2d(dw, w, sizeof *w * k);
+    rc = rc || tdm_cuda_malloc((void **)&dxn, sizeof *hx * m * k) || tdm_cuda_malloc((void **)&dw, sizeof *w * k) ||
+         tdm_cuda_malloc(&dy, 3 * PAIRS * ybytes) || tdm_cuda_h2d(dw, w, sizeof *w * k);
     /* run 0: plain launches; 1: programmatic, eager; 2: programmatic, a graph replayed twice (the
      * norm without y only reads h, so a replay sees the same inputs) */
     for (int run = 0; run < 3 && !rc; run++) {
