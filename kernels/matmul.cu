@@ -154,13 +154,21 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     return 0;
 }
 
-static int mm_direct = -1;   // -1: not read yet
-extern "C" int tdm_mm_direct(void)
+static int mm_direct = -1;   // TDM_MM_DIRECT_*, or -1: from the setting at the next call
+extern "C" int tdm_mm_direct_mode(void)
 {
-    if (mm_direct < 0) mm_direct = strcmp(tdm_setting("TANDEM_MM_DIRECT"), "on") == 0;
+    if (mm_direct < 0) {
+        const char *v = tdm_setting("TANDEM_MM_DIRECT");
+        mm_direct = strcmp(v, "on") == 0 ? TDM_MM_DIRECT_ON : strcmp(v, "off") == 0 ? TDM_MM_DIRECT_OFF : TDM_MM_DIRECT_AUTO;
+    }
     return mm_direct;
 }
-extern "C" void tdm_mm_set_direct(int on) { mm_direct = on ? 1 : 0; }
+extern "C" void tdm_mm_set_direct(int mode) { mm_direct = mode; }
+extern "C" int tdm_mm_direct_rows(int64_t m)
+{
+    const int mode = tdm_mm_direct_mode();
+    return mode == TDM_MM_DIRECT_ON || (mode == TDM_MM_DIRECT_AUTO && m >= TDM_MM_DIRECT_AUTO_ROWS);
+}
 
 // Whether every weight row (and NVFP4 scale row) of the view starts 16-byte (2-byte) aligned, so
 // that the kernel may use vector loads.
@@ -178,13 +186,13 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
 {
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
-    // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA).
-    // At most 8 rows it then keeps 3 slabs of weights in flight whatever the table's pf (which then
+    // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
+    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). At most 8 rows it then keeps 3 slabs of weights in flight whatever the table's pf (which then
     // serves 9-16 rows): the form fits 96 registers at pf 3 (3 CTAs of 6 warps a SM); measured on the
     // H200, a 27B token's projections 8.95 -> 8.65 ms at 1 row and 10.26 -> 9.74 at 8, where 9-16
     // rows at pf 3 (128 registers) went 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders
     // the loads and the per-lane loads fetch the same operands: the bits are the same.
-    const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct();
+    const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct_rows(m);
     if (direct && mt == 0) t.pf = 3;
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;

@@ -93,11 +93,19 @@ int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m);
 int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream);
 /* Fills n BF16 values uniform in [-amp, amp). */
 int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream);
-/* Whether NVFP4 products of 1-16 rows load their activations per lane instead of staging them in
- * shared memory (kernels/mm_skinny.cuh: DA; the same bits): TANDEM_MM_DIRECT, read at the first call,
- * unless tdm_mm_set_direct() said otherwise (tests compare the two in one process). */
-int tdm_mm_direct(void);
-void tdm_mm_set_direct(int on);
+/* Which NVFP4 products of 1-16 rows load their activations per lane instead of staging them in
+ * shared memory (kernels/mm_skinny.cuh: DA; the operands are the same, so the bits): TANDEM_MM_DIRECT,
+ * read at the first call unless tdm_mm_set_direct() said otherwise (tests compare the forms in one
+ * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows. Measured
+ * inside the engine's rounds on the H200 (a 16-layer 27B, tandem-benchround, bench/NOTES.md): per lane
+ * the one-row step 3.23 -> 3.38 ms, 3 rows the same, 4 rows 1 % faster, 5-8 rows 5-7 %, 12 rows 4 %,
+ * 16 rows 1.5 %. */
+enum { TDM_MM_DIRECT_OFF, TDM_MM_DIRECT_AUTO, TDM_MM_DIRECT_ON };
+#define TDM_MM_DIRECT_AUTO_ROWS 4
+int tdm_mm_direct_mode(void);
+void tdm_mm_set_direct(int mode);
+/* Whether a product of m rows runs with the activations loaded per lane (where the kernel has the form). */
+int tdm_mm_direct_rows(int64_t m);
 /* Fills n F32 values uniform in [lo, hi). */
 int tdm_dev_fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi, void *stream);
 /* Counts positions where a and b differ (bytes); *diff is a host int64. Synchronous. */

@@ -305,7 +305,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!DA || TDM_MM_DIRECT(FMT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
-    // DIRECT (DA: NVFP4 at 1-16 rows where TANDEM_MM_DIRECT is on): each lane loads its own A units
+    // DIRECT (DA: NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
     // shared-memory staging, no CTA barrier in the K loop. The same operands, so the same bits.
@@ -313,7 +313,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // graph 9.08 / 10.37 / 12.33 / 15.50 ms at 1 / 4 / 8 / 16 rows staged, 8.95 / 9.38 / 10.26 / 14.03
     // direct (8.65 / 9.12 / 9.74 at 1 / 4 / 8 with pf 3); at 24-32 rows and in FP8 at 16 the staging
     // wins. But the engine's one-row step was slower with it (3.34 against 3.22 ms on a 16-layer
-    // 27B), hence the switch, off by default, until the engine's rounds decide per row count.
+    // 27B), and in the engine's rounds it wins from 4 rows: the switch picks by row count
+    // (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
     constexpr bool DIRECT = DA;
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;

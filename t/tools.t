@@ -60,6 +60,11 @@ t "--settings lists $sw (on by default); a value other than on or off exits 2" \
   "build/san/bin/tandem-run --settings | grep -q '^$sw  *on  *default' &&
    $sw=maybe build/san/bin/tandem-run --settings >/dev/null 2>&1; [ \$? -eq 2 ]"
 done
+t "--settings lists TANDEM_MM_DIRECT (auto by default); on and off are taken, another value exits 2" \
+  "build/san/bin/tandem-run --settings | grep -q '^TANDEM_MM_DIRECT  *auto  *default' &&
+   TANDEM_MM_DIRECT=on build/san/bin/tandem-run --settings | grep -q '^TANDEM_MM_DIRECT  *on  *env' &&
+   TANDEM_MM_DIRECT=off build/san/bin/tandem-run --settings >/dev/null &&
+   TANDEM_MM_DIRECT=maybe build/san/bin/tandem-run --settings >/dev/null 2>&1; [ \$? -eq 2 ]"
 t "every switch in the table is listed" \
   "[ \$(build/san/bin/tandem-run --settings | grep -c '^TANDEM_') -eq \$(grep -c '^    {\"TANDEM_' src/common/settings.c) ]"
 F=${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny

@@ -7,8 +7,8 @@
  *     and every element must be written; the tile tables' setting gives the default's bits;
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
- *   NVFP4 at 1-16 rows with the activations loaded per lane (TANDEM_MM_DIRECT) against the staged
- *     one-row calls, bit for bit.
+ *   NVFP4 at 1-16 rows in each activation form (TANDEM_MM_DIRECT on: loaded per lane; off: staged)
+ *     against the one-row calls, bit for bit.
  * And the programmatic launches (kernels/pdl.cuh, TANDEM_PDL): a chain of norm -> product pairs
  * through one reused activation buffer, each product launched while its norm may still run, gives
  * the plain launches' bits, eager and from a graph (a product that read its input before the norm
@@ -203,20 +203,23 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     }
     ok(!rc && twin_bad == 0 && unwritten == 0, "%s: twins, m = 2..32 rows equal one-row calls bit for bit (%d rows differ, "
        "%d outputs unwritten)%s%s", label, twin_bad, unwritten, rc ? ": " : "", rc ? tdm_err() : "");
-    /* NVFP4 at 1-16 rows with the activations loaded per lane (TANDEM_MM_DIRECT): the staged
-     * products' bits, and every row its one-row call's */
+    /* NVFP4 at 1-16 rows, each form at every row count (TANDEM_MM_DIRECT on: the activations loaded
+     * per lane; off: staged; the default, auto, switches form by row count, so the twins above
+     * compare the two forms): every row its one-row call's bits */
     if (fmt == TDM_W_NVFP4) {
-        int direct_bad = 0;
-        for (int m = 1; m <= 16 && !rc; m++) {
-            tdm_mm_set_direct(1);
-            rc = tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy2, n, TDM_MM_F32, tiles, st) ||
-                 tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy2, (size_t)m * n * 4);
-            tdm_mm_set_direct(0);
-            for (int r = 0; r < m && !rc; r++)
-                if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) direct_bad++;
-        }
-        ok(!rc && direct_bad == 0, "%s: activations loaded per lane (TANDEM_MM_DIRECT), m = 1..16: every row equals the "
-           "staged one-row call bit for bit (%d rows differ)%s%s", label, direct_bad, rc ? ": " : "", rc ? tdm_err() : "");
+        int direct_bad[2] = {0, 0};
+        for (int f = 0; f < 2 && !rc; f++)
+            for (int m = 1; m <= 16 && !rc; m++) {
+                tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
+                rc = tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy2, n, TDM_MM_F32, tiles, st) ||
+                     tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy2, (size_t)m * n * 4);
+                tdm_mm_set_direct(-1);
+                for (int r = 0; r < m && !rc; r++)
+                    if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) direct_bad[f]++;
+            }
+        ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0, "%s: m = 1..16 staged (TANDEM_MM_DIRECT=off) and loaded per lane "
+           "(on): every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1],
+           rc ? ": " : "", rc ? tdm_err() : "");
     }
     ok(!rc && table_bad == 0, "%s: the tile tables' setting gives the default setting's bits (%d row counts differ)", label, table_bad);
 
