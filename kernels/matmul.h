@@ -98,7 +98,7 @@ int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *str
  * read at the first call unless tdm_mm_set_direct() said otherwise (tests compare the forms in one
  * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows. Measured
  * inside the engine's rounds on the H200 (a 16-layer 27B, tandem-benchround, bench/NOTES.md): per lane
- * the one-row step 3.23 -> 3.38 ms, 3 rows the same, 4 rows 1 % faster, 5-8 rows 5-7 %, 12 rows 4 %,
+ * a one-row round 3.23 -> 3.39 ms, 3 rows the same, 4 rows 1 % faster, 5-8 rows 5-7 %, 12 rows 4 %,
  * 16 rows 1.5 %. */
 enum { TDM_MM_DIRECT_OFF, TDM_MM_DIRECT_AUTO, TDM_MM_DIRECT_ON };
 #define TDM_MM_DIRECT_AUTO_ROWS 4
