@@ -187,11 +187,12 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
-    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). At most 8 rows it then keeps 3 slabs of weights in flight whatever the table's pf (which then
-    // serves 9-16 rows): the form fits 96 registers at pf 3 (3 CTAs of 6 warps a SM); measured on the
-    // H200, a 27B token's projections 8.95 -> 8.65 ms at 1 row and 10.26 -> 9.74 at 8, where 9-16
-    // rows at pf 3 (128 registers) went 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders
-    // the loads and the per-lane loads fetch the same operands: the bits are the same.
+    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). At most 8 rows it then keeps 3 slabs
+    // of weights in flight whatever the table's pf (which then serves 9-16 rows): the form fits 96
+    // registers at pf 3 (3 CTAs of 6 warps a SM); measured on the H200, a 27B token's projections
+    // 8.95 -> 8.65 ms at 1 row and 10.26 -> 9.74 at 8, where 9-16 rows at pf 3 (128 registers) went
+    // 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders the loads and the per-lane loads
+    // fetch the same operands: the bits are the same.
     const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct_rows(m);
     if (direct && mt == 0) t.pf = 3;
     a.wk = t.wk;
