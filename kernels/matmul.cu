@@ -154,6 +154,15 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     return 0;
 }
 
+// The direct form's load depth at most 8 rows (a built pf; 0: the table's pf). A build-time knob for
+// A/B runs (nvcc -DTDM_MM_DIRECT_PF=0), as TDM_MM_L2PF is: inside the engine the direct form lost
+// at one row with 3, and the load depth and the load form have not been measured apart there.
+#ifndef TDM_MM_DIRECT_PF
+#define TDM_MM_DIRECT_PF 3
+#endif
+static_assert(TDM_MM_DIRECT_PF == 0 || TDM_MM_DIRECT_PF == 1 || TDM_MM_DIRECT_PF == 3,
+              "TDM_MM_DIRECT_PF: 0, or a load depth the NVFP4 kernel is built for at nt 1 and 2 (TDM_MM_VARIANTS)");
+
 static int mm_direct = -1;   // TDM_MM_DIRECT_*, or -1: from the setting at the next call
 extern "C" int tdm_mm_direct_mode(void)
 {
@@ -194,7 +203,7 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     // 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders the loads and the per-lane loads
     // fetch the same operands: the bits are the same.
     const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct_rows(m);
-    if (direct && mt == 0) t.pf = 3;
+    if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
     const size_t smem = tdm_tile_smem(&t, (int)m, direct);
