@@ -297,7 +297,7 @@ constexpr int skinny_regs()
 // GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
-// DA: the activations loaded per lane (TDM_MM_DIRECT, TANDEM_MM_DIRECT; see DIRECT below).
+// DA: the activations loaded per lane (TDM_MM_DIRECT, TANDEM_MM_DIRECT; see the kernel's start).
 template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA>
 __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel(const SkinnyArgs a)
 {
@@ -305,7 +305,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!DA || TDM_MM_DIRECT(FMT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
-    // DIRECT (DA: NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
+    // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
     // shared-memory staging, no CTA barrier in the K loop. The same operands, so the same bits.
@@ -315,7 +315,6 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // wins. But the engine's one-row step was slower with it (3.34 against 3.22 ms on a 16-layer
     // 27B), and in the engine's rounds it wins from 4 rows: the switch picks by row count
     // (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
-    constexpr bool DIRECT = DA;
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -368,7 +367,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             if (k0 + e < a.k) v[e >> 1] |= (uint32_t)p[e] << (16 * (e & 1));
         return make_uint4(v[0], v[1], v[2], v[3]);
     };
-    // DIRECT: the element offsets from a.x of this lane's activation rows g and g + 8 (rows past m
+    // DA: the element offsets from a.x of this lane's activation rows g and g + 8 (rows past m
     // read row m - 1: their results are never summed or stored) at its lane chunk of the chain's first
     // slab; unit u of slab i of the chain is 16 bytes at + i * 128 + 8 * u elements. (32-bit offsets
     // from the parameter's pointer: two registers fewer than pointers, which sm_121a's forms needed.)
@@ -446,7 +445,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     constexpr int QSLAB = TDM_MM_STEPS * MT * 32;  // quads per (chain, slab)
     uint4 *abuf = reinterpret_cast<uint4 *>(smem);
     uint4 *aquad = abuf + 2 * per_buf;
-    const int nch = VEC && !DIRECT ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
+    const int nch = VEC && !DA ? (a.chain_len + CH - 1) / CH : 0;   // chunks: CTA-uniform
     auto fast_slabs = [&](int w) {                  // fast slabs of the CTA's chain w
         const int b = (rank * a.wk + w) * a.chain_len;
         return max(0, min(min(b + a.chain_len, a.slabs), a.k / TDM_MM_SLAB_K) - b);
@@ -544,15 +543,15 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                                      : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
                                      : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
-                } else if constexpr (MODE == 2) {
-                    const uint32_t off = (uint32_t)i * TDM_MM_SLAB_K + 8 * u;   // DIRECT: MT 1
-                    const uint4 p0 = permute(__ldg(reinterpret_cast<const uint4 *>(a.x + (xo[0] + off))));
-                    const uint4 p1 = LO8 ? p0 : permute(__ldg(reinterpret_cast<const uint4 *>(a.x + (xo[1] + off))));
-                    aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
-                    aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
-                } else {
-                    const uint4 p0 = permute(load_unit(16 * mt + g, kbase + 8 * u));
-                    const uint4 p1 = LO8 ? p0 : permute(load_unit(16 * mt + 8 + g, kbase + 8 * u));
+                } else {   // per lane: the unit of rows 16 mt + g (h 0) and + 8 (h 1), permuted
+                    auto unit = [&](int h) -> uint4 {
+                        if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
+                            return permute(__ldg(reinterpret_cast<const uint4 *>(
+                                a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
+                        else
+                            return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
+                    };
+                    const uint4 p0 = unit(0), p1 = LO8 ? p0 : unit(1);
                     aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
                     aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
                 }
@@ -589,7 +588,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     for (int p = 0; p < PF; p++)
         if (p < Lf) load_fast(ring[p], p);
     tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
-    if constexpr (DIRECT) {
+    if constexpr (DA) {
         for (int i0 = 0; i0 < Lf; i0 += D) {
 #pragma unroll
             for (int j = 0; j < D; j++) {

@@ -50,7 +50,7 @@ int tdm_mm_chains_ok(int64_t k, int c);
 /* The default setting of kernel kk for shape (n, k) (row-invariant like every valid setting). */
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
 /* Shared memory (bytes) a setting needs at m rows: the staged activations or the chains' sum; with
- * direct (the activations loaded per lane, tdm_mm_direct), the chains' sum alone. */
+ * direct (the activations loaded per lane, tdm_mm_direct_rows), the chains' sum alone. */
 size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct);
 /* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
