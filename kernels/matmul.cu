@@ -154,11 +154,13 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     return 0;
 }
 
-// The direct form's load depth at most 8 rows (a built pf; 0: the table's pf). A build-time knob for
-// A/B runs (nvcc -DTDM_MM_DIRECT_PF=0), as TDM_MM_L2PF is: inside the engine the direct form lost
-// at one row with 3, and the load depth and the load form have not been measured apart there.
+// The direct form's load depth at most 8 rows (a built pf; 0, the default: the table's pf). A
+// build-time knob for A/B runs (nvcc -DTDM_MM_DIRECT_PF=3), as TDM_MM_L2PF is. Measured inside the
+// engine (16-layer 27B, bench/NOTES.md, the direct form's load depth): forcing pf 3 made the one-row
+// verify 3.40 ms against 3.25 with the table's pf, and every row count 1-8 slower; in the lone
+// benchmark pf 3 had won.
 #ifndef TDM_MM_DIRECT_PF
-#define TDM_MM_DIRECT_PF 3
+#define TDM_MM_DIRECT_PF 0
 #endif
 static_assert(TDM_MM_DIRECT_PF == 0 || TDM_MM_DIRECT_PF == 1 || TDM_MM_DIRECT_PF == 3,
               "TDM_MM_DIRECT_PF: 0, or a load depth the NVFP4 kernel is built for at nt 1 and 2 (TDM_MM_VARIANTS)");
@@ -196,11 +198,8 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
-    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). At most 8 rows it then keeps 3 slabs
-    // of weights in flight whatever the table's pf (which then serves 9-16 rows): the form fits 96
-    // registers at pf 3 (3 CTAs of 6 warps a SM); measured on the H200, a 27B token's projections
-    // 8.95 -> 8.65 ms at 1 row and 10.26 -> 9.74 at 8, where 9-16 rows at pf 3 (128 registers) went
-    // 14.0 -> 18.8 (bench/NOTES.md). The load depth only orders the loads and the per-lane loads
+    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
+    // table's load depth at most 8 rows. The load depth only orders the loads and the per-lane loads
     // fetch the same operands: the bits are the same.
     const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;

@@ -96,12 +96,13 @@ int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *str
 /* Which NVFP4 products of 1-16 rows load their activations per lane instead of staging them in
  * shared memory (kernels/mm_skinny.cuh: DA; the operands are the same, so the bits): TANDEM_MM_DIRECT,
  * read at the first call unless tdm_mm_set_direct() said otherwise (tests compare the forms in one
- * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows. Measured
- * inside the engine's rounds on the H200 (a 16-layer 27B, tandem-benchround, bench/NOTES.md): per lane
- * a one-row round 3.23 -> 3.39 ms, 3 rows the same, 4 rows 1 % faster, 5-8 rows 5-7 %, 12 rows 4 %,
- * 16 rows 1.5 %. */
+ * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows, which is
+ * every row count since the form keeps the table's load depth and zeros in rows 8-15. Measured inside
+ * the engine's rounds on the H200 (a 16-layer 27B, tandem-benchround, bench/NOTES.md, the direct
+ * form's load depth): per lane against staged, a one-row verify 3.221 against 3.233 ms, 2 rows 2 %
+ * faster, 3-4 rows 5 %, 8 rows 10 %, 16 rows 1 %. */
 enum { TDM_MM_DIRECT_OFF, TDM_MM_DIRECT_AUTO, TDM_MM_DIRECT_ON };
-#define TDM_MM_DIRECT_AUTO_ROWS 4
+#define TDM_MM_DIRECT_AUTO_ROWS 1
 int tdm_mm_direct_mode(void);
 void tdm_mm_set_direct(int mode);
 /* Whether a product of m rows runs with the activations loaded per lane (where the kernel has the form). */

@@ -21,9 +21,9 @@
 //   CTA, over distributed shared memory across the cluster), then scaled and stored by rank 0.
 // Row invariance by construction: a row's A values, the B registers, the mma sequence and the
 // tree are the same whatever m is; rows 16-31 run the same instructions on their own accumulators;
-// at most 8 rows run an instantiation whose rows 8-15 repeat rows 0-7 (an mma output row depends
-// only on its own A row, and t/gpu/matmul.t's twins compare every m against one-row calls); no
-// atomics.
+// at most 8 rows run an instantiation whose rows 8-15 repeat rows 0-7 or are zeros (an mma output
+// row depends only on its own A row, and t/gpu/matmul.t's twins compare every m against one-row
+// calls); no atomics.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -312,9 +312,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // Measured on the H200 (bench/NOTES.md, direct A loads): a 27B token's NVFP4 projections in one
     // graph 9.08 / 10.37 / 12.33 / 15.50 ms at 1 / 4 / 8 / 16 rows staged, 8.95 / 9.38 / 10.26 / 14.03
     // direct (8.65 / 9.12 / 9.74 at 1 / 4 / 8 with pf 3); at 24-32 rows and in FP8 at 16 the staging
-    // wins. But the engine's one-row step was slower with it (3.34 against 3.22 ms on a 16-layer
-    // 27B), and in the engine's rounds it wins from 4 rows: the switch picks by row count
-    // (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
+    // wins. Inside the engine it first lost at one row (3.34 against 3.22 ms on a 16-layer 27B):
+    // at most 8 rows it forced pf 3 and copied rows 0-7 into rows 8-15. With the table's pf and
+    // zeros there it wins at 1-16 rows (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -551,7 +551,11 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                         else
                             return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
                     };
-                    const uint4 p0 = unit(0), p1 = LO8 ? p0 : unit(1);
+                    // At most 8 rows (LO8) rows 8-15 of the tile are never summed or stored, and
+                    // here they hold zeros: copies of rows 0-7 cost register moves into every
+                    // quad, and inside the engine the one-row verify 3.33 ms against 3.22 with
+                    // zeros (H200, bench/NOTES.md: the direct form's load depth).
+                    const uint4 p0 = unit(0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(1);
                     aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
                     aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
                 }

@@ -48,9 +48,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "each kernel after the one before it has finished (the older path, for comparison)"},
     {"TANDEM_MM_DIRECT", "auto", "auto|on|off",
      "CUDA: which NVFP4 products of 1-16 rows have each lane load its activations from global memory (no "
-     "shared-memory staging, no CTA barrier in the K loop; at most 8 rows with 3 slabs of weights in flight) "
-     "instead of the CTA staging them: auto from 4 rows (measured inside the engine's rounds: faster at 4-16 "
-     "rows, slower at 1-2), on at every row count, off at none; the same operands, so the same bits"},
+     "shared-memory staging, no CTA barrier in the K loop) instead of the CTA staging them: auto and on at "
+     "every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
+     "row threshold), off at none; the same operands, so the same bits"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "
