@@ -47,11 +47,24 @@ t "tandem-run --spec with deferral off gives the same tokens and reads the state
   "TANDEM_SPEC_DEFER=off $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp >$tmp/out 2>$tmp/err && cmp -s $tmp/out $tmp/plain &&
    grep -q 'immediate commit): 98304 B read, 49152 B written per round (state 49152 B)' $tmp/err"
 
+t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-run --spec mtp gives the plain tokens; the drafter's bytes on stderr and in --json" \
+  "TANDEM_DRAFT_FORMAT=nvfp4 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp --json $tmp/q.json >$tmp/out 2>$tmp/err &&
+   cmp -s $tmp/out $tmp/plain &&
+   grep -q '^# drafter: the MTP layer, requantized to NVFP4 (TANDEM_DRAFT_FORMAT): a draft token.s projections and head read 0.1 MB (0.5 MB as stored)' $tmp/err &&
+   [ \$(build/san/t/json_get $tmp/q.json drafter.format) = '\"nvfp4\"' ] &&
+   [ \$(build/san/t/json_get $tmp/q.json drafter.bytes_per_draft) -eq 147456 ] &&
+   $RUN -m $tmp/m -p $tmp/p.tok -n 4 --spec mtp >/dev/null 2>$tmp/err && grep -q '^# drafter: the MTP layer, as stored: .* read 0.5 MB' $tmp/err"
+t "TANDEM_DRAFT_FORMAT=fp4: exit 2, one line naming the setting" \
+  "TANDEM_DRAFT_FORMAT=fp4 $RUN -m $tmp/m -p $tmp/p.tok -n 4 --spec mtp >/dev/null 2>$tmp/err; [ \$? -eq 2 ] &&
+   [ \$(wc -l <$tmp/err) -eq 1 ] && grep -q 'TANDEM_DRAFT_FORMAT=fp4' $tmp/err"
+
 # tandem-exactcheck
 ec="$EC -m $tmp/m -p $tmp/p.tok -n 12 --rows 6"
 t "tandem-exactcheck passes on mtp, ngram and a draft model, chain and tree (exit 0)" \
   "$ec --draft-model $tmp/d --json $tmp/ec.json >$tmp/out 2>$tmp/err && [ \$(grep -c '^speculative' $tmp/out) -eq 6 ] &&
    grep -q '\"verdict\": \"pass\"' $tmp/ec.json"
+t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-exactcheck --spec mtp passes (chain and tree identical to one-token decode)" \
+  "TANDEM_DRAFT_FORMAT=nvfp4 $ec --spec mtp >$tmp/outq 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/outq) -eq 2 ]"
 t "tandem-exactcheck: twins checked bit for bit (text and JSON)" \
   "grep -q '^twins forward rows  M=2..6: identical' $tmp/out && grep -q '^twins chain verify  M=2..6: identical' $tmp/out &&
    grep -q '\"case\": \"chain verify\"' $tmp/ec.json"

@@ -491,8 +491,12 @@ int main(int argc, char **argv)
                  tdm_err());
     else {
         mtp = 1;
-        snprintf(mtp_note, sizeof mtp_note, "the MTP layer drafts on the engine (tdm_engine_mtp, %s)",
-                 strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0 ? "a CUDA graph per call shape" : "eager launches");
+        snprintf(mtp_note, sizeof mtp_note,
+                 "the MTP layer drafts on the engine (tdm_engine_mtp, %s; its projections and head %s: %.1f MB a draft token, "
+                 "%.1f MB as stored)",
+                 strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0 ? "a CUDA graph per call shape" : "eager launches",
+                 m->mtp.draft_bytes_now != m->mtp.draft_bytes ? "requantized to NVFP4, TANDEM_DRAFT_FORMAT" : "as stored",
+                 m->mtp.draft_bytes_now / 1e6, m->mtp.draft_bytes / 1e6);
     }
     for (struct series *s = spec; s < step_end; s++) {
         s->drafter = mtp;

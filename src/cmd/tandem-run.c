@@ -148,6 +148,13 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
     char shape[128];
     tdm_spec_shape_name(so, shape, sizeof shape);
     fprintf(stderr, "# prefill %d tokens: %.1f ms\n", n_prompt, st.prefill_ms);
+    const struct tdm_mtp *mt = &m->mtp;
+    const int draft_q = so->kind == TDM_SPEC_MTP && mt->draft_bytes_now != mt->draft_bytes;
+    if (so->kind == TDM_SPEC_MTP)
+        fprintf(stderr, "# drafter: the MTP layer, %s: a draft token's projections and head read %.1f MB (%.1f MB as stored)\n",
+                draft_q ? "requantized to NVFP4 (TANDEM_DRAFT_FORMAT)" : "as stored",
+                mt->draft_bytes_now / 1e6,
+                mt->draft_bytes / 1e6);
     fprintf(stderr, "# speculative %s, %s: %d tokens in %.1f ms, %.2f ms/token\n", tdm_spec_name(so->kind), shape, n_new,
             st.decode_ms, n_new ? st.decode_ms / n_new : 0.0);
     tdm_spec_stats_print(stderr, &st);
@@ -165,6 +172,10 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
                                 st.decode_ms, "ms_per_token", n_new ? st.decode_ms / n_new : 0.0, "spec",
                                 tdm_spec_name(so->kind), "shape", shape, "speculative", tdm_spec_stats_json(&st));
         if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
+        if (so->kind == TDM_SPEC_MTP)
+            json_object_set_new(rec, "drafter", json_pack("{s:s, s:I, s:I}", "format", draft_q ? "nvfp4" : "stored",
+                                                          "bytes_per_draft", (json_int_t)mt->draft_bytes_now,
+                                                          "bytes_per_draft_stored", (json_int_t)mt->draft_bytes));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
         if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }

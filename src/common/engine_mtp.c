@@ -52,6 +52,8 @@ struct tdm_emtp {
     uint16_t *kc, *vc;                        /* [ctx][Hkv][D] BF16 */
     int is_moe;                               /* MoE MLP: engine_moe.c's slot n_layers */
     struct tdm_dweight gate, up, down;        /* dense MLP [I, H] x2, [H, I] */
+    struct tdm_dweight head;                  /* [V, H]: the drafter's own head (model.h: mtp.has_head) */
+    const struct tdm_dweight *draft_head;     /* &head, or the engine's head */
     /* own activations, ROWS rows */
     int32_t *ids, *draft;                     /* [ROWS]: the real rows' tokens; the drafts */
     uint16_t *emb, *en, *hn, *cat;            /* [R][H] x3, [R][2H] */
@@ -115,7 +117,7 @@ int tdm_engine_mtp_supported(const struct tdm_model *m)
 void tdm_emtp_free(struct tdm_emtp *x)
 {
     if (!x) return;
-    struct tdm_dweight *w[] = {&x->fc, &x->q, &x->k, &x->v, &x->o, &x->gate, &x->up, &x->down};
+    struct tdm_dweight *w[] = {&x->fc, &x->q, &x->k, &x->v, &x->o, &x->gate, &x->up, &x->down, &x->head};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) tdm_dweight_free(w[i]);
     for (int i = 0; i < x->ngraphs; i++)
         if (x->graphs[i].g) tdm_graph_destroy(x->graphs[i].g);
@@ -177,6 +179,11 @@ static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
         up_w(mem, &l->attn.v, &x->v, "mtp.layers.0.self_attn.v_proj") ||
         up_w(mem, &l->attn.o, &x->o, "mtp.layers.0.self_attn.o_proj"))
         return -1;
+    x->draft_head = v->head;
+    if (t->has_head) {
+        if (up_w(mem, &t->head, &x->head, "the drafter's head (TANDEM_DRAFT_FORMAT=nvfp4)") != 0) return -1;
+        x->draft_head = &x->head;
+    }
     x->is_moe = l->is_moe;
     if (l->is_moe) {
         if (tdm_emoe_upload_mtp(v->moe, &mem->weights) != 0) return -1;
@@ -281,7 +288,7 @@ static int mtp_head(struct tdm_emtp *x, const struct tdm_engine_view *v, int r, 
 {
     const int H = v->m->cfg.hidden, V = v->m->cfg.vocab;
     float *lg = v->logits + (size_t)j * V;
-    if (tdm_matmul(v->head, x->oh + (size_t)r * H, H, 1, lg, V, TDM_MM_F32, v->tiles, v->stream) ||
+    if (tdm_matmul(x->draft_head, x->oh + (size_t)r * H, H, 1, lg, V, TDM_MM_F32, v->tiles, v->stream) ||
         tdm_argmax_rows(lg, V, 1, V, x->amax, x->draft + j, v->stream))
         return -1;
     return 0;

@@ -2,6 +2,8 @@
 #include "err.h"
 #include "formats.h"
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,4 +161,77 @@ void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, floa
         }
     }
     free(row);
+}
+
+/* ---- requantization to NVFP4 (tdm_qweight_to_nvfp4) ---- */
+
+struct nvfp4_job {
+    const struct tdm_qweight *w;
+    struct tdm_qweight *out;
+    int64_t r0, r1;     /* rows of this thread */
+    float amax;         /* pass 1: the largest magnitude of the rows */
+    int pass;           /* 1: amax, 2: quantize with out->scale2 */
+    int oom;
+};
+
+static void *nvfp4_rows(void *arg)
+{
+    struct nvfp4_job *j = arg;
+    const int64_t k = j->w->k, G = TDM_NVFP4_GROUP;
+    float *row = malloc((size_t)k * sizeof(float));
+    if (!row) { j->oom = 1; return NULL; }
+    for (int64_t r = j->r0; r < j->r1; r++) {
+        tdm_qweight_row(j->w, r, row);
+        if (j->pass == 1) {
+            for (int64_t c = 0; c < k; c++) j->amax = fmaxf(j->amax, fabsf(row[c]));
+        } else {
+            float s2;
+            tdm_nvfp4_quantize(row, 1, k, j->out->scale2, (uint8_t *)j->out->w + r * (k / 2),
+                               (uint8_t *)j->out->scale + r * (k / G), &s2);
+        }
+    }
+    free(row);
+    return NULL;
+}
+
+int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads)
+{
+    const int64_t n = w->n, k = w->k, G = TDM_NVFP4_GROUP;
+    *buf = NULL;
+    if (k % G) return tdm_errf("NVFP4 needs the input size %" PRId64 " to be a multiple of %d", k, (int)G);
+    uint8_t *mem = malloc((size_t)(n * (k / 2) + n * (k / G)));
+    if (!mem) return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
+    *out = (struct tdm_qweight){.fmt = TDM_W_NVFP4, .n = n, .k = k, .row0 = 0, .w = mem, .scale = mem + n * (k / 2),
+                                .scale_dt = TDM_DT_F8_E4M3};
+    enum { MAXT = 64 };
+    if (threads < 1) threads = 1;
+    if (threads > MAXT) threads = MAXT;
+    if (threads > n) threads = n > 0 ? (int)n : 1;
+    struct nvfp4_job jobs[MAXT];
+    pthread_t tid[MAXT];
+    int oom = 0;
+    float amax = 0.0f;
+    for (int pass = 1; pass <= 2; pass++) {
+        int running[MAXT];
+        for (int t = 0; t < threads; t++) {
+            jobs[t] = (struct nvfp4_job){.w = w, .out = out, .r0 = n * t / threads, .r1 = n * (t + 1) / threads, .pass = pass};
+            /* the last share, or one no thread could be made for, runs here */
+            running[t] = t < threads - 1 && pthread_create(&tid[t], NULL, nvfp4_rows, &jobs[t]) == 0;
+            if (!running[t]) nvfp4_rows(&jobs[t]);
+        }
+        for (int t = 0; t < threads; t++) {
+            if (running[t]) pthread_join(tid[t], NULL);
+            oom |= jobs[t].oom;
+            if (pass == 1) amax = fmaxf(amax, jobs[t].amax);
+        }
+        if (oom) break;
+        /* the scale_2 tdm_nvfp4_quantize picks over the whole matrix */
+        if (pass == 1) out->scale2 = amax > 0.0f ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
+    }
+    if (oom) {
+        free(mem);
+        return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
+    }
+    *buf = mem;
+    return 0;
 }

@@ -47,6 +47,13 @@ int tdm_qweight_cat_exact(const struct tdm_qweight *a, const struct tdm_qweight 
  * common scale_2). Its storage is host memory in *buf (free() it after use; out points into it).
  * Returns 0, or -1 with tdm_err() saying why (not exact, out of memory). */
 int tdm_qweight_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_qweight *out, void **buf);
+/* w requantized to NVFP4: its dequantized rows through tdm_nvfp4_quantize with the scale_2 of the
+ * whole view (its largest magnitude / (448 * 6)), the bytes those would give over the view as one
+ * matrix, rows quantized on `threads` threads (<= 1: one). out is [w.n, w.k], row0 0; its storage
+ * is host memory in *buf (free() it after use). Needs k a multiple of 16. Returns 0, or -1 with
+ * tdm_err() (k, out of memory). An approximation of w, not w: for a drafter, whose tokens the
+ * verify checks. */
+int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads);
 /* The FP32 dot product every reference sum uses (fixed order). */
 float tdm_dot(const float *a, const float *b, int64_t n);
 /* y[m][n] = sum_k x[m][k] * W[n][k] in FP32 (x holds BF16-valued floats by convention). */

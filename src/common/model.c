@@ -1,11 +1,13 @@
 #include "model.h"
 #include "err.h"
 #include "formats.h"
+#include "settings.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct binder {
     struct tdm_model *m;
@@ -13,18 +15,24 @@ struct binder {
     char prefix[64];    /* "model." or "model.language_model." */
 };
 
-static void *own(struct tdm_model *m, size_t bytes)
+/* p (allocated by the caller) freed with the model; returns p, or NULL (p freed) out of memory. */
+static void *adopt(struct tdm_model *m, void *p)
 {
+    if (!p) return NULL;
     if (m->nowned == m->capowned) {
         int cap = m->capowned ? 2 * m->capowned : 256;
         void **n = realloc(m->owned, (size_t)cap * sizeof *n);
-        if (!n) return NULL;
+        if (!n) { free(p); return NULL; }
         m->owned = n;
         m->capowned = cap;
     }
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (p) m->owned[m->nowned++] = p;
+    m->owned[m->nowned++] = p;
     return p;
+}
+
+static void *own(struct tdm_model *m, size_t bytes)
+{
+    return adopt(m, calloc(1, bytes ? bytes : 1));
 }
 
 static void shape_str(char *buf, size_t n, int nd, const int64_t *sh)
@@ -273,6 +281,52 @@ static int bind_layer(struct binder *b, struct tdm_layer *l, enum tdm_mixer mixe
     return is_moe ? bind_moe(b, &l->moe, sub) : bind_mlp(b, &l->mlp, c->intermediate, sub);
 }
 
+/* The weights a draft token of the MTP layer reads besides its norms: fc, attention, a dense MLP
+ * (an MoE MTP layer's experts, router and shared expert are left out) and the head (model.h: the
+ * drafter's own when has_head). Returns their count; w gets pointers into m. */
+static int draft_weights(struct tdm_model *m, struct tdm_qweight *w[9])
+{
+    struct tdm_mtp *t = &m->mtp;
+    struct tdm_layer *l = &t->layer;
+    int n = 0;
+    w[n++] = &t->fc;
+    w[n++] = &l->attn.q; w[n++] = &l->attn.k; w[n++] = &l->attn.v; w[n++] = &l->attn.o;
+    if (!l->is_moe) { w[n++] = &l->mlp.gate; w[n++] = &l->mlp.up; w[n++] = &l->mlp.down; }
+    w[n++] = t->has_head ? &t->head : &m->head;
+    return n;
+}
+
+static int64_t draft_bytes(struct tdm_model *m)
+{
+    struct tdm_qweight *w[9];
+    int64_t b = 0;
+    for (int i = 0, n = draft_weights(m, w); i < n; i++) b += tdm_qweight_bytes(w[i]);
+    return b;
+}
+
+/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's BF16 and F32 weights of draft_weights() requantized to
+ * NVFP4 where k is a multiple of 16, the head as a copy (model.h: has_head). The main model and an
+ * MoE MTP layer's experts, router and shared expert keep their stored formats. */
+static int draft_nvfp4(struct tdm_model *m)
+{
+    struct tdm_mtp *t = &m->mtp;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads > 16) threads = 16;
+    t->head = m->head;
+    t->has_head = 1;   /* requantized in place below, or left as the model's */
+    struct tdm_qweight *w[9];
+    for (int i = 0, n = draft_weights(m, w); i < n; i++) {
+        if ((w[i]->fmt != TDM_W_BF16 && w[i]->fmt != TDM_W_F32) || w[i]->k % TDM_NVFP4_GROUP) continue;
+        struct tdm_qweight q;
+        void *buf;
+        if (tdm_qweight_to_nvfp4(w[i], &q, &buf, (int)threads) != 0 || !adopt(m, buf))
+            return tdm_err_prefix("%s: TANDEM_DRAFT_FORMAT=nvfp4", m->dir);
+        *w[i] = q;
+    }
+    t->has_head = t->head.fmt != m->head.fmt;
+    return 0;
+}
+
 struct tdm_model *tdm_model_load(const char *dir)
 {
     struct tdm_model *m = calloc(1, sizeof *m);
@@ -316,6 +370,9 @@ struct tdm_model *tdm_model_load(const char *dir)
             bind_layer(&b, &t->layer, TDM_MIXER_ATTN, mtp_moe, "mtp.layers.0"))
             goto fail;
         m->has_mtp = 1;
+        t->draft_bytes = draft_bytes(m);
+        if (strcmp(tdm_setting("TANDEM_DRAFT_FORMAT"), "nvfp4") == 0 && draft_nvfp4(m) != 0) goto fail;
+        t->draft_bytes_now = draft_bytes(m);
     }
     return m;
 fail:

@@ -51,6 +51,13 @@ struct tdm_mtp {
     float *pre_fc_norm_embedding, *pre_fc_norm_hidden, *norm; /* [H] */
     struct tdm_qweight fc;            /* [H, 2H]: embedding half first */
     struct tdm_layer layer;           /* a full-attention decoder layer */
+    /* TANDEM_DRAFT_FORMAT=nvfp4 (tdm_model_load): the layer's BF16 projections and fc above hold
+     * NVFP4 requantizations, and head a requantized copy of the model's head (has_head; else the
+     * drafter reads the model's head). draft_bytes: what a draft token's projections and head
+     * read as stored (model.c: draft_weights); draft_bytes_now: as held. */
+    struct tdm_qweight head;
+    int has_head;
+    int64_t draft_bytes, draft_bytes_now;
 };
 
 struct tdm_model {

@@ -782,7 +782,7 @@ int tdm_ref_mtp_h(struct tdm_ref *r, const int32_t *next_ids, const float *hfin,
     int rc = layer_forward(r, &mt->layer, r->n_attn, x, T, r->mtp_pos, r->mtp_gap + r->mtp_pos);
     if (rc == 0) {
         for (int t = 0; t < T; t++) tdm_ref_rmsnorm(x + (size_t)t * H, mt->norm, H, c->rms_eps, cat + (size_t)t * H);
-        if (logits) head_forward(m, cat, T, logits);
+        if (logits) tdm_linear_ref(mt->has_head ? &mt->head : &m->head, cat, T, logits); /* FP32 logits */
         if (out_h) memcpy(out_h, cat, (size_t)T * H * sizeof(float));
         r->mtp_pos += T;
     }

@@ -51,6 +51,11 @@ const struct tdm_setting_def tdm_settings[] = {
      "shared-memory staging, no CTA barrier in the K loop) instead of the CTA staging them: auto and on at "
      "every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
      "row threshold), off at none; the same operands, so the same bits"},
+    {"TANDEM_DRAFT_FORMAT", "stored", "stored|nvfp4",
+     "the MTP drafter's weights: stored reads its layer and the model's head as the checkpoint stores them; "
+     "nvfp4 requantizes its BF16 projections (fc, attention, a dense MLP) and a copy of the head to NVFP4 at "
+     "load, about a quarter of the bytes a draft token reads. The verify reads the model as stored, so "
+     "speculative output still equals one-token decode; only the drafts, and so the acceptance, may change"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "

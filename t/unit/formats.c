@@ -5,6 +5,8 @@
 #include "tap.h"
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) /* uniform in [-1, 1) */
@@ -109,5 +111,35 @@ int main(void)
     struct tdm_qweight q1 = {.fmt = TDM_W_NVFP4, .n = 1, .k = 16, .w = p1, .scale = s1, .scale2 = 0.75f};
     tdm_qweight_row(&q1, 0, row);
     ok(row[1] == -2.25f && row[15] == -4.5f, "nvfp4: scale2 applies (non-power-of-two 0.75)");
+
+    /* Requantization to NVFP4 (tdm_qweight_to_nvfp4, the drafter's TANDEM_DRAFT_FORMAT=nvfp4): the
+     * bytes tdm_nvfp4_quantize gives for the dequantized view as one matrix, whatever the thread
+     * count; from a BF16 view that starts past row 0; k not a multiple of 16 is an error. */
+    {
+        enum { RN = 37, RK = 96, R0 = 5 };
+        static uint16_t wb[(RN + R0) * RK];
+        static float wf[RN * RK];
+        static uint8_t pk[RN * RK / 2], sc[RN * RK / 16];
+        for (int i = 0; i < (RN + R0) * RK; i++) wb[i] = tdm_f32_to_bf16(frand() * 3.0f);
+        struct tdm_qweight src = {.fmt = TDM_W_BF16, .n = RN, .k = RK, .row0 = R0, .w = wb};
+        for (int r = 0; r < RN; r++) tdm_qweight_row(&src, r, wf + r * RK);
+        float want_s2;
+        tdm_nvfp4_quantize(wf, RN, RK, 0.0f, pk, sc, &want_s2);
+        const int threads[] = {1, 3, 64};
+        for (int t = 0; t < 3; t++) {
+            struct tdm_qweight q;
+            void *buf = NULL;
+            int rc = tdm_qweight_to_nvfp4(&src, &q, &buf, threads[t]);
+            ok(rc == 0 && q.fmt == TDM_W_NVFP4 && q.n == RN && q.k == RK && q.row0 == 0 && q.scale2 == want_s2 &&
+                   !memcmp(q.w, pk, sizeof pk) && !memcmp(q.scale, sc, sizeof sc) &&
+                   tdm_qweight_bytes(&q) == RN * RK / 2 + RN * RK / 16,
+               "requantized to NVFP4 on %d thread(s): tdm_nvfp4_quantize's bytes and scale_2 for the view's rows", threads[t]);
+            free(buf);
+        }
+        struct tdm_qweight bad = src, q;
+        void *buf = (void *)1;
+        bad.k = 40;
+        ok(tdm_qweight_to_nvfp4(&bad, &q, &buf, 2) == -1 && buf == NULL, "requantizing to NVFP4 with k = 40 is an error");
+    }
     return done_testing();
 }

@@ -210,6 +210,54 @@ static void mtp_rewind_tests(const struct tdm_model *m)
     free(h); free(mh); free(la); free(lb);
 }
 
+/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's weights requantized at load (model.c: draft_nvfp4), and
+ * the reference drafter reads them: its logits differ from the stored drafter's but stay near
+ * them (NVFP4 keeps ~3 significant bits a weight; the bound is loose on purpose: random weights,
+ * small margins). The verify's side (spec output = one-token decode) is t/spec.t's. */
+static void draft_format_tests(const char *dir, const struct tdm_model *m)
+{
+    setenv("TANDEM_DRAFT_FORMAT", "nvfp4", 1);
+    struct tdm_model *q = tdm_model_load(dir);
+    unsetenv("TANDEM_DRAFT_FORMAT");
+    if (!q) { ok(0, "TANDEM_DRAFT_FORMAT=nvfp4: load: %s", tdm_err()); return; }
+    const struct tdm_mtp *a = &m->mtp, *b = &q->mtp;
+    ok(b->fc.fmt == TDM_W_NVFP4 && b->layer.attn.q.fmt == TDM_W_NVFP4 && b->layer.attn.o.fmt == TDM_W_NVFP4 &&
+           b->layer.mlp.down.fmt == TDM_W_NVFP4 && b->has_head && b->head.fmt == TDM_W_NVFP4 && !a->has_head &&
+           q->head.fmt == m->head.fmt && q->layers[0].mlp.down.fmt == m->layers[0].mlp.down.fmt,
+       "TANDEM_DRAFT_FORMAT=nvfp4: the MTP layer's projections and the drafter's head are NVFP4, the model's are as stored");
+    ok(b->draft_bytes == a->draft_bytes && a->draft_bytes_now == a->draft_bytes && b->draft_bytes_now < a->draft_bytes / 3,
+       "a draft token reads %lld bytes requantized against %lld stored", (long long)b->draft_bytes_now, (long long)a->draft_bytes);
+    const int H = m->cfg.hidden, V = m->cfg.vocab;
+    float *h = malloc((size_t)NP * H * sizeof(float)), *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    int32_t next[NP];
+    memcpy(next, prompt + 1, (NP - 1) * sizeof(int32_t));
+    next[NP - 1] = 77;
+    const struct tdm_model *mm[2] = {m, q};
+    float *lg[2] = {la, lb};
+    for (int k = 0; k < 2; k++) {
+        struct tdm_ref *r = tdm_ref_new(mm[k], 128);
+        tdm_ref_forward(r, prompt, NP, NP, NULL, NULL, h);   /* the main model: the same in both */
+        tdm_ref_mtp_h(r, next, h, NP, NULL, NULL);
+        int32_t d = 5;
+        tdm_ref_mtp_h(r, &d, h + (size_t)(NP - 1) * H, 1, lg[k], NULL);
+        tdm_ref_free(r);
+    }
+    double num = 0, den = 0;
+    int ia = 0, ib = 0;
+    for (int v = 0; v < V; v++) {
+        num += (double)(la[v] - lb[v]) * (la[v] - lb[v]);
+        den += (double)la[v] * la[v];
+        if (la[v] > la[ia]) ia = v;
+        if (lb[v] > lb[ib]) ib = v;
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    ok(!same_bits(la, lb, (size_t)V) && rel < 0.5,
+       "the requantized drafter's logits: relative L2 distance %.3f to the stored drafter's (< 0.5), argmax %s", rel,
+       ia == ib ? "the same" : "different");
+    free(h); free(la); free(lb);
+    tdm_model_free(q);
+}
+
 static void engine_tests(const struct tdm_model *m)
 {
     const int V = m->cfg.vocab, N = 24;
@@ -312,6 +360,7 @@ int main(int argc, char **argv)
     tree_layout_tests();
     verify_tests(m);
     mtp_rewind_tests(m);
+    draft_format_tests(argv[1], m);
     engine_tests(m);
     tdm_model_free(m);
     return done_testing();
