@@ -84,7 +84,7 @@ int tdm_mm_kchains(int64_t n, int64_t k)
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
 {
     const int c = tdm_mm_kchains(n, k);
-    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, c, kernels[kk].pf_default, c};
+    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, c, kernels[kk].pf_default, c, 0};
     return t;
 }
 
@@ -110,6 +110,9 @@ static int check_tile(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_ti
         if (serves(kk, mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
             return tdm_errf("nt %d, pf %d: not a setting the kernel is built for at %s rows "
                             "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf, mt == 1 ? "1-16" : "17-32");
+    if (t->pf_lo && (!serves(kk, 1) || !tdm_mm_variant_built(fmt, t->nt, 1, t->pf_lo)))
+        return tdm_errf("nt %d, pf_lo %d: not a setting the kernel is built for at 1-8 rows "
+                        "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf_lo);
     if (t->wn < 1 || t->wn > 8) return tdm_errf("wn %d: expected 1..8", t->wn);
     /* wk a power of two: a CTA's chains are then an aligned block of the sum tree */
     if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
@@ -139,7 +142,8 @@ int tdm_tile_check_plan(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_
 
 const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len)
 {
-    snprintf(buf, len, "nt=%d wn=%d wk=%d cs=%d pf=%d", t->nt, t->wn, t->wk, t->cs, t->pf);
+    int at = snprintf(buf, len, "nt=%d wn=%d wk=%d cs=%d pf=%d", t->nt, t->wn, t->wk, t->cs, t->pf);
+    if (t->pf_lo && at >= 0 && (size_t)at < len) snprintf(buf + at, len - at, " pf_lo=%d", t->pf_lo);
     return buf;
 }
 
@@ -208,7 +212,8 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
         struct tdm_tile *t = &x->tile;
         if (get_int(path, key, v, "nt", &t->nt) || get_int(path, key, v, "wn", &t->wn) ||
             get_int(path, key, v, "wk", &t->wk) || get_int(path, key, v, "cs", &t->cs) ||
-            get_int(path, key, v, "pf", &t->pf) || get_int(path, key, v, "kchains", &t->kchains))
+            get_int(path, key, v, "pf", &t->pf) || get_int(path, key, v, "kchains", &t->kchains) ||
+            (json_object_get(v, "pf_lo") && get_int(path, key, v, "pf_lo", &t->pf_lo)))   /* optional */
             goto out;
         if (tdm_tile_check(kk, x->n, x->k, t) != 0) {
             tdm_err_prefix("%s: shape %s", path, key);
@@ -303,6 +308,7 @@ int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
         json_object_set_new(o, "cs", json_integer(e->tile.cs));
         json_object_set_new(o, "pf", json_integer(e->tile.pf));
         json_object_set_new(o, "kchains", json_integer(e->tile.kchains));
+        if (e->tile.pf_lo) json_object_set_new(o, "pf_lo", json_integer(e->tile.pf_lo));
         if (e->us > 0) json_object_set_new(o, "us", json_real(e->us));
         if (e->measured) json_object_set_new(o, "measured", json_string(e->measured));
         json_object_set_new(shapes, key, o);

@@ -39,6 +39,8 @@ struct tdm_tile {
     int cs;      /* CTAs per cluster along K (one aligned block of wk chains each) */
     int pf;      /* weight prefetch distance in slabs (pipeline depth - 1): 1 or 2 */
     int kchains; /* chains of K = wk * cs; fixed by the shape: tdm_mm_kchains */
+    int pf_lo;   /* the load depth at 1-8 rows, where it differs from pf (tandem-sweep picks it by the
+                  * one-row time); 0: pf. Only orders loads, so it changes no bits */
 };
 
 /* The number of chains K is cut into for a weight of shape (n, k): the only setting that enters

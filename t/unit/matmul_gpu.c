@@ -4,7 +4,8 @@
  *     |y - ref| <= 1e-4 * sum_k |x w| per element (FP32 output; BF16 output adds 2^-8 |ref|);
  *   twins: for m = 2..32, every row of the m-row call equals the one-row call on that row, bit for
  *     bit, on the whole output, with rows that share inputs; outputs are poisoned before every run
- *     and every element must be written; the tile tables' setting gives the default's bits;
+ *     and every element must be written; the tile tables' setting gives the default's bits, and
+ *     so does one with a load depth of its own at 1-8 rows (pf_lo);
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
  *   NVFP4 at 1-16 rows in each activation form (TANDEM_MM_DIRECT on: loaded per lane; off: staged)
@@ -181,7 +182,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     }
 
     /* twins: one-row calls, then m = 2..32 against them, whole outputs, FP32 */
-    int twin_bad = 0, unwritten = 0, table_bad = 0;
+    int twin_bad = 0, unwritten = 0, table_bad = 0, pflo_bad = 0, pflo_runs = 0;
     rc = 0;
     for (int r = 0; r < 32 && !rc; r++) {
         rc = tdm_cuda_memset(dy, 0xff, (size_t)n * 4) || tdm_matmul(&d, dx + r * k, k, 1, dy, n, TDM_MM_F32, tiles, st) ||
@@ -200,7 +201,19 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         int64_t diff = 0;
         rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 4, &diff, st);
         if (diff) table_bad++;
+        /* a load depth of its own at 1-8 rows (the table's pf_lo) only orders loads: the same bits */
+        struct tdm_tile tl = t;
+        tl.pf_lo = t.pf == 1 ? 3 : 1;
+        if (m <= 8 && tdm_tile_check((enum tdm_mmk)tdm_mmk_for(fmt, m), n, k, &tl) == 0) {
+            pflo_runs++;
+            rc = rc || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &tl, st);
+            diff = 0;
+            rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 4, &diff, st);
+            if (diff) pflo_bad++;
+        }
     }
+    ok(!rc && pflo_bad == 0, "%s: a setting with pf_lo (the load depth at 1-8 rows) gives the table's bits (%d of %d row counts "
+       "differ)", label, pflo_bad, pflo_runs);
     ok(!rc && twin_bad == 0 && unwritten == 0, "%s: twins, m = 2..32 rows equal one-row calls bit for bit (%d rows differ, "
        "%d outputs unwritten)%s%s", label, twin_bad, unwritten, rc ? ": " : "", rc ? tdm_err() : "");
     /* NVFP4 at 1-16 rows, each form at every row count (TANDEM_MM_DIRECT on: the activations loaded

@@ -83,6 +83,7 @@ int main(void)
     e[0].tile.wk = 2;
     e[0].tile.cs = 3;   /* kchains 6 = wk 2 x cs 3 */
     e[0].tile.pf = 3;
+    e[0].tile.pf_lo = 1;   /* the load depth at 1-8 rows: optional, read back */
     struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
     char path[512];
     snprintf(path, sizeof path, "%s/sm_90/nvfp4-skinny.json", dir);
@@ -127,11 +128,14 @@ int main(void)
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2, \"pf_lo\": 2}}}", hdr);
+    write_text("fp8.json", text);
+    ok(load_fails_naming("fp8.json", "pf_lo 2"), "a load depth at 1-8 rows the kernel is not built for: %s", tdm_err());
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 5, \"wk\": 1, \"cs\": 2, \"pf\": 3, \"kchains\": 2, \"us\": 9.5}}}", hdr);
     write_text("fp8.json", text);
     ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads: %s", tdm_err());
     got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
-    ok(got.nt == 1 && got.wn == 5 && got.pf == 3, "and its entry is used (5 warps along n)");
+    ok(got.nt == 1 && got.wn == 5 && got.pf == 3 && got.pf_lo == 0, "and its entry is used (5 warps along n; no pf_lo: 0)");
     tdm_tiles_free(tl);
 
     /* the shipped tables */
