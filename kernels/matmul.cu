@@ -197,11 +197,11 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
 {
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
+    if (mt == 0 && t.pf_lo && vec) t.pf = t.pf_lo;   // the table's load depth at 1-8 rows (tiles.h)
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
     // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
-    // table's load depth at most 8 rows. The load depth only orders the loads and the per-lane loads
-    // fetch the same operands: the bits are the same.
-    if (mt == 0 && t.pf_lo && vec) t.pf = t.pf_lo;   // the table's load depth at 1-8 rows (tiles.h)
+    // load depth at most 8 rows. The load depth only orders the loads and the per-lane loads fetch
+    // the same operands: the bits are the same.
     const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, mt) && tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
     a.wk = t.wk;

@@ -60,8 +60,8 @@
  * memory (no shared-memory staging, no CTA barrier in the K loop; run where TANDEM_MM_DIRECT selects it),
  * by format and mt (0: at most 8 rows, 1: 9-16, 2: 17-32): NVFP4 at 1-16 rows. Measured on the H200
  * (bench/NOTES.md, direct A loads): NVFP4 products faster at 1-16 rows and slower at 17-32; FP8 the
- * same at 1-8 rows and 1.4x slower at 16; inside the engine's rounds, NVFP4 slower at 1-2 rows and
- * faster at 4-16 (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). */
+ * same at 1-8 rows and 1.4x slower at 16; inside the engine's rounds, NVFP4 faster at 1-16 rows
+ * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). */
 #define TDM_MM_DIRECT(fmt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= 1)
 
 /* Whether the kernels are built for (fmt, nt, mt, pf). */

@@ -8,6 +8,7 @@
 #include "fileio.h"
 #include "formats.h"
 #include "linear.h"
+#include "parallel.h"
 #include "presets.h"
 #include "safetensors.h"
 #include <errno.h>
@@ -93,45 +94,7 @@ static void normal_row(uint64_t stream, int64_t row, float std, float *out, int6
 
 /* ---- rows in parallel: every row has its own stream, so threads change no byte ---- */
 
-static int n_threads = 1;
-
-struct par {
-    void (*fn)(void *ctx, int64_t r0, int64_t r1);
-    void *ctx;
-    int64_t n, grain;
-    int t, nt;
-};
-
-static void *par_main(void *arg)
-{
-    struct par *p = arg;
-    const int64_t units = (p->n + p->grain - 1) / p->grain;
-    int64_t r0 = units * p->t / p->nt * p->grain, r1 = units * (p->t + 1) / p->nt * p->grain;
-    if (r1 > p->n) r1 = p->n;
-    if (r0 < r1) p->fn(p->ctx, r0, r1);
-    return NULL;
-}
-
-/* Calls fn on a partition of rows [0, n) into n_threads ranges (multiples of grain). */
-static void parallel_rows(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t r0, int64_t r1), void *ctx)
-{
-    enum { MAXT = 64 };
-    int nt = n_threads < MAXT ? n_threads : MAXT;
-    if (n < 2 * grain || nt < 2) {
-        fn(ctx, 0, n);
-        return;
-    }
-    pthread_t th[MAXT];
-    struct par ps[MAXT];
-    int joined[MAXT] = {0};
-    for (int t = 0; t < nt; t++) ps[t] = (struct par){fn, ctx, n, grain, t, nt};
-    for (int t = 1; t < nt; t++)
-        if (pthread_create(&th[t], NULL, par_main, &ps[t]) == 0) joined[t] = 1;
-        else par_main(&ps[t]);   /* no thread: this range runs here */
-    par_main(&ps[0]);
-    for (int t = 1; t < nt; t++)
-        if (joined[t]) pthread_join(th[t], NULL);
-}
+static int n_threads = 1;   /* tdm_parallel_rows' threads */
 
 static float uniform01(uint64_t stream, int64_t i)
 {
@@ -478,7 +441,7 @@ static int emit_proj(const struct plan *p, const struct item *it, uint64_t st, s
         for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
             const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
             j.r_base = r0;
-            parallel_rows(m, 1, job_bf16, &j);
+            tdm_parallel_rows(n_threads, m, 1, job_bf16, &j);
             rc = j.oom ? tdm_errf("out of memory") : put(o, j.bf16, (size_t)(m * k) * 2);
         }
     } else if (it->fmt == TDM_W_FP8) {
@@ -490,22 +453,21 @@ static int emit_proj(const struct plan *p, const struct item *it, uint64_t st, s
         for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
             const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
             j.r_base = r0;
-            parallel_rows(m, B, job_fp8, &j);
+            tdm_parallel_rows(n_threads, m, B, job_fp8, &j);
             rc = j.oom ? tdm_errf("out of memory") : put(o, j.codes, (size_t)(m * k));
         }
         if (!rc) rc = put(o, j.scales, sbytes);
     } else {
         /* NVFP4: the global scale from the whole tensor's amax, then row by row */
-        parallel_rows(n, 1, job_amax, &j);
-        float s2 = j.amax > 0 ? j.amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
-        j.s2 = tdm_round_up_bits(s2, p->nvfp4_scale2_bits);
+        tdm_parallel_rows(n_threads, n, 1, job_amax, &j);
+        j.s2 = tdm_round_up_bits(tdm_nvfp4_scale2(j.amax), p->nvfp4_scale2_bits);
         j.codes = malloc((size_t)(ROW_BLOCK * (k / 2)));
         j.scales = malloc((size_t)(n * (k / G)));
         if (j.oom || !j.codes || !j.scales) rc = tdm_errf("out of memory");
         for (int64_t r0 = 0; r0 < n && !rc; r0 += ROW_BLOCK) {
             const int64_t m = n - r0 < ROW_BLOCK ? n - r0 : ROW_BLOCK;
             j.r_base = r0;
-            parallel_rows(m, 1, job_nvfp4, &j);
+            tdm_parallel_rows(n_threads, m, 1, job_nvfp4, &j);
             rc = j.oom ? tdm_errf("out of memory") : put(o, j.codes, (size_t)(m * (k / 2)));
         }
         float one = 1.0f;

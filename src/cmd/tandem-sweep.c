@@ -149,10 +149,10 @@ static int run_call_plan(void *p, int i, void *stream)
 
 static void tile_json(json_t *o, const struct tdm_tile *t);
 
-/* Times r at each of the rows (its m set per row count) into times {"rows": us} and their sum;
- * 0, or -1 with tdm_err(). */
+/* Times r at each of the rows (its m set per row count) into times {"rows": us}, us[ri] (NULL: not
+ * wanted) and their sum; 0, or -1 with tdm_err(). */
 static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows, long reps, tdm_stream st,
-                     json_t *times, double *score)
+                     json_t *times, double *us, double *score)
 {
     *score = 0;
     for (int ri = 0; ri < nrows; ri++) {
@@ -162,6 +162,7 @@ static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows
         char key[16];
         snprintf(key, sizeof key, "%d", rows[ri]);
         json_object_set_new(times, key, json_real(ms * 1e3));
+        if (us) us[ri] = ms * 1e3;
         *score += ms * 1e3;
     }
     return 0;
@@ -207,7 +208,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
                     double score;
                     json_t *times = json_object();
                     struct run r = {NULL, x, y, 0, &cand[ci], &tset};
-                    const int ok = time_rows(run_call_plan, &r, rows, nrows, reps, st, times, &score) == 0;
+                    const int ok = time_rows(run_call_plan, &r, rows, nrows, reps, st, times, NULL, &score) == 0;
                     if (!ok) fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
                     json_t *rec = json_object(), *setting = json_object();
                     json_object_set_new(rec, "kernel", json_string(kname));
@@ -532,7 +533,8 @@ int main(int argc, char **argv)
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
                 struct run r = {NULL, x, tim, 0, &cand[ci], &tset};
-                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, &score) != 0) {
+                double us[4];
+                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, us, &score) != 0) {
                     snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
                     timed = 0;
                 }
@@ -541,13 +543,9 @@ int main(int argc, char **argv)
                 if (timed) {
                     json_object_set_new(rec, "score_us", json_real(score));
                     cand_score[ci] = score;
-                    cand_row1[ci] = json_real_value(json_object_get(times, "1"));
+                    cand_row1[ci] = us[0];   /* read where rows[0] is 1 */
                     cand_lo[ci] = 0;
-                    for (int ri = 0; ri < nrows && rows[ri] <= 8; ri++) {
-                        char rk[16];
-                        snprintf(rk, sizeof rk, "%d", rows[ri]);
-                        cand_lo[ci] += json_real_value(json_object_get(times, rk));
-                    }
+                    for (int ri = 0; ri < nrows && rows[ri] <= 8; ri++) cand_lo[ci] += us[ri];
                     if (score < best) {
                         best = score;
                         besti = ci;

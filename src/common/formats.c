@@ -115,6 +115,8 @@ void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int scale_bits,
         }
 }
 
+float tdm_nvfp4_scale2(float amax) { return amax > 0.0f ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f; }
+
 void tdm_nvfp4_quantize(const float *w, int64_t n, int64_t k, float scale2,
                         uint8_t *packed, uint8_t *scales, float *scale2_out)
 {
@@ -122,7 +124,7 @@ void tdm_nvfp4_quantize(const float *w, int64_t n, int64_t k, float scale2,
     if (scale2 <= 0.0f) {
         float amax = 0.0f;
         for (int64_t i = 0; i < n * k; i++) amax = fmaxf(amax, fabsf(w[i]));
-        scale2 = amax > 0.0f ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
+        scale2 = tdm_nvfp4_scale2(amax);
     }
     *scale2_out = scale2;
     for (int64_t r = 0; r < n; r++)

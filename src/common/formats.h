@@ -55,8 +55,10 @@ float tdm_round_up_bits(float x, int bits);
 void tdm_fp8_quantize(const float *w, int64_t n, int64_t k, int scale_bits,
                       uint8_t *codes, void *scales, enum tdm_dtype scale_dt);
 
+/* The NVFP4 global scale for a matrix whose largest magnitude is amax: amax / (448 * 6), 1 for 0. */
+float tdm_nvfp4_scale2(float amax);
 /* NVFP4: packed [n, k/2] (even k in the low nibble), scales [n, k/16] e4m3, global scale2
- * (value = e2m1 * scale * scale2). scale2 <= 0 picks amax / (448 * 6). k % 16 == 0. */
+ * (value = e2m1 * scale * scale2). scale2 <= 0 picks tdm_nvfp4_scale2 of w. k % 16 == 0. */
 void tdm_nvfp4_quantize(const float *w, int64_t n, int64_t k, float scale2,
                         uint8_t *packed, uint8_t *scales, float *scale2_out);
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 #include "linear.h"
 #include "err.h"
 #include "formats.h"
+#include "parallel.h"
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -168,30 +169,51 @@ void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, floa
 struct nvfp4_job {
     const struct tdm_qweight *w;
     struct tdm_qweight *out;
-    int64_t r0, r1;     /* rows of this thread */
-    float amax;         /* pass 1: the largest magnitude of the rows */
-    int pass;           /* 1: amax, 2: quantize with out->scale2 */
+    pthread_mutex_t mu;  /* amax and oom */
+    float amax;          /* the largest magnitude of the view */
     int oom;
 };
 
-static void *nvfp4_rows(void *arg)
+/* A range's row buffer (k floats); NULL, with oom set, out of memory. */
+static float *nvfp4_row_buf(struct nvfp4_job *j)
 {
-    struct nvfp4_job *j = arg;
-    const int64_t k = j->w->k, G = TDM_NVFP4_GROUP;
-    float *row = malloc((size_t)k * sizeof(float));
-    if (!row) { j->oom = 1; return NULL; }
-    for (int64_t r = j->r0; r < j->r1; r++) {
+    float *row = malloc((size_t)j->w->k * sizeof(float));
+    if (!row) {
+        pthread_mutex_lock(&j->mu);
+        j->oom = 1;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return row;
+}
+
+static void nvfp4_amax(void *ctx, int64_t r0, int64_t r1)
+{
+    struct nvfp4_job *j = ctx;
+    const int64_t k = j->w->k;
+    float *row = nvfp4_row_buf(j), amax = 0.0f;
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
         tdm_qweight_row(j->w, r, row);
-        if (j->pass == 1) {
-            for (int64_t c = 0; c < k; c++) j->amax = fmaxf(j->amax, fabsf(row[c]));
-        } else {
-            float s2;
-            tdm_nvfp4_quantize(row, 1, k, j->out->scale2, (uint8_t *)j->out->w + r * (k / 2),
-                               (uint8_t *)j->out->scale + r * (k / G), &s2);
-        }
+        for (int64_t c = 0; c < k; c++) amax = fmaxf(amax, fabsf(row[c]));
     }
     free(row);
-    return NULL;
+    pthread_mutex_lock(&j->mu);
+    j->amax = fmaxf(j->amax, amax);   /* a maximum: the same whatever the order */
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    struct nvfp4_job *j = ctx;
+    const int64_t k = j->w->k, G = TDM_NVFP4_GROUP;
+    float *row = nvfp4_row_buf(j), s2;
+    if (!row) return;
+    for (int64_t r = r0; r < r1; r++) {
+        tdm_qweight_row(j->w, r, row);
+        tdm_nvfp4_quantize(row, 1, k, j->out->scale2, (uint8_t *)j->out->w + r * (k / 2),
+                           (uint8_t *)j->out->scale + r * (k / G), &s2);
+    }
+    free(row);
 }
 
 int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads)
@@ -203,32 +225,13 @@ int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, v
     if (!mem) return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
     *out = (struct tdm_qweight){.fmt = TDM_W_NVFP4, .n = n, .k = k, .row0 = 0, .w = mem, .scale = mem + n * (k / 2),
                                 .scale_dt = TDM_DT_F8_E4M3};
-    enum { MAXT = 64 };
-    if (threads < 1) threads = 1;
-    if (threads > MAXT) threads = MAXT;
-    if (threads > n) threads = n > 0 ? (int)n : 1;
-    struct nvfp4_job jobs[MAXT];
-    pthread_t tid[MAXT];
-    int oom = 0;
-    float amax = 0.0f;
-    for (int pass = 1; pass <= 2; pass++) {
-        int running[MAXT];
-        for (int t = 0; t < threads; t++) {
-            jobs[t] = (struct nvfp4_job){.w = w, .out = out, .r0 = n * t / threads, .r1 = n * (t + 1) / threads, .pass = pass};
-            /* the last share, or one no thread could be made for, runs here */
-            running[t] = t < threads - 1 && pthread_create(&tid[t], NULL, nvfp4_rows, &jobs[t]) == 0;
-            if (!running[t]) nvfp4_rows(&jobs[t]);
-        }
-        for (int t = 0; t < threads; t++) {
-            if (running[t]) pthread_join(tid[t], NULL);
-            oom |= jobs[t].oom;
-            if (pass == 1) amax = fmaxf(amax, jobs[t].amax);
-        }
-        if (oom) break;
-        /* the scale_2 tdm_nvfp4_quantize picks over the whole matrix */
-        if (pass == 1) out->scale2 = amax > 0.0f ? amax / (TDM_E4M3_MAX * TDM_E2M1_MAX) : 1.0f;
-    }
-    if (oom) {
+    struct nvfp4_job j = {.w = w, .out = out};
+    pthread_mutex_init(&j.mu, NULL);
+    tdm_parallel_rows(threads, n, 1, nvfp4_amax, &j);
+    out->scale2 = tdm_nvfp4_scale2(j.amax);   /* tdm_nvfp4_quantize's, over the whole view */
+    if (!j.oom) tdm_parallel_rows(threads, n, 1, nvfp4_rows, &j);
+    pthread_mutex_destroy(&j.mu);
+    if (j.oom) {
         free(mem);
         return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
     }

@@ -217,8 +217,8 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     ok(!rc && twin_bad == 0 && unwritten == 0, "%s: twins, m = 2..32 rows equal one-row calls bit for bit (%d rows differ, "
        "%d outputs unwritten)%s%s", label, twin_bad, unwritten, rc ? ": " : "", rc ? tdm_err() : "");
     /* NVFP4 at 1-16 rows, each form at every row count (TANDEM_MM_DIRECT on: the activations loaded
-     * per lane; off: staged; the default, auto, switches form by row count, so the twins above
-     * compare the two forms): every row its one-row call's bits */
+     * per lane; off: staged; the one-row calls above ran the default, auto, which is per lane at
+     * every row count, so off compares the two forms): every row its one-row call's bits */
     if (fmt == TDM_W_NVFP4) {
         int direct_bad[2] = {0, 0};
         for (int f = 0; f < 2 && !rc; f++)
