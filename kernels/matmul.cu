@@ -195,9 +195,9 @@ static bool rows_aligned(const struct tdm_dweight *w)
 static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct tdm_tile t, int64_t m, bool vec,
                       void *stream)
 {
+    t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
     if (!vec) t.nt = t.pf = 1;
     const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
-    if (mt == 0 && t.pf_lo && vec) t.pf = t.pf_lo;   // the table's load depth at 1-8 rows (tiles.h)
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
     // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
     // load depth at most 8 rows. The load depth only orders the loads and the per-lane loads fetch
@@ -263,9 +263,10 @@ extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, i
     return 0;
 }
 
-// The kernel kind (*kk) and setting (*t) of a SwiGLU product of m rows (tdm_matmul_swiglu) when it
-// runs as one: the two weights of one shape and format, the setting's nt 2 (a warp's two tiles are
-// the two weights), aligned rows (the vector instantiation: the checked one runs nt 1).
+// The kernel kind (*kk) and setting (*t, the table's whole setting) of a SwiGLU product of m rows
+// (tdm_matmul_swiglu) when it runs as one: the two weights of one shape and format, nt 2 in the
+// geometry that serves m rows (a warp's two tiles are the two weights), aligned rows (the vector
+// instantiation: the checked one runs nt 1).
 static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                            int64_t m, const struct tdm_tiles *tiles, enum tdm_mmk *kk, struct tdm_tile *t)
 {
@@ -276,7 +277,7 @@ static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dwei
     if (k < 0) return false;
     *kk = (enum tdm_mmk)k;
     *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
-    return t->nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    return tdm_tile_at(t, m).nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
 }
 
 extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,

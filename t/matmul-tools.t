@@ -27,6 +27,8 @@ t "tandem-sweep --model-shapes foo: exit 2 naming the option" exits 2 "--model-s
 t "tandem-sweep --kernel foo: exit 2 naming the option" exits 2 "--kernel" bin/tandem-sweep --shape 64,256 --kernel foo
 t "tandem-sweep NVFP4 with K not a multiple of 16: exit 2" exits 2 "multiple of 16" bin/tandem-sweep --shape 64,200
 t "tandem-sweep --objective foo: exit 2 naming the option" exits 2 "--objective" bin/tandem-sweep --shape 64,256 --objective foo
+t "tandem-sweep --lo-rows 9: exit 2 naming the option" exits 2 "--lo-rows" bin/tandem-sweep --shape 64,256 --lo-rows 9
+t "tandem-sweep --lo-rows x: exit 2 naming the option" exits 2 "--lo-rows" bin/tandem-sweep --shape 64,256 --lo-rows x
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo
 t "TANDEM_ unknown switch: exit 2" exits 2 "unknown switch" env TANDEM_NO_SUCH=1 bin/tandem-coldbw

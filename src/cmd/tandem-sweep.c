@@ -2,9 +2,10 @@
  * enumerates candidate settings, drops every candidate whose output is not bit-identical to the
  * default setting's at every row count 1..32 (random inputs, rows that share inputs), times the
  * survivors over a cold working set, and writes the fastest into the kernel's tile table
- * (atomically, merged with the table's other shapes), with the load depth at 1-8 rows (pf_lo) of
- * the pick's geometry whose times there sum lowest, where it differs. Progress on stderr; --json
- * reports every candidate with its verdict and time. */
+ * (atomically, merged with the table's other shapes). A table that serves one row also gets a
+ * few-row setting (tiles.h: lo) where another geometry is faster at one row and at every timed row
+ * count up to --lo-rows. Progress on stderr; --json reports every candidate with its verdict and
+ * time. */
 #include "device.h"
 #include "err.h"
 #include "formats.h"
@@ -26,6 +27,12 @@
 
 static const char *prog = "tandem-sweep";
 
+/* The most rows a few-row setting serves by default. Measured inside the engine (16-layer 27B,
+ * bench/NOTES.md, the few-row setting): the one-row picks of a sweep made the verify 3 % faster
+ * at one row and 2 % at two, the same at three, and 1-3 % slower at 4-16 rows, where their lone
+ * timing had them faster. */
+#define SWEEP_LO_ROWS 2
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -33,8 +40,9 @@ static void usage(FILE *f)
             "Sweeps the launch settings of the skinny matrix kernels per weight shape and writes the\n"
             "tile tables <dir>/<kernel>.json. Only settings whose output is bit-identical to the\n"
             "default's at every row count 1..32 survive; the fastest over a cold working set wins.\n"
-            "A table serving 1-8 rows also gets pf_lo, the load depth there, where another pf of the\n"
-            "pick's geometry is faster over the timed rows <= 8 (the load depth changes no bits).\n"
+            "A table that serves one row also gets a few-row setting (\"lo\") where another of the\n"
+            "identical settings is faster at one row: the fastest there, for the timed row counts up\n"
+            "to --lo-rows at which it is still faster than the pick.\n"
             "  --shape N,K            a weight shape, N outputs by K inputs (repeatable)\n"
             "  --model-shapes NAME    every distinct projection shape of a model: qwen3.8-27b or\n"
             "                         qwen3-next-80b (repeatable)\n"
@@ -49,6 +57,9 @@ static void usage(FILE *f)
             "                         sum of the timed row counts' medians; default) or decode (those\n"
             "                         within 1 %% of the best one-row time, then the lowest sum; a table\n"
             "                         whose rows start past 1, nvfp4-skinny-wide, is chosen by sum)\n"
+            "  --lo-rows N            the most rows the few-row setting may serve, 0..%d; 0: none\n"
+            "                         (default %d: in the engine's rounds the small CTAs that win at one\n"
+            "                         row tie at 3 rows and lose from 4, where the lone timing has them win)\n"
             "  --write-defaults       write tables holding each shape's default setting; needs no GPU\n"
             "  --arch NAME            architecture for --write-defaults (default sm_90)\n"
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
@@ -59,7 +70,7 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
             "usage, a malformed existing table, or when no CUDA device is visible.\n",
-            prog);
+            prog, TDM_TILE_LO_ROWS_MAX, SWEEP_LO_ROWS);
 }
 
 
@@ -88,9 +99,9 @@ static void add_projection(void *ctx, const char *what, const struct tdm_qweight
 /* The row counts a table's timing covers: the rows it serves. */
 static int timed_rows(enum tdm_mmk kk, int *rows)
 {
-    static const int narrow[] = {1, 4, 8, 16}, wide[] = {17, 24, 32}, all[] = {1, 8, 16, 32};
+    static const int narrow[] = {1, 2, 4, 8, 16}, wide[] = {17, 24, 32}, all[] = {1, 2, 8, 16, 32};
     const int *r = kk == TDM_MMK_NVFP4 ? narrow : kk == TDM_MMK_NVFP4_WIDE ? wide : all;
-    int n = kk == TDM_MMK_NVFP4_WIDE ? 3 : 4;
+    int n = kk == TDM_MMK_NVFP4_WIDE ? 3 : 5;
     memcpy(rows, r, sizeof *rows * n);
     return n;
 }
@@ -104,7 +115,7 @@ static int chain_candidates(enum tdm_mmk kk, int64_t n, int64_t k, int c, struct
         for (int wn = 1; wn <= 8; wn++)
             for (int wk = 1; wk <= 8; wk *= 2)
                 for (int pf = 1; pf <= 4; pf++) {
-                    struct tdm_tile t = {nt, wn, wk, c / wk, pf, c, 0};
+                    struct tdm_tile t = {.nt = nt, .wn = wn, .wk = wk, .cs = c / wk, .pf = pf, .kchains = c};
                     if (c % wk || cnt == max || tdm_tile_check_plan(kk, n, k, &t) != 0) continue;
                     out[cnt++] = t;
                 }
@@ -185,7 +196,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
         if (!want[kk]) continue;
         const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
         const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
-        int rows[4], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        int rows[5], nrows = timed_rows((enum tdm_mmk)kk, rows);
         for (int si = 0; si < nshapes; si++) {
             const int64_t n = shapes[si][0], k = shapes[si][1];
             struct tdm_wset tset;
@@ -329,9 +340,11 @@ int main(int argc, char **argv)
         {"write-defaults", no_argument, 0, 'D'}, {"arch", required_argument, 0, 'a'},
         {"device", required_argument, 0, 'd'}, {"model", required_argument, 0, 'm'},
         {"plan", no_argument, 0, 'P'}, {"objective", required_argument, 0, 'O'},
+        {"lo-rows", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0, decode_first = 0;
+    int lo_cap = SWEEP_LO_ROWS;
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
     int c;
@@ -342,6 +355,17 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "decode") == 0) decode_first = 1;
             else tdm_die_usage(prog, "--objective: expected sum or decode, not", optarg);
             break;
+        case 'L': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 0 || v > TDM_TILE_LO_ROWS_MAX) {
+                char want_s[64];
+                snprintf(want_s, sizeof want_s, "--lo-rows: expected an integer in 0..%d, not", TDM_TILE_LO_ROWS_MAX);
+                tdm_die_usage(prog, want_s, optarg);
+            }
+            lo_cap = (int)v;
+            break;
+        }
         case 's': {
             int64_t n, k;
             if (tdm_parse_shape(optarg, &n, &k) != 0) tdm_die_usage(prog, "--shape: expected N,K with positive integers, not", optarg);
@@ -454,13 +478,13 @@ int main(int argc, char **argv)
         const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
         struct tdm_tile_entry picked[MAX_SHAPES];
         int npicked = 0;
-        int rows[4], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        int rows[5], nrows = timed_rows((enum tdm_mmk)kk, rows);
         /* decode-first only where the table's timed rows start at one row */
         const int by_decode = decode_first && rows[0] == 1;
         char measured[192];
-        snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts%s)%s", rows[0], rows[nrows - 1], nrows,
-                 rows[0] <= 8 ? "; rows <= 8 at pf_lo where set" : "",
-                 by_decode ? "; picked decode-first: within 1 % of the best one-row time, then the lowest sum" : "");
+        snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts)%s%s", rows[0], rows[nrows - 1], nrows,
+                 by_decode ? "; picked decode-first: within 1 % of the best one-row time, then the lowest sum" : "",
+                 rows[0] == 1 && lo_cap ? "; lo: its median us summed over the timed rows it serves" : "");
         for (int si = 0; si < nshapes; si++) {
             const int64_t n = shapes[si][0], k = shapes[si][1];
             const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
@@ -504,11 +528,11 @@ int main(int argc, char **argv)
             }
             double best = 1e300;
             int besti = 0;
-            /* per candidate (< 0: not timed): the sum, the one-row time, the sum over the rows <= 8 */
-            static double cand_score[512], cand_row1[512], cand_lo[512];
+            /* per candidate (< 0: not timed): the sum, the time at each timed row count */
+            static double cand_score[512], cand_us[512][5];
             for (int ci = 0; ci < ncand; ci++) {
                 char ts[96], verdict[256] = "identical";
-                cand_score[ci] = cand_row1[ci] = cand_lo[ci] = -1;
+                cand_score[ci] = -1;
                 tdm_tile_str(&cand[ci], ts, sizeof ts);
                 if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[ci], got, st) != 0) {
                     snprintf(verdict, sizeof verdict, "failed: %s", tdm_err());
@@ -533,8 +557,7 @@ int main(int argc, char **argv)
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
                 struct run r = {NULL, x, tim, 0, &cand[ci], &tset};
-                double us[4];
-                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, us, &score) != 0) {
+                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, cand_us[ci], &score) != 0) {
                     snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
                     timed = 0;
                 }
@@ -543,9 +566,6 @@ int main(int argc, char **argv)
                 if (timed) {
                     json_object_set_new(rec, "score_us", json_real(score));
                     cand_score[ci] = score;
-                    cand_row1[ci] = us[0];   /* read where rows[0] is 1 */
-                    cand_lo[ci] = 0;
-                    for (int ri = 0; ri < nrows && rows[ri] <= 8; ri++) cand_lo[ci] += us[ri];
                     if (score < best) {
                         best = score;
                         besti = ci;
@@ -560,24 +580,23 @@ int main(int argc, char **argv)
             if (best < 1e300 && by_decode) {   /* within 1 % of the best one-row time, then the lowest sum */
                 double row1 = 1e300;
                 for (int ci = 0; ci < ncand; ci++)
-                    if (cand_score[ci] >= 0 && cand_row1[ci] < row1) row1 = cand_row1[ci];
+                    if (cand_score[ci] >= 0 && cand_us[ci][0] < row1) row1 = cand_us[ci][0];
                 best = 1e300;
                 for (int ci = 0; ci < ncand; ci++)
-                    if (cand_score[ci] >= 0 && cand_row1[ci] <= row1 * 1.01 && cand_score[ci] < best) {
+                    if (cand_score[ci] >= 0 && cand_us[ci][0] <= row1 * 1.01 && cand_score[ci] < best) {
                         best = cand_score[ci];
                         besti = ci;
                     }
             }
-            /* The load depth at 1-8 rows (pf_lo): of the pick's geometry, the pf whose timed rows <= 8
-             * sum lowest; it only orders loads, so it changes no bits. */
-            int lo = besti;
-            if (best < 1e300 && rows[0] <= 8) {
-                for (int ci = 0; ci < ncand; ci++) {
-                    const struct tdm_tile *a = &cand[ci], *b = &cand[besti];
-                    if (cand_score[ci] >= 0 && a->nt == b->nt && a->wn == b->wn && a->wk == b->wk && a->cs == b->cs &&
-                        cand_lo[ci] < cand_lo[lo])
-                        lo = ci;
-                }
+            /* The few-row setting: the fastest at one row, where it beats the pick there by 1 % or
+             * more, serving the timed row counts up to lo_cap at each of which it is faster. */
+            int lo = -1, lo_rows = 0;
+            if (best < 1e300 && rows[0] == 1 && lo_cap) {
+                for (int ci = 0; ci < ncand; ci++)
+                    if (cand_score[ci] >= 0 && (lo < 0 || cand_us[ci][0] < cand_us[lo][0])) lo = ci;
+                for (int ri = 0; lo >= 0 && ri < nrows && rows[ri] <= lo_cap &&
+                                 cand_us[lo][ri] < cand_us[besti][ri] * (ri ? 1.0 : 0.99); ri++)
+                    lo_rows = rows[ri];
             }
             if (best == 1e300) {
                 fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": no setting could be timed\n", prog, kname, n, k);
@@ -588,9 +607,12 @@ int main(int argc, char **argv)
                 e->k = k;
                 e->tile = cand[besti];
                 e->us = best;
-                if (cand[lo].pf != cand[besti].pf) {
-                    e->tile.pf_lo = cand[lo].pf;
-                    e->us = best - cand_lo[besti] + cand_lo[lo];   /* its rows <= 8 at pf_lo */
+                e->us_lo = 0;
+                if (lo_rows) {
+                    const struct tdm_tile *l = &cand[lo];
+                    e->tile.lo_rows = lo_rows;
+                    e->tile.lo = (struct tdm_tile_geom){l->nt, l->wn, l->wk, l->cs, l->pf};
+                    for (int ri = 0; ri < nrows && rows[ri] <= lo_rows; ri++) e->us_lo += cand_us[lo][ri];
                 }
                 e->measured = measured;
                 char ts[96];

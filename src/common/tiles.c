@@ -84,8 +84,24 @@ int tdm_mm_kchains(int64_t n, int64_t k)
 struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
 {
     const int c = tdm_mm_kchains(n, k);
-    struct tdm_tile t = {kernels[kk].nt_default, kernels[kk].wn_default, 1, c, kernels[kk].pf_default, c, 0};
+    struct tdm_tile t = {.nt = kernels[kk].nt_default, .wn = kernels[kk].wn_default, .wk = 1, .cs = c,
+                         .pf = kernels[kk].pf_default, .kchains = c};
     return t;
+}
+
+struct tdm_tile tdm_tile_at(const struct tdm_tile *t, int64_t m)
+{
+    struct tdm_tile r = *t;
+    if (m >= 1 && m <= t->lo_rows) {
+        r.nt = t->lo.nt;
+        r.wn = t->lo.wn;
+        r.wk = t->lo.wk;
+        r.cs = t->lo.cs;
+        r.pf = t->lo.pf;
+    }
+    r.lo_rows = 0;
+    memset(&r.lo, 0, sizeof r.lo);
+    return r;
 }
 
 size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct)
@@ -102,34 +118,41 @@ size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct)
 
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 
+/* The geometry g of a setting over kchains chains, serving up to mmax rows (what: "" or "lo: "). */
+static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchains, int mmax, const char *what)
+{
+    const int fmt = kernels[kk].fmt;
+    for (int mt = 1; mt <= 2; mt++)
+        if ((mt == 1 || mmax > 16) && serves(kk, mt) && !tdm_mm_variant_built(fmt, g->nt, mt, g->pf))
+            return tdm_errf("%snt %d, pf %d: not a setting the kernel is built for at %s rows "
+                            "(kernels/mm_layout.h: TDM_MM_VARIANTS)", what, g->nt, g->pf, mt == 1 ? "1-16" : "17-32");
+    if (g->wn < 1 || g->wn > 8) return tdm_errf("%swn %d: expected 1..8", what, g->wn);
+    /* wk a power of two: a CTA's chains are then an aligned block of the sum tree */
+    if (!pow2_upto(g->wk, 8)) return tdm_errf("%swk %d: expected 1, 2, 4 or 8", what, g->wk);
+    if (g->cs < 1 || g->cs > 8) return tdm_errf("%scs %d: expected 1..8", what, g->cs);
+    if (g->wk * g->cs != kchains) return tdm_errf("%swk %d x cs %d is not kchains %d", what, g->wk, g->cs, kchains);
+    if (32 * g->wn * g->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
+        return tdm_errf("%swn %d x wk %d warps exceed 256 threads", what, g->wn, g->wk);
+    const struct tdm_tile t = {.nt = g->nt, .wn = g->wn, .wk = g->wk, .cs = g->cs, .pf = g->pf, .kchains = kchains};
+    if (tdm_tile_smem(&t, mmax, 0) > SMEM_LIMIT)   /* staged: the most a setting needs */
+        return tdm_errf("%sneeds %zu bytes of shared memory at %d rows (at most %d)", what, tdm_tile_smem(&t, mmax, 0),
+                        mmax, SMEM_LIMIT);
+    return 0;
+}
+
 static int check_tile(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t, int rule_chains)
 {
     if (kk >= TDM_MMK_COUNT) return tdm_errf("unknown kernel");
-    const int fmt = kernels[kk].fmt;
-    for (int mt = 1; mt <= 2; mt++)
-        if (serves(kk, mt) && !tdm_mm_variant_built(fmt, t->nt, mt, t->pf))
-            return tdm_errf("nt %d, pf %d: not a setting the kernel is built for at %s rows "
-                            "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf, mt == 1 ? "1-16" : "17-32");
-    if (t->pf_lo && (!serves(kk, 1) || !tdm_mm_variant_built(fmt, t->nt, 1, t->pf_lo)))
-        return tdm_errf("nt %d, pf_lo %d: not a setting the kernel is built for at 1-8 rows "
-                        "(kernels/mm_layout.h: TDM_MM_VARIANTS)", t->nt, t->pf_lo);
-    if (t->wn < 1 || t->wn > 8) return tdm_errf("wn %d: expected 1..8", t->wn);
-    /* wk a power of two: a CTA's chains are then an aligned block of the sum tree */
-    if (!pow2_upto(t->wk, 8)) return tdm_errf("wk %d: expected 1, 2, 4 or 8", t->wk);
-    if (t->cs < 1 || t->cs > 8) return tdm_errf("cs %d: expected 1..8", t->cs);
     int want = tdm_mm_kchains(n, k);
     if (rule_chains && t->kchains != want)
         return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
                         "(tdm_mm_kchains); a table may not change it", t->kchains, n, k, want);
-    if (t->wk * t->cs != t->kchains)
-        return tdm_errf("wk %d x cs %d is not kchains %d", t->wk, t->cs, t->kchains);
-    if (32 * t->wn * t->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
-        return tdm_errf("wn %d x wk %d warps exceed 256 threads", t->wn, t->wk);
-    const int mmax = serves(kk, 2) ? 32 : 16;
-    if (tdm_tile_smem(t, mmax, 0) > SMEM_LIMIT)   /* staged: the most a setting needs */
-        return tdm_errf("needs %zu bytes of shared memory at %d rows (at most %d)", tdm_tile_smem(t, mmax, 0), mmax,
-                        SMEM_LIMIT);
-    return 0;
+    const struct tdm_tile_geom main = {t->nt, t->wn, t->wk, t->cs, t->pf};
+    if (check_geom(kk, &main, t->kchains, serves(kk, 2) ? 32 : 16, "") != 0) return -1;
+    if (t->lo_rows < 0 || t->lo_rows > TDM_TILE_LO_ROWS_MAX)
+        return tdm_errf("lo: rows %d: expected 1..%d", t->lo_rows, TDM_TILE_LO_ROWS_MAX);
+    if (t->lo_rows && !serves(kk, 1)) return tdm_errf("lo: the table serves no row count 1..%d", t->lo_rows);
+    return t->lo_rows ? check_geom(kk, &t->lo, t->kchains, t->lo_rows, "lo: ") : 0;
 }
 
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t) { return check_tile(kk, n, k, t, 1); }
@@ -143,7 +166,9 @@ int tdm_tile_check_plan(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_
 const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len)
 {
     int at = snprintf(buf, len, "nt=%d wn=%d wk=%d cs=%d pf=%d", t->nt, t->wn, t->wk, t->cs, t->pf);
-    if (t->pf_lo && at >= 0 && (size_t)at < len) snprintf(buf + at, len - at, " pf_lo=%d", t->pf_lo);
+    if (t->lo_rows && at >= 0 && (size_t)at < len)
+        snprintf(buf + at, len - at, " lo<=%d: nt=%d wn=%d wk=%d cs=%d pf=%d", t->lo_rows, t->lo.nt, t->lo.wn, t->lo.wk,
+                 t->lo.cs, t->lo.pf);
     return buf;
 }
 
@@ -212,15 +237,27 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
         struct tdm_tile *t = &x->tile;
         if (get_int(path, key, v, "nt", &t->nt) || get_int(path, key, v, "wn", &t->wn) ||
             get_int(path, key, v, "wk", &t->wk) || get_int(path, key, v, "cs", &t->cs) ||
-            get_int(path, key, v, "pf", &t->pf) || get_int(path, key, v, "kchains", &t->kchains) ||
-            (json_object_get(v, "pf_lo") && get_int(path, key, v, "pf_lo", &t->pf_lo)))   /* optional */
+            get_int(path, key, v, "pf", &t->pf) || get_int(path, key, v, "kchains", &t->kchains))
             goto out;
+        json_t *lo = json_object_get(v, "lo");   /* optional: the few-row setting */
+        if (lo) {
+            char lokey[80];
+            snprintf(lokey, sizeof lokey, "%s, lo", key);
+            if (!json_is_object(lo)) { tdm_errf("%s: shape %s: \"lo\" is not an object", path, key); goto out; }
+            if (get_int(path, lokey, lo, "rows", &t->lo_rows) || get_int(path, lokey, lo, "nt", &t->lo.nt) ||
+                get_int(path, lokey, lo, "wn", &t->lo.wn) || get_int(path, lokey, lo, "wk", &t->lo.wk) ||
+                get_int(path, lokey, lo, "cs", &t->lo.cs) || get_int(path, lokey, lo, "pf", &t->lo.pf))
+                goto out;
+            if (t->lo_rows < 1) { tdm_errf("%s: shape %s: lo: rows %d: expected 1..%d", path, key, t->lo_rows, TDM_TILE_LO_ROWS_MAX); goto out; }
+        }
         if (tdm_tile_check(kk, x->n, x->k, t) != 0) {
             tdm_err_prefix("%s: shape %s", path, key);
             goto out;
         }
         json_t *us = json_object_get(v, "us");
         x->us = json_is_number(us) ? json_number_value(us) : 0.0;
+        json_t *us_lo = lo ? json_object_get(lo, "us") : NULL;
+        x->us_lo = json_is_number(us_lo) ? json_number_value(us_lo) : 0.0;
         x->measured = NULL;
         i++;
     }
@@ -308,7 +345,18 @@ int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
         json_object_set_new(o, "cs", json_integer(e->tile.cs));
         json_object_set_new(o, "pf", json_integer(e->tile.pf));
         json_object_set_new(o, "kchains", json_integer(e->tile.kchains));
-        if (e->tile.pf_lo) json_object_set_new(o, "pf_lo", json_integer(e->tile.pf_lo));
+        if (e->tile.lo_rows) {
+            const struct tdm_tile_geom *g = &e->tile.lo;
+            json_t *lo = json_object();
+            json_object_set_new(lo, "rows", json_integer(e->tile.lo_rows));
+            json_object_set_new(lo, "nt", json_integer(g->nt));
+            json_object_set_new(lo, "wn", json_integer(g->wn));
+            json_object_set_new(lo, "wk", json_integer(g->wk));
+            json_object_set_new(lo, "cs", json_integer(g->cs));
+            json_object_set_new(lo, "pf", json_integer(g->pf));
+            if (e->us_lo > 0) json_object_set_new(lo, "us", json_real(e->us_lo));
+            json_object_set_new(o, "lo", lo);
+        }
         if (e->us > 0) json_object_set_new(o, "us", json_real(e->us));
         if (e->measured) json_object_set_new(o, "measured", json_string(e->measured));
         json_object_set_new(shapes, key, o);

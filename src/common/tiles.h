@@ -8,7 +8,9 @@
  * Table files: TANDEM_TILES/<arch>/<kernel>.json, e.g. tiles/sm_90/nvfp4-skinny.json:
  *   {"kernel": "nvfp4-skinny", "arch": "sm_90", "device": "...", "sweep": "...",
  *    "shapes": {"17408,5120": {"nt": 4, "wn": 4, "wk": 1, "cs": 2, "pf": 1, "kchains": 2,
+ *                              "lo": {"rows": 2, "nt": 2, "wn": 3, "wk": 2, "cs": 1, "pf": 1},
  *                              "us": 12.5, ...measurements...}, ...}}
+ * ("lo", the few-row setting, is optional.)
  * A missing file or shape takes the default setting; a malformed file is an error naming it. */
 #ifndef TDM_TILES_H
 #define TDM_TILES_H
@@ -32,16 +34,29 @@ int tdm_mmk_fmt(enum tdm_mmk kk);                  /* its weight format (enum td
 /* The kernel that serves m rows (1..32) of a weight in format fmt; -1 if none. */
 int tdm_mmk_for(int fmt, int64_t m);
 
-struct tdm_tile {
-    int nt;      /* n8 tiles per warp (8*nt weight rows) */
-    int wn;      /* warps along N per CTA: a CTA covers 8*nt*wn columns */
-    int wk;      /* chains per CTA (warp groups along K) */
-    int cs;      /* CTAs per cluster along K (one aligned block of wk chains each) */
-    int pf;      /* weight prefetch distance in slabs (pipeline depth - 1): 1 or 2 */
-    int kchains; /* chains of K = wk * cs; fixed by the shape: tdm_mm_kchains */
-    int pf_lo;   /* the load depth at 1-8 rows, where it differs from pf (tandem-sweep picks it by the
-                  * one-row time); 0: pf. Only orders loads, so it changes no bits */
+/* How a setting spreads the work: everything but the sum order. */
+struct tdm_tile_geom {
+    int nt; /* n8 tiles per warp (8*nt weight rows) */
+    int wn; /* warps along N per CTA: a CTA covers 8*nt*wn columns */
+    int wk; /* chains per CTA (warp groups along K) */
+    int cs; /* CTAs per cluster along K (one aligned block of wk chains each) */
+    int pf; /* weight prefetch distance in slabs (pipeline depth - 1): a built one, TDM_MM_VARIANTS */
 };
+
+struct tdm_tile {
+    int nt, wn, wk, cs, pf; /* as in struct tdm_tile_geom: the geometry of every other row count */
+    int kchains; /* chains of K = wk * cs; fixed by the shape: tdm_mm_kchains */
+    /* The few-row setting: rows 1..lo_rows (at most TDM_TILE_LO_ROWS_MAX; 0: none) run the
+     * geometry lo, over the same kchains (lo.wk * lo.cs == kchains). The decode step is one row,
+     * where small CTAs win; a verify of several rows prefers the main geometry. Only the spread of
+     * the work differs, so a row's bits do not: the sweep keeps only bit-identical settings, and
+     * t/gpu/matmul.t compares a setting with lo against one-row calls. */
+    int lo_rows;
+    struct tdm_tile_geom lo;
+};
+#define TDM_TILE_LO_ROWS_MAX 8
+/* The setting that serves m rows: t itself, or its few-row geometry (lo_rows then 0). */
+struct tdm_tile tdm_tile_at(const struct tdm_tile *t, int64_t m);
 
 /* The number of chains K is cut into for a weight of shape (n, k): the only setting that enters
  * the arithmetic, a function of (n, k) alone. */
@@ -59,7 +74,7 @@ int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile 
 /* tdm_tile_check without the rule that kchains is the shape's (tdm_mm_kchains): another sum order.
  * For choosing that rule (tandem-sweep --plan), never for serving: a table may not hold it. */
 int tdm_tile_check_plan(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
-/* "nt=4 wn=4 wk=1 cs=2 pf=1" into buf. */
+/* "nt=4 wn=4 wk=1 cs=2 pf=1" (and " lo<=2: nt=2 wn=3 wk=2 cs=1 pf=1") into buf. */
 const char *tdm_tile_str(const struct tdm_tile *t, char *buf, size_t len);
 
 /* Loaded tables of one architecture. */
@@ -81,6 +96,7 @@ struct tdm_tile_entry {
     struct tdm_tile tile;
     double us;           /* the sweep's score: summed median microseconds over its row counts */
     const char *measured; /* free text: what `us` sums, e.g. "rows 1,4,8,16" */
+    double us_lo;        /* the few-row setting's score (its one-row time), when it has one */
 };
 struct tdm_tile_table {
     enum tdm_mmk kernel;

@@ -205,7 +205,7 @@ struct emul_case {
     int64_t rows, k, row0, n;  /* stored rows; the view [row0, row0+n) */
     enum tdm_dtype sdt;
     int chains;                /* kchains (the emulation may use any) */
-    struct tdm_tile tile;
+    struct tdm_tile_geom tile; /* nt, wn, wk, cs, pf (the chains above) */
 };
 
 /* Runs the kernel's work split for m rows; returns the worst error relative to the row's sum of
@@ -338,18 +338,18 @@ int main(void)
     test_decoders();
 
     const struct emul_case cases[] = {
-        /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf, kchains, pf_lo} */
-        {TDM_W_NVFP4, 48, 256, 0, 48, TDM_DT_F32, 1, {4, 4, 1, 1, 1, 1, 0}},
-        {TDM_W_NVFP4, 140, 1040, 9, 100, TDM_DT_F32, 4, {2, 2, 2, 2, 1, 4, 0}},   /* k % 64 != 0, partial slab, view */
-        {TDM_W_NVFP4, 64, 2048, 0, 64, TDM_DT_F32, 8, {1, 4, 1, 8, 1, 8, 0}},
-        {TDM_W_NVFP4, 200, 384, 0, 200, TDM_DT_F32, 2, {4, 1, 2, 1, 2, 2, 0}},
-        {TDM_W_FP8, 300, 200, 0, 300, TDM_DT_F32, 1, {2, 4, 1, 1, 1, 1, 0}},      /* partial blocks both ways */
-        {TDM_W_FP8, 400, 520, 100, 170, TDM_DT_BF16, 2, {1, 8, 2, 1, 1, 2, 0}},   /* view across a block edge */
-        {TDM_W_FP8, 256, 1024, 0, 256, TDM_DT_F32, 4, {2, 2, 1, 4, 2, 4, 0}},
-        {TDM_W_BF16, 40, 200, 0, 40, TDM_DT_F32, 1, {1, 8, 1, 1, 1, 1, 0}},
-        {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1, 4, 0}},
-        {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1, 6, 0}},  /* chains not a power of two, 3 warps */
-        {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1, 3, 0}},
+        /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf} */
+        {TDM_W_NVFP4, 48, 256, 0, 48, TDM_DT_F32, 1, {4, 4, 1, 1, 1}},
+        {TDM_W_NVFP4, 140, 1040, 9, 100, TDM_DT_F32, 4, {2, 2, 2, 2, 1}},   /* k % 64 != 0, partial slab, view */
+        {TDM_W_NVFP4, 64, 2048, 0, 64, TDM_DT_F32, 8, {1, 4, 1, 8, 1}},
+        {TDM_W_NVFP4, 200, 384, 0, 200, TDM_DT_F32, 2, {4, 1, 2, 1, 2}},
+        {TDM_W_FP8, 300, 200, 0, 300, TDM_DT_F32, 1, {2, 4, 1, 1, 1}},      /* partial blocks both ways */
+        {TDM_W_FP8, 400, 520, 100, 170, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}},   /* view across a block edge */
+        {TDM_W_FP8, 256, 1024, 0, 256, TDM_DT_F32, 4, {2, 2, 1, 4, 2}},
+        {TDM_W_BF16, 40, 200, 0, 40, TDM_DT_F32, 1, {1, 8, 1, 1, 1}},
+        {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1}},
+        {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1}},  /* chains not a power of two, 3 warps */
+        {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1}},
     };
     const int ms[] = {1, 3, 16, 17, 32};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -21,6 +21,13 @@ static void write_text(const char *name, const char *text)
     fclose(f);
 }
 
+static void remove_table(const char *d, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/sm_90/%s", d, name);
+    remove(path);
+}
+
 static int load_fails_naming(const char *file, const char *fault)
 {
     struct tdm_tiles *t = NULL;
@@ -76,14 +83,16 @@ int main(void)
     tdm_tiles_free(tl);
 
     /* a table written by the writer reads back; a missing shape falls back */
-    struct tdm_tile_entry e[2] = {{5120, 17408, tdm_tile_default(TDM_MMK_NVFP4, 5120, 17408), 12.5, "rows 1..16"},
-                                  {1024, 5120, tdm_tile_default(TDM_MMK_NVFP4, 1024, 5120), 0, NULL}};
+    struct tdm_tile_entry e[2] = {{5120, 17408, tdm_tile_default(TDM_MMK_NVFP4, 5120, 17408), 12.5, "rows 1..16", 0},
+                                  {1024, 5120, tdm_tile_default(TDM_MMK_NVFP4, 1024, 5120), 0, NULL, 0}};
     e[0].tile.nt = 1;
     e[0].tile.wn = 4;
     e[0].tile.wk = 2;
     e[0].tile.cs = 3;   /* kchains 6 = wk 2 x cs 3 */
     e[0].tile.pf = 3;
-    e[0].tile.pf_lo = 1;   /* the load depth at 1-8 rows: optional, read back */
+    e[0].tile.lo_rows = 2;   /* the few-row geometry: optional, read back */
+    e[0].tile.lo = (struct tdm_tile_geom){2, 1, 2, 3, 1};
+    e[0].us_lo = 4.5;
     struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
     char path[512];
     snprintf(path, sizeof path, "%s/sm_90/nvfp4-skinny.json", dir);
@@ -91,6 +100,18 @@ int main(void)
     ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "and it loads: %s", tl ? "ok" : tdm_err());
     got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 5120, 17408);
     ok(memcmp(&got, &e[0].tile, sizeof got) == 0 && tdm_tiles_has(tl, TDM_MMK_NVFP4, 5120, 17408), "the entry comes back");
+    struct tdm_tile at1 = tdm_tile_at(&got, 1), at2 = tdm_tile_at(&got, 2), at3 = tdm_tile_at(&got, 3);
+    ok(at1.nt == 2 && at1.wn == 1 && at1.wk == 2 && at1.cs == 3 && at1.pf == 1 && at1.kchains == 6 && at1.lo_rows == 0 &&
+           memcmp(&at1, &at2, sizeof at1) == 0 && at3.nt == 1 && at3.wn == 4 && at3.pf == 3 && at3.lo_rows == 0,
+       "the setting at 1 and 2 rows is the few-row geometry, at 3 rows the main one");
+    {
+        struct tdm_tile_entry *back = NULL;
+        int nback = 0;
+        ok(tdm_tile_table_read(path, TDM_MMK_NVFP4, "sm_90", &back, &nback) == 0 && nback == 2 &&
+               ((back[0].n == 5120 && back[0].us_lo == 4.5) || (back[1].n == 5120 && back[1].us_lo == 4.5)),
+           "the few-row setting's time comes back");
+        free(back);
+    }
     got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 6144, 5120);
     want = tdm_tile_default(TDM_MMK_NVFP4, 6144, 5120);
     ok(memcmp(&got, &want, sizeof got) == 0, "a shape not in the table takes the default");
@@ -128,14 +149,40 @@ int main(void)
     snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
     write_text("fp8.json", text);
     ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2, \"pf_lo\": 2}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "pf_lo 2"), "a load depth at 1-8 rows the kernel is not built for: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 5, \"wk\": 1, \"cs\": 2, \"pf\": 3, \"kchains\": 2, \"us\": 9.5}}}", hdr);
+    static const struct {
+        const char *lo, *naming, *what;
+    } bad_lo[] = {
+        {"{\"rows\": 2, \"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 2}", "lo: nt 1, pf 2", "a few-row load depth the kernel is not built for"},
+        {"{\"rows\": 2, \"nt\": 1, \"wn\": 4, \"wk\": 2, \"cs\": 2, \"pf\": 1}", "lo: wk 2 x cs 2", "a few-row split that is not the shape's chains"},
+        {"{\"rows\": 9, \"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}", "rows 9", "a few-row setting past 8 rows"},
+        {"{\"rows\": 0, \"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}", "rows 0", "a few-row setting of no rows"},
+        {"{\"rows\": 1, \"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2}", "\"pf\"", "a few-row setting without its load depth"},
+        {"{\"rows\": 1, \"nt\": 1, \"wn\": 8, \"wk\": 2, \"cs\": 1, \"pf\": 1}", "lo: wn 8 x wk 2", "a few-row CTA past 256 threads"},
+        {"[2]", "\"lo\" is not an object", "a few-row setting that is not an object"},
+    };
+    for (size_t i = 0; i < sizeof bad_lo / sizeof bad_lo[0]; i++) {
+        snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, "
+                 "\"kchains\": 2, \"lo\": %s}}}", hdr, bad_lo[i].lo);
+        write_text("fp8.json", text);
+        ok(load_fails_naming("fp8.json", bad_lo[i].naming), "%s: %s", bad_lo[i].what, tdm_err());
+    }
+    remove_table(dir, "fp8.json");
+    {   /* the table of 17-32 rows serves no row count a few-row setting could */
+        char wide[1024];
+        snprintf(wide, sizeof wide, "{\"kernel\": \"nvfp4-skinny-wide\", \"arch\": \"sm_90\", \"device\": \"x\", \"sweep\": \"none\", "
+                 "\"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2, "
+                 "\"lo\": {\"rows\": 1, \"nt\": 1, \"wn\": 2, \"wk\": 2, \"cs\": 1, \"pf\": 1}}}}");
+        write_text("nvfp4-skinny-wide.json", wide);
+        ok(load_fails_naming("nvfp4-skinny-wide.json", "serves no row count"), "a few-row setting in the 17-32-row table: %s", tdm_err());
+        remove_table(dir, "nvfp4-skinny-wide.json");
+    }
+    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 5, \"wk\": 1, \"cs\": 2, \"pf\": 3, \"kchains\": 2, \"us\": 9.5, "
+             "\"lo\": {\"rows\": 2, \"nt\": 1, \"wn\": 2, \"wk\": 2, \"cs\": 1, \"pf\": 1, \"us\": 3}}}}", hdr);
     write_text("fp8.json", text);
     ok(tdm_tiles_load(dir, "sm_90", &tl) == 0, "a valid hand-written table loads: %s", tdm_err());
     got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
-    ok(got.nt == 1 && got.wn == 5 && got.pf == 3 && got.pf_lo == 0, "and its entry is used (5 warps along n; no pf_lo: 0)");
+    ok(got.nt == 1 && got.wn == 5 && got.pf == 3 && got.lo_rows == 2 && got.lo.nt == 1 && got.lo.wn == 2 && got.lo.wk == 2,
+       "and its entry is used (5 warps along n; at 1-2 rows 2 warps of 2 chains)");
     tdm_tiles_free(tl);
 
     /* the shipped tables */

@@ -1,0 +1,33 @@
+#!/bin/sh
+# tandem-sweep on the GPU, one small shape and few repeats: the tables it writes (the picks, with a
+# few-row setting of at most --lo-rows rows where one is faster at one row) load back, a second
+# sweep merges into them (reading and validating the first), --lo-rows 0 writes none, and the
+# --json report times the rows each table serves. Skips without a CUDA device.
+SW=bin/tandem-sweep
+JG=build/t/json_get
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+$SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --out "$tmp/sm" --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q 'no CUDA device visible' "$tmp/a.err"; then
+    echo "1..0 # SKIP no CUDA device visible"
+    exit 0
+fi
+echo "1..6"
+n=0
+t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.err" "$tmp/b.err" 2>/dev/null | sed 's/^/# /'; fi; }
+T=$tmp/sm/nvfp4-skinny.json
+timed() { for r in "$@"; do $JG "$tmp/a.json" "0.us.$r" >/dev/null || return 1; done; }
+t "exit 0, a table for the shape" "[ $rc -eq 0 ] && [ \"\$($JG $T kernel)\" = '\"nvfp4-skinny\"' ] && $JG $T shapes.1024,5120.kchains >/dev/null"
+t "the report: the default first and identical, timed at rows 1, 2, 4, 8 and 16" \
+  "[ \$($JG $tmp/a.json 0.default) = true ] && [ \"\$($JG $tmp/a.json 0.verdict)\" = '\"identical\"' ] &&
+   timed 1 2 4 8 16"
+t "a few-row setting, where written, serves at most 2 rows and has its time" \
+  "! $JG $T shapes.1024,5120.lo >/dev/null 2>&1 ||
+   { r=\$($JG $T shapes.1024,5120.lo.rows) && [ \$r -ge 1 ] && [ \$r -le 2 ] && $JG $T shapes.1024,5120.lo.us >/dev/null; }"
+$SW --shape 48,5120 --kernel nvfp4-skinny --reps 3 --lo-rows 0 --out "$tmp/sm" >"$tmp/b.out" 2>"$tmp/b.err"
+rcb=$?
+t "a second sweep merges into the table (the first entry read back and kept)" \
+  "[ $rcb -eq 0 ] && $JG $T shapes.1024,5120.nt >/dev/null && $JG $T shapes.48,5120.nt >/dev/null"
+t "--lo-rows 0: no few-row setting" "! $JG $T shapes.48,5120.lo >/dev/null 2>&1"
+t "the picks on stderr" "grep -q '1024,5120: picked nt=' $tmp/a.err && grep -q '48,5120: picked nt=' $tmp/b.err"
