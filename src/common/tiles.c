@@ -222,11 +222,16 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
         goto out;
     json_t *shapes = json_object_get(root, "shapes");
     if (!json_is_object(shapes)) { tdm_errf("%s: \"shapes\" missing or not an object", path); goto out; }
-    size_t n = json_object_size(shapes), i = 0;
-    e = calloc(n ? n : 1, sizeof *e);
-    if (!e) { tdm_errf("%s: out of memory", path); goto out; }
+    size_t n = json_object_size(shapes), i = 0, text = 0;
     const char *key;
     json_t *v;
+    json_object_foreach(shapes, key, v) {   /* the entries' "measured" texts live after them, in one block */
+        json_t *m = json_object_get(v, "measured");
+        if (json_is_string(m)) text += strlen(json_string_value(m)) + 1;
+    }
+    e = calloc(1, (n ? n : 1) * sizeof *e + text);
+    if (!e) { tdm_errf("%s: out of memory", path); goto out; }
+    char *texts = (char *)(e + (n ? n : 1));
     json_object_foreach(shapes, key, v) {
         struct tdm_tile_entry *x = &e[i];
         if (tdm_parse_shape(key, &x->n, &x->k) != 0) {
@@ -258,7 +263,14 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
         x->us = json_is_number(us) ? json_number_value(us) : 0.0;
         json_t *us_lo = lo ? json_object_get(lo, "us") : NULL;
         x->us_lo = json_is_number(us_lo) ? json_number_value(us_lo) : 0.0;
+        json_t *measured = json_object_get(v, "measured");
         x->measured = NULL;
+        if (json_is_string(measured)) {   /* kept, so that a sweep merging into the table keeps it */
+            const size_t len = strlen(json_string_value(measured)) + 1;
+            memcpy(texts, json_string_value(measured), len);
+            x->measured = texts;
+            texts += len;
+        }
         i++;
     }
     *entries = e;

@@ -104,8 +104,8 @@ struct tdm_tile_table {
     int nentries;
     const struct tdm_tile_entry *entries;
 };
-/* Parses one table file (validating every entry); *entries is malloc'ed (free with free()).
- * A missing file is an error here. */
+/* Parses one table file (validating every entry); *entries is malloc'ed with the entries'
+ * "measured" texts in the same block (free with free()). A missing file is an error here. */
 int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
                         struct tdm_tile_entry **entries, int *n);
 /* Writes a table atomically (a temporary file in the same directory, then rename). */
