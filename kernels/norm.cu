@@ -62,6 +62,93 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     for (int i = tid; i < H; i += NORM_THREADS) o[i] = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
 }
 
+// TDM_NORM_VEC (0 or 1; default 0): add_rmsnorm with 16-byte loads, each thread holding its units of
+// 8 elements in registers, the weight loaded before the programmatic wait. A build-time knob for A/B
+// runs, not yet measured. The kernel above takes ~5 us a row at one row (bench/NOTES.md): its three
+// passes of 2-byte loads wait for L2 ~10 times in a row, and the step runs 129 of them. Predicted:
+// about one L2 trip after the wait, ~2 us saved a norm. The sum runs in another (fixed) order, so
+// the bits are not the default's: it is checked against the reference with the same bounds.
+#ifndef TDM_NORM_VEC
+#define TDM_NORM_VEC 0
+#endif
+constexpr int NORM_VEC_UNITS = 6;   // units of 8 elements a thread: H up to 8 * 256 * 6 = 12288
+
+// h = bf16(h + y) (when y), out = bf16((h * r) * (1 + w)) as add_rmsnorm_kernel, over units of 8
+// elements: unit q = tid + 256 j of the row. The sum of squares: thread-serial over the thread's
+// units in order (element order inside a unit), then the butterflies and the 8 warps' sums in warp
+// order. Needs H % 8 == 0 and 16-byte aligned rows (the host checks).
+__global__ void __launch_bounds__(NORM_THREADS)
+add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int64_t ldy, const float *__restrict__ w,
+                       int H, float eps, uint16_t *__restrict__ out)
+{
+    __shared__ float red[NORM_THREADS / 32];
+    const int r = blockIdx.x, tid = threadIdx.x, units = H / 8;
+    tdm_pdl::release();
+    float4 wv[NORM_VEC_UNITS][2];   // before the wait: no kernel writes the weights
+#pragma unroll
+    for (int j = 0; j < NORM_VEC_UNITS; j++) {
+        const int q = tid + j * NORM_THREADS;
+        if (q < units) {
+            wv[j][0] = __ldg(reinterpret_cast<const float4 *>(w + 8 * q));
+            wv[j][1] = __ldg(reinterpret_cast<const float4 *>(w + 8 * q + 4));
+        }
+    }
+    tdm_pdl::wait();
+    uint16_t *hr = h + (size_t)r * H;
+    const uint16_t *yr = y ? y + (size_t)r * ldy : nullptr;
+    uint4 hv[NORM_VEC_UNITS], yv[NORM_VEC_UNITS];
+#pragma unroll
+    for (int j = 0; j < NORM_VEC_UNITS; j++) {   // every load of the row out at once
+        const int q = tid + j * NORM_THREADS;
+        if (q < units) {
+            hv[j] = *reinterpret_cast<const uint4 *>(hr + 8 * q);
+            if (yr) yv[j] = *reinterpret_cast<const uint4 *>(yr + 8 * q);
+        }
+    }
+    float x[NORM_VEC_UNITS][8], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NORM_VEC_UNITS; j++) {
+        const int q = tid + j * NORM_THREADS;
+        if (q < units) {
+            const uint32_t hw[4] = {hv[j].x, hv[j].y, hv[j].z, hv[j].w};
+            const uint32_t yw[4] = {yr ? yv[j].x : 0u, yr ? yv[j].y : 0u, yr ? yv[j].z : 0u, yr ? yv[j].w : 0u};
+            uint32_t hn[4];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const uint16_t hb = (uint16_t)(hw[e >> 1] >> (16 * (e & 1)));
+                float v = bf2f(hb);
+                if (yr) v = bfr(__fadd_rn(v, bf2f((uint16_t)(yw[e >> 1] >> (16 * (e & 1))))));
+                x[j][e] = v;
+                ss = __fadd_rn(ss, __fmul_rn(v, v));
+                const uint32_t b = f2bf(v);
+                hn[e >> 1] = (e & 1) ? (hn[e >> 1] | (b << 16)) : b;
+            }
+            if (yr) *reinterpret_cast<uint4 *>(hr + 8 * q) = make_uint4(hn[0], hn[1], hn[2], hn[3]);
+        }
+    }
+    ss = warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    __syncthreads();
+    float tot = red[0];
+    for (int i = 1; i < NORM_THREADS / 32; i++) tot = __fadd_rn(tot, red[i]);
+    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(tot, (float)H), eps));
+    uint16_t *o = out + (size_t)r * H;
+#pragma unroll
+    for (int j = 0; j < NORM_VEC_UNITS; j++) {
+        const int q = tid + j * NORM_THREADS;
+        if (q < units) {
+            const float wf[8] = {wv[j][0].x, wv[j][0].y, wv[j][0].z, wv[j][0].w, wv[j][1].x, wv[j][1].y, wv[j][1].z, wv[j][1].w};
+            uint32_t ov[4];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const uint32_t b = f2bf(__fmul_rn(__fmul_rn(x[j][e], rr), __fadd_rn(1.0f, wf[e])));
+                ov[e >> 1] = (e & 1) ? (ov[e >> 1] | (b << 16)) : b;
+            }
+            *reinterpret_cast<uint4 *>(o + 8 * q) = make_uint4(ov[0], ov[1], ov[2], ov[3]);
+        }
+    }
+}
+
 constexpr int GN_WARPS = 4;
 constexpr int GN_MAX_D = 1024;
 
@@ -145,8 +232,14 @@ extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, cons
     if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H))
         return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld", M, H, NORM_MAX_H, (long long)ldy);
     if (M == 0) return 0;
-    TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), (size_t)H * sizeof(float),
-                                 (cudaStream_t)stream, h, y, ldy, w, H, eps, out));
+    const bool vec = TDM_NORM_VEC && H % 8 == 0 && H <= 8 * NORM_THREADS * NORM_VEC_UNITS && (uintptr_t)h % 16 == 0 &&
+                     (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0 && (!y || ((uintptr_t)y % 16 == 0 && ldy % 8 == 0));
+    if (vec)
+        TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_vec_kernel, dim3(M), dim3(NORM_THREADS), 0, (cudaStream_t)stream, h, y,
+                                     ldy, w, H, eps, out));
+    else
+        TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), (size_t)H * sizeof(float),
+                                     (cudaStream_t)stream, h, y, ldy, w, H, eps, out));
     return 0;
 }
 
