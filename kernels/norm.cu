@@ -20,6 +20,19 @@ __device__ __forceinline__ void weights_then_wait(const float *w, int n, int t, 
 }
 
 constexpr int NORM_THREADS = 256;
+
+// The end of an RMS norm over a row of H held by a block of NORM_THREADS: each thread's partial sum
+// of squares ss, summed by butterflies, then the warps' sums in warp order (red: NORM_THREADS / 32
+// floats of shared memory); returns 1 / sqrtf(sum / H + eps), as tdm_ref_rmsnorm.
+__device__ __forceinline__ float row_rstd(float ss, float *red, int tid, int H, float eps)
+{
+    ss = warp_sum(ss);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    __syncthreads();
+    float tot = red[0];
+    for (int i = 1; i < NORM_THREADS / 32; i++) tot = __fadd_rn(tot, red[i]);
+    return rsqrt_ref(__fadd_rn(__fdiv_rn(tot, (float)H), eps));
+}
 constexpr int NORM_MAX_H = 11264;  // the row in shared memory as FP32: 44 KB (of the 48 KB without opt-in)
 
 // One block a row. h = bf16(h + y) (when y), then out = bf16((h * r) * (1 + w)) with
@@ -51,12 +64,7 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     }
     float ss = 0.0f;   // each thread reads back only what it wrote: no barrier needed before the sum
     for (int i = tid; i < H; i += NORM_THREADS) ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
-    ss = warp_sum(ss);
-    if ((tid & 31) == 0) red[tid >> 5] = ss;
-    __syncthreads();
-    float tot = red[0];
-    for (int i = 1; i < NORM_THREADS / 32; i++) tot = __fadd_rn(tot, red[i]);
-    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(tot, (float)H), eps));
+    const float rr = row_rstd(ss, red, tid, H, eps);
     uint16_t *o = out + (size_t)r * H;
 #pragma unroll 4
     for (int i = tid; i < H; i += NORM_THREADS) o[i] = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
@@ -126,12 +134,7 @@ add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y,
             if (yr) *reinterpret_cast<uint4 *>(hr + 8 * q) = make_uint4(hn[0], hn[1], hn[2], hn[3]);
         }
     }
-    ss = warp_sum(ss);
-    if ((tid & 31) == 0) red[tid >> 5] = ss;
-    __syncthreads();
-    float tot = red[0];
-    for (int i = 1; i < NORM_THREADS / 32; i++) tot = __fadd_rn(tot, red[i]);
-    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(tot, (float)H), eps));
+    const float rr = row_rstd(ss, red, tid, H, eps);
     uint16_t *o = out + (size_t)r * H;
 #pragma unroll
     for (int j = 0; j < NORM_VEC_UNITS; j++) {
