@@ -355,7 +355,7 @@ struct proj_job {
     uint16_t *bf16;          /* BF16: [ROW_BLOCK][k] */
     uint8_t *codes;          /* FP8: [ROW_BLOCK][k]; NVFP4: packed [ROW_BLOCK][k/2] */
     char *scales;            /* FP8: the tensor's block scales; NVFP4: [n][k/16] */
-    float s2, amax;
+    float s2;
     int oom;
     pthread_mutex_t mu;
 };
@@ -400,20 +400,11 @@ static void job_fp8(void *ctx, int64_t r0, int64_t r1)
     free(rows);
 }
 
-static void job_amax(void *ctx, int64_t r0, int64_t r1)
+/* Row r of the tensor as generated (tdm_parallel_amax's row source). */
+static void job_row(void *ctx, int64_t r, float *out)
 {
-    struct proj_job *j = ctx;
-    const int64_t k = j->it->k;
-    float *row = job_rows(j, 1), amax = 0.0f;
-    if (!row) return;
-    for (int64_t r = r0; r < r1; r++) {
-        normal_row(j->st, r, j->it->std, row, k);
-        for (int64_t c = 0; c < k; c++) amax = fmaxf(amax, fabsf(row[c]));
-    }
-    free(row);
-    pthread_mutex_lock(&j->mu);
-    j->amax = fmaxf(j->amax, amax);   /* a maximum: the same whatever the order */
-    pthread_mutex_unlock(&j->mu);
+    const struct proj_job *j = ctx;
+    normal_row(j->st, r, j->it->std, out, j->it->k);
 }
 
 static void job_nvfp4(void *ctx, int64_t r0, int64_t r1)
@@ -459,8 +450,9 @@ static int emit_proj(const struct plan *p, const struct item *it, uint64_t st, s
         if (!rc) rc = put(o, j.scales, sbytes);
     } else {
         /* NVFP4: the global scale from the whole tensor's amax, then row by row */
-        tdm_parallel_rows(n_threads, n, 1, job_amax, &j);
-        j.s2 = tdm_round_up_bits(tdm_nvfp4_scale2(j.amax), p->nvfp4_scale2_bits);
+        float amax = 0.0f;
+        if (tdm_parallel_amax(n_threads, n, k, job_row, &j, &amax) != 0) j.oom = 1;
+        j.s2 = tdm_round_up_bits(tdm_nvfp4_scale2(amax), p->nvfp4_scale2_bits);
         j.codes = malloc((size_t)(ROW_BLOCK * (k / 2)));
         j.scales = malloc((size_t)(n * (k / G)));
         if (j.oom || !j.codes || !j.scales) rc = tdm_errf("out of memory");

@@ -169,8 +169,7 @@ void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, floa
 struct nvfp4_job {
     const struct tdm_qweight *w;
     struct tdm_qweight *out;
-    pthread_mutex_t mu;  /* amax and oom */
-    float amax;          /* the largest magnitude of the view */
+    pthread_mutex_t mu;  /* oom */
     int oom;
 };
 
@@ -186,21 +185,8 @@ static float *nvfp4_row_buf(struct nvfp4_job *j)
     return row;
 }
 
-static void nvfp4_amax(void *ctx, int64_t r0, int64_t r1)
-{
-    struct nvfp4_job *j = ctx;
-    const int64_t k = j->w->k;
-    float *row = nvfp4_row_buf(j), amax = 0.0f;
-    if (!row) return;
-    for (int64_t r = r0; r < r1; r++) {
-        tdm_qweight_row(j->w, r, row);
-        for (int64_t c = 0; c < k; c++) amax = fmaxf(amax, fabsf(row[c]));
-    }
-    free(row);
-    pthread_mutex_lock(&j->mu);
-    j->amax = fmaxf(j->amax, amax);   /* a maximum: the same whatever the order */
-    pthread_mutex_unlock(&j->mu);
-}
+/* Row r of the stored weight as floats (tdm_parallel_amax's row source). */
+static void qweight_row(void *w, int64_t r, float *out) { tdm_qweight_row(w, r, out); }
 
 static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1)
 {
@@ -226,9 +212,10 @@ int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, v
     *out = (struct tdm_qweight){.fmt = TDM_W_NVFP4, .n = n, .k = k, .row0 = 0, .w = mem, .scale = mem + n * (k / 2),
                                 .scale_dt = TDM_DT_F8_E4M3};
     struct nvfp4_job j = {.w = w, .out = out};
+    float amax = 0.0f;
     pthread_mutex_init(&j.mu, NULL);
-    tdm_parallel_rows(threads, n, 1, nvfp4_amax, &j);
-    out->scale2 = tdm_nvfp4_scale2(j.amax);   /* tdm_nvfp4_quantize's, over the whole view */
+    j.oom = tdm_parallel_amax(threads, n, k, qweight_row, (void *)w, &amax) != 0;
+    out->scale2 = tdm_nvfp4_scale2(amax);   /* tdm_nvfp4_quantize's, over the whole view */
     if (!j.oom) tdm_parallel_rows(threads, n, 1, nvfp4_rows, &j);
     pthread_mutex_destroy(&j.mu);
     if (j.oom) {
