@@ -115,18 +115,6 @@ __device__ __forceinline__ uint32_t ldg_stream_u16(const uint8_t *p)
 #endif
 }
 
-// TDM_MM_DA_AHEAD (0 or 1; default 0): the per-lane activation form (DA) at most 8 rows loads slab
-// i + 1's activation units while it computes slab i, into 16 more registers a lane, instead of
-// loading slab i's right before its mmas. Built where it spills nothing at the 96-register cap
-// (ptxas, sm_90: nt 1, and nt 2 at pf 1: 95 registers; nt 2 at pf 3 and 9-16 rows would spill). A build-time knob for A/B runs, not yet
-// measured: in the DA form the activation loads are the only ones issued where they are used (the
-// weights stream PF slabs ahead), and the first warp of a CTA to reach a slab finds it in L2, not L1.
-// The same operands in the same order, so the same bits.
-#ifndef TDM_MM_DA_AHEAD
-#define TDM_MM_DA_AHEAD 0
-#endif
-static_assert(TDM_MM_DA_AHEAD == 0 || TDM_MM_DA_AHEAD == 1, "TDM_MM_DA_AHEAD: 0 or 1");
-
 // 16 bytes global -> shared without a trip through registers (completes at cp_async_wait).
 __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
@@ -387,18 +375,6 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
     for (int h = 0; h < 2; h++)
         xo[h] = (uint32_t)(min(8 * h + g, a.m - 1) * a.ldx + (int64_t)s_begin * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t);
-    // DA with TDM_MM_DA_AHEAD: the raw units of the slab being computed (xa_now) and of the next one
-    // (xa_next), rows g (h 0) and g + 8 (h 1; not loaded at most 8 rows).
-    constexpr bool AHEAD = DA && TDM_MM_DA_AHEAD && LO8 && (NT == 1 || PF == 1);   // where it spills nothing
-    uint4 xa_now[2][TDM_MM_UNITS], xa_next[2][TDM_MM_UNITS];
-    (void)xa_now; (void)xa_next;
-    auto load_units = [&](uint4(&dst)[2][TDM_MM_UNITS], int i) {
-#pragma unroll
-        for (int h = 0; h < (LO8 ? 1 : 2); h++)
-#pragma unroll
-            for (int u = 0; u < TDM_MM_UNITS; u++)
-                dst[h][u] = __ldg(reinterpret_cast<const uint4 *>(a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u)));
-    };
     auto permute = [&](uint4 v) -> uint4 {
         uint32_t in[4] = {v.x, v.y, v.z, v.w}, out[4];
         tdm_mm_permute_unit(FMT, in, out);
@@ -569,9 +545,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                                      : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
                 } else {   // per lane: the unit of rows 16 mt + g (h 0) and + 8 (h 1), permuted
                     auto unit = [&](int h) -> uint4 {
-                        if constexpr (MODE == 2 && AHEAD)   // DA, loaded a slab ahead
-                            return permute(xa_now[h][u]);
-                        else if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
+                        if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
                             return permute(__ldg(reinterpret_cast<const uint4 *>(
                                 a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
                         else
@@ -619,23 +593,13 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         if (p < Lf) load_fast(ring[p], p);
     tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
     if constexpr (DA) {
-        if constexpr (AHEAD)
-            if (Lf > 0) load_units(xa_now, 0);
         for (int i0 = 0; i0 < Lf; i0 += D) {
 #pragma unroll
             for (int j = 0; j < D; j++) {
                 const int i = i0 + j;
                 if (i < Lf) {
                     if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
-                    if constexpr (AHEAD)
-                        if (i + 1 < Lf) load_units(xa_next, i + 1);
                     compute(ring[j], i, 0u, std::integral_constant<int, 2>());
-                    if constexpr (AHEAD) {
-#pragma unroll
-                        for (int h = 0; h < (LO8 ? 1 : 2); h++)
-#pragma unroll
-                            for (int u = 0; u < TDM_MM_UNITS; u++) xa_now[h][u] = xa_next[h][u];
-                    }
                 }
             }
         }

@@ -70,14 +70,16 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     for (int i = tid; i < H; i += NORM_THREADS) o[i] = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
 }
 
-// TDM_NORM_VEC (0 or 1; default 0): add_rmsnorm with 16-byte loads, each thread holding its units of
-// 8 elements in registers, the weight loaded before the programmatic wait. A build-time knob for A/B
-// runs, not yet measured. The kernel above takes ~5 us a row at one row (bench/NOTES.md): its three
-// passes of 2-byte loads wait for L2 ~10 times in a row, and the step runs 129 of them. Predicted:
-// about one L2 trip after the wait, ~2 us saved a norm. The sum runs in another (fixed) order, so
-// the bits are not the default's: it is checked against the reference with the same bounds.
+// TDM_NORM_VEC (0 or 1; default 1): add_rmsnorm with 16-byte loads, each thread holding its units of
+// 8 elements in registers, the weight loaded before the programmatic wait, where H % 8 == 0 and the
+// rows are 16-byte aligned (else the kernel above). The kernel above makes ~10 L2 trips in a row
+// after its wait (three passes of 2-byte loads); this one makes about one. Measured on the H200
+// (bench/NOTES.md, add_rmsnorm in one L2 trip): a 16-layer 27B's graphed step 3.046 -> 2.888 ms,
+// its decode 3.10 -> 2.95 ms a token. The sum runs in another fixed order, so the bits differ from
+// the kernel above; both are checked against the reference with the same bounds. 0 builds the
+// kernel above only, for A/B runs (scripts/variant-build).
 #ifndef TDM_NORM_VEC
-#define TDM_NORM_VEC 0
+#define TDM_NORM_VEC 1
 #endif
 constexpr int NORM_VEC_UNITS = 6;   // units of 8 elements a thread: H up to 8 * 256 * 6 = 12288
 

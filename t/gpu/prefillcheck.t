@@ -21,15 +21,22 @@ fi
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/err" 2>/dev/null; fi; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
-# prefill vs decode: the logits within 1e-2 and no sure disagreement; the next token equal on
-# every row but at most one near tie (the prefill path runs the wide GEMM, the flash attention and
-# the chunked delta rule, so the bits differ: tdm_engine_prefill; on qwen35-tiny/bf16 one row's
-# top two logits are 0.002 apart); greedy continuations equal or first differing where a margin is
-# under 0.05
+# prefill vs decode (decode_close OUT JSON): the logits within 1e-2 and no sure disagreement; the
+# next token equal on every row but near ties, rows whose top two logits are under 0.05 apart in
+# one of the paths (the prefill path runs the wide GEMM, the flash attention and the chunked delta
+# rule, so the bits differ: tdm_engine_prefill; qwen35-tiny/bf16 has rows at margins 0.001-0.003,
+# and one or two of them flip with any change of rounding anywhere in the step); greedy
+# continuations equal or first differing where a margin is under 0.05
 decode_close() {
     l=$(grep '^prefill vs decode: next-token agreement' "$1") &&
     printf '%s\n' "$l" | awk '{ split($6, a, "/"); rel = $10; sub(",", "", rel); sure = $13; sub(";", "", sure)
-                                exit !(a[2] == 40 && a[1] >= 39 && rel + 0 < 1e-2 && sure + 0 == 0) }' &&
+                                exit !(a[2] == 40 && rel + 0 < 1e-2 && sure + 0 == 0) }' &&
+    { $JG "$2" paths.prefill.argmax; $JG "$2" paths.prefill.margins; $JG "$2" paths.decode.argmax
+      $JG "$2" paths.decode.margins; } | tr -d '[]' |
+      awk -F, '{ n[NR] = NF; for (i = 1; i <= NF; i++) v[NR, i] = $i }
+               END { if (NR != 4 || n[1] != 40 || n[2] != 40 || n[3] != 40 || n[4] != 40) exit 1
+                     for (i = 1; i <= 40; i++)
+                         if (v[1, i] != v[3, i] && !(v[2, i] + 0 < 0.05 || v[4, i] + 0 < 0.05)) exit 1 }' &&
     { grep -q '^greedy continuation, 16 tokens: prefill and decode equal' "$1" ||
       sed -n 's/^greedy continuation.*(margin \([0-9.]*\)) vs decode .* (margin \([0-9.]*\))$/\1 \2/p' "$1" |
       awk '{ exit !(NF == 2 && ($1 < 0.05 || $2 < 0.05)) }'; }
@@ -43,8 +50,8 @@ for fmt in bf16 fp8 nvfp4; do
        grep -q '^# backend cuda (asked for)' $tmp/err && [ \$($JG $tmp/$fmt.json gate.pass) = true ] &&
        [ \$($JG $tmp/$fmt.json backend) = '\"cuda\"' ]"
     sed 's/^/#   /' "$tmp/out"
-    t "cuda $fmt: prefill (one 40-row chunk through the prefill kernels) and decode: relative error under 1e-2, no sure disagreement, the next token equal on at least 39 of 40 rows, greedy continuations equal or first differing at a margin under 0.05" \
-      "decode_close $tmp/out"
+    t "cuda $fmt: prefill (one 40-row chunk through the prefill kernels) and decode: relative error under 1e-2, no sure disagreement, the next token equal on every row but near ties (margin under 0.05), greedy continuations equal or first differing at a margin under 0.05" \
+      "decode_close $tmp/out $tmp/$fmt.json"
     if [ -f "$F/ref-$fmt.safetensors" ]; then
         t "cuda $fmt: the gate holds against the fixture's logits (--ref)" \
           "$PC $M --ref $F/ref-$fmt.safetensors >$tmp/out 2>$tmp/err && grep -q '^gate: holds' $tmp/out"

@@ -572,11 +572,15 @@ static void test_mtp(const char *fix, const char *model, const char *fmt)
     double ech = rel_err_excused(what, gc, cc, cmp_rows, V, gaps + np - 1, CPU_BOUND, skip, &nskip);
     /* a chained row takes the previous row's hidden state, so a routing near tie at one row is inherited
      * by every later one (gaps[] is the running minimum): excused rows may be the whole tail after the
-     * first near tie (rel_err_excused excuses no row before it), as long as one row is compared */
+     * first near tie (rel_err_excused excuses no row before it), as long as one row is compared, or the
+     * first row is itself at a near tie (then every row may be: on qwen3next-tiny/bf16 the last prompt
+     * position routes at a margin of 0.039, and its MTP logits are 0.9-1.1e-2 from the CPU's, on either
+     * side of the bound with the RMS norm's sum order; the prompt positions' test above compares the
+     * rows clear of near ties) */
     int first_tie = cmp_rows;
     for (int j = cmp_rows - 1; j >= 0; j--)
         if (gaps[np - 1 + j] < TDM_ROUTER_NEAR_TIE) first_tie = j;
-    ok(ech <= CPU_BOUND && nskip < cmp_rows,
+    ok(ech <= CPU_BOUND && (nskip < cmp_rows || first_tie == 0),
        "%s: %d chained draft rows vs the CPU reference's chain: relative error %.2e <= %.0e (%d rows excused at routing "
        "near ties, the first near tie at row %d)", lab, cmp_rows, ech, CPU_BOUND, nskip, first_tie);
     ok(div < 0 || tdm_margin(cc + (size_t)div * V, V) < CLEAR_MARGIN,
@@ -786,9 +790,11 @@ static void test_mtp_tree(const char *fix, const char *model, const char *fmt)
     char what[240];
     snprintf(what, sizeof what, "%s vs the CPU reference", lab);
     const double et = rel_err_excused(what, er, cr, nexp, V, eg, CPU_BOUND, skip, &nskip);
-    ok(et <= CPU_BOUND && nskip < nexp, "%s %s: the logits of its %d drafting nodes vs the CPU reference fed the same "
-       "tokens: relative error %.2e <= %.0e (%d rows excused at routing near ties)", lab, MTP_TREE, nexp, et, CPU_BOUND,
-       nskip);
+    /* every node inherits the root's routing gap (ng[0]): as the chain above, all may be excused only
+     * when the root itself is at a near tie */
+    ok(et <= CPU_BOUND && (nskip < nexp || root_gap < TDM_ROUTER_NEAR_TIE), "%s %s: the logits of its %d drafting nodes "
+       "vs the CPU reference fed the same tokens: relative error %.2e <= %.0e (%d rows excused at routing near ties; the "
+       "root's router margin %.4f)", lab, MTP_TREE, nexp, et, CPU_BOUND, nskip, root_gap);
     ok(nodes_bad == 0, "%s %s: every drafting node's top-b (its children, in order) is the CPU reference's top-b on the "
        "same inputs, except where the CPU's b+1 best logits lie closer than %.2f (%d nodes differ there, %d elsewhere)",
        lab, MTP_TREE, CLEAR_MARGIN, nodes_tied, nodes_bad);
