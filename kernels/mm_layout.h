@@ -48,21 +48,25 @@
  * warp, mt 16-row activation tiles (1: 1-16 rows, 2: 17-32), pf slabs of weights in flight (pf + 1
  * divides TDM_MM_STAGE_SLABS). The list holds what ptxas compiles without spilling at <= 128
  * registers a thread (mm_skinny.cuh asks for two CTAs of 256 threads a SM). One list: the kernels
- * instantiate it and the tile-table check (src/common/tiles.c) refuses any other setting. */
+ * instantiate it and the tile-table check (src/common/tiles.c) refuses any other setting.
+ * NVFP4 nt 4 at 1-16 rows (pf 1; 120-128 registers, no spill) is built for tandem-sweep to time:
+ * four accumulator chains a warp and half the activation loads a weight byte, against half the
+ * warps (bench/NOTES.md, the ablation probes). Not yet run on a GPU; no committed table uses it. */
 #define TDM_MM_VARIANTS(X)                                                                      \
     X(TDM_MMF_NVFP4, 2, 1, 1) X(TDM_MMF_NVFP4, 2, 1, 3) X(TDM_MMF_NVFP4, 1, 1, 1)               \
     X(TDM_MMF_NVFP4, 1, 1, 3) X(TDM_MMF_NVFP4, 2, 2, 1) X(TDM_MMF_NVFP4, 1, 2, 1)               \
-    X(TDM_MMF_NVFP4, 1, 2, 3)                                                                   \
+    X(TDM_MMF_NVFP4, 1, 2, 3) X(TDM_MMF_NVFP4, 4, 1, 1)                                         \
     X(TDM_MMF_FP8, 1, 1, 1) X(TDM_MMF_FP8, 1, 2, 1) X(TDM_MMF_FP8, 1, 1, 3) X(TDM_MMF_FP8, 1, 2, 3) \
     X(TDM_MMF_BF16, 1, 1, 1) X(TDM_MMF_BF16, 1, 2, 1) X(TDM_MMF_BF16, 2, 1, 1) X(TDM_MMF_BF16, 2, 2, 1)
 
 /* Where the skinny kernel is also built to load its activations per lane, straight from global
  * memory (no shared-memory staging, no CTA barrier in the K loop; run where TANDEM_MM_DIRECT selects it),
- * by format and mt (0: at most 8 rows, 1: 9-16, 2: 17-32): NVFP4 at 1-16 rows. Measured on the H200
+ * by format, nt and mt (0: at most 8 rows, 1: 9-16, 2: 17-32): NVFP4 at 1-16 rows, nt 4 at most 8
+ * rows (its 9-16-row per-lane form spills on sm_121a: t/kernel-resources.t). Measured on the H200
  * (bench/NOTES.md, direct A loads): NVFP4 products faster at 1-16 rows and slower at 17-32; FP8 the
  * same at 1-8 rows and 1.4x slower at 16; inside the engine's rounds, NVFP4 faster at 1-16 rows
- * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). */
-#define TDM_MM_DIRECT(fmt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= 1)
+ * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). The forms fetch the same operands: the same bits. */
+#define TDM_MM_DIRECT(fmt, nt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= ((nt) <= 2 ? 1 : 0))
 
 /* Whether the kernels are built for (fmt, nt, mt, pf). */
 TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)

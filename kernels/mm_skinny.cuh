@@ -302,7 +302,7 @@ template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA>
 __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel(const SkinnyArgs a)
 {
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
-    static_assert(!DA || TDM_MM_DIRECT(FMT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only");
+    static_assert(!DA || TDM_MM_DIRECT(FMT, NT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only (nt 4: 1-8)");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
@@ -749,7 +749,7 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
 {
-    if constexpr (TDM_MM_DIRECT(FMT, MT))
+    if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
         if (direct) return launch_glu<FMT, NT, MT, PF, true>(a, wn, cs, smem, st);
     return launch_glu<FMT, NT, MT, PF, false>(a, wn, cs, smem, st);
 }

@@ -267,6 +267,29 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0, "%s: m = 1..16 staged (TANDEM_MM_DIRECT=off) and loaded per lane "
            "(on): every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1],
            rc ? ": " : "", rc ? tdm_err() : "");
+        /* four n8-tiles a warp (nt 4, built for tandem-sweep to time; per lane at most 8 rows, staged
+         * at 9-16, TDM_MM_DIRECT): every row at 1..16 rows its one-row call's bits, where the setting
+         * is valid for the shape */
+        struct tdm_tile t4 = tdm_tile_default(TDM_MMK_NVFP4, n, k);
+        t4.nt = 4;
+        t4.wn = 2;
+        t4.pf = 1;
+        if (!rc && tdm_tile_check(TDM_MMK_NVFP4, n, k, &t4) == 0) {
+            int nt4_bad[2] = {0, 0};
+            for (int f = 0; f < 2 && !rc; f++)
+                for (int m = 1; m <= 16 && !rc; m++) {
+                    tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
+                    rc = tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) ||
+                         tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &t4, st) || tdm_stream_sync(st) ||
+                         tdm_cuda_d2h(ym, dy2, (size_t)m * n * 4);
+                    tdm_mm_set_direct(-1);
+                    for (int r = 0; r < m && !rc; r++)
+                        if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) nt4_bad[f]++;
+                }
+            ok(!rc && nt4_bad[0] == 0 && nt4_bad[1] == 0, "%s: nt 4 (four n8-tiles a warp, wn 2) at m = 1..16, staged and "
+               "per lane: every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, nt4_bad[0],
+               nt4_bad[1], rc ? ": " : "", rc ? tdm_err() : "");
+        }
     }
     ok(!rc && table_bad == 0, "%s: the tile tables' setting gives the default setting's bits (%d row counts differ)", label, table_bad);
 
