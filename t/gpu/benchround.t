@@ -13,6 +13,7 @@
 BR=bin/tandem-benchround
 JG=build/t/json_get
 . t/qwen35-tiny.sh
+. t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 # a rep is three rounds (one per verify variant): (2 warm-ups + 3 reps) x 3 x 32 rows + the prompt < 1024
@@ -20,10 +21,7 @@ ARGS="--reps 3 --prompt 40 --ctx 1024 --rows 1,2,32 --tree 3,2,1 --tree 8,3"
 # shellcheck disable=SC2086
 $BR -m "$F/bf16" $ARGS --json "$tmp/bf16.json" >"$tmp/bf16.out" 2>"$tmp/bf16.err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q 'no CUDA device visible' "$tmp/bf16.err"; then
-    echo "1..0 # SKIP no CUDA device visible"
-    exit 0
-fi
+skip_without_device $rc "$tmp/bf16.err"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/err" 2>/dev/null; fi; }
 # every path given is a number > 0

@@ -5,14 +5,12 @@
 # lines. Skips without a CUDA device.
 CB=bin/tandem-coldbw
 JG=build/t/json_get
+. t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 $CB --mib 64 --reps 3 --kernel nvfp4 --shape 2048,4096 --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q 'no CUDA device visible' "$tmp/c.err"; then
-    echo "1..0 # SKIP no CUDA device visible"
-    exit 0
-fi
+skip_without_device $rc "$tmp/c.err"
 echo "1..6"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/c.err" "$tmp/c.out"; fi; }

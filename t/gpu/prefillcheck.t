@@ -11,13 +11,11 @@
 PC=bin/tandem-prefillcheck
 JG=build/t/json_get
 . t/qwen35-tiny.sh
+. t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-if ! $PC -m "$F/bf16" -p "$F/prompt.tok" --backend cuda -n 1 >/dev/null 2>"$tmp/err" &&
-   grep -q 'no CUDA device visible' "$tmp/err"; then
-    echo "1..0 # SKIP no CUDA device visible"
-    exit 0
-fi
+$PC -m "$F/bf16" -p "$F/prompt.tok" --backend cuda -n 1 >/dev/null 2>"$tmp/err"
+skip_without_device $? "$tmp/err"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/err" 2>/dev/null; fi; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }

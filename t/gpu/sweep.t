@@ -5,14 +5,12 @@
 # --json report times the rows each table serves. Skips without a CUDA device.
 SW=bin/tandem-sweep
 JG=build/t/json_get
+. t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 $SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --out "$tmp/sm" --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q 'no CUDA device visible' "$tmp/a.err"; then
-    echo "1..0 # SKIP no CUDA device visible"
-    exit 0
-fi
+skip_without_device $rc "$tmp/a.err"
 echo "1..6"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.err" "$tmp/b.err" 2>/dev/null | sed 's/^/# /'; fi; }
