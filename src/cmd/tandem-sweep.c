@@ -609,9 +609,8 @@ int main(int argc, char **argv)
                 e->us = best;
                 e->us_lo = 0;
                 if (lo_rows) {
-                    const struct tdm_tile *l = &cand[lo];
                     e->tile.lo_rows = lo_rows;
-                    e->tile.lo = (struct tdm_tile_geom){l->nt, l->wn, l->wk, l->cs, l->pf};
+                    e->tile.lo = tdm_tile_geom_of(&cand[lo]);
                     for (int ri = 0; ri < nrows && rows[ri] <= lo_rows; ri++) e->us_lo += cand_us[lo][ri];
                 }
                 e->measured = measured;

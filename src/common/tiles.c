@@ -89,16 +89,25 @@ struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k)
     return t;
 }
 
+struct tdm_tile_geom tdm_tile_geom_of(const struct tdm_tile *t)
+{
+    return (struct tdm_tile_geom){.nt = t->nt, .wn = t->wn, .wk = t->wk, .cs = t->cs, .pf = t->pf};
+}
+
+/* t's main geometry set to g (its kchains and lo kept). */
+static void put_geom(struct tdm_tile *t, const struct tdm_tile_geom *g)
+{
+    t->nt = g->nt;
+    t->wn = g->wn;
+    t->wk = g->wk;
+    t->cs = g->cs;
+    t->pf = g->pf;
+}
+
 struct tdm_tile tdm_tile_at(const struct tdm_tile *t, int64_t m)
 {
     struct tdm_tile r = *t;
-    if (m >= 1 && m <= t->lo_rows) {
-        r.nt = t->lo.nt;
-        r.wn = t->lo.wn;
-        r.wk = t->lo.wk;
-        r.cs = t->lo.cs;
-        r.pf = t->lo.pf;
-    }
+    if (m >= 1 && m <= t->lo_rows) put_geom(&r, &t->lo);
     r.lo_rows = 0;
     memset(&r.lo, 0, sizeof r.lo);
     return r;
@@ -133,7 +142,8 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
     if (g->wk * g->cs != kchains) return tdm_errf("%swk %d x cs %d is not kchains %d", what, g->wk, g->cs, kchains);
     if (32 * g->wn * g->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
         return tdm_errf("%swn %d x wk %d warps exceed 256 threads", what, g->wn, g->wk);
-    const struct tdm_tile t = {.nt = g->nt, .wn = g->wn, .wk = g->wk, .cs = g->cs, .pf = g->pf, .kchains = kchains};
+    struct tdm_tile t = {.kchains = kchains};
+    put_geom(&t, g);
     if (tdm_tile_smem(&t, mmax, 0) > SMEM_LIMIT)   /* staged: the most a setting needs */
         return tdm_errf("%sneeds %zu bytes of shared memory at %d rows (at most %d)", what, tdm_tile_smem(&t, mmax, 0),
                         mmax, SMEM_LIMIT);
@@ -147,7 +157,7 @@ static int check_tile(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_ti
     if (rule_chains && t->kchains != want)
         return tdm_errf("kchains %d: the sum order of shape %" PRId64 ",%" PRId64 " is %d chains "
                         "(tdm_mm_kchains); a table may not change it", t->kchains, n, k, want);
-    const struct tdm_tile_geom main = {t->nt, t->wn, t->wk, t->cs, t->pf};
+    const struct tdm_tile_geom main = tdm_tile_geom_of(t);
     if (check_geom(kk, &main, t->kchains, serves(kk, 2) ? 32 : 16, "") != 0) return -1;
     if (t->lo_rows < 0 || t->lo_rows > TDM_TILE_LO_ROWS_MAX)
         return tdm_errf("lo: rows %d: expected 1..%d", t->lo_rows, TDM_TILE_LO_ROWS_MAX);

@@ -55,6 +55,8 @@ struct tdm_tile {
     struct tdm_tile_geom lo;
 };
 #define TDM_TILE_LO_ROWS_MAX 8
+/* The geometry of t's main setting (nt, wn, wk, cs, pf), e.g. to make it another setting's lo. */
+struct tdm_tile_geom tdm_tile_geom_of(const struct tdm_tile *t);
 /* The setting that serves m rows: t itself, or its few-row geometry (lo_rows then 0). */
 struct tdm_tile tdm_tile_at(const struct tdm_tile *t, int64_t m);
 
