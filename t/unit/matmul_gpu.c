@@ -160,6 +160,27 @@ static struct tdm_tile_geom other_geom(enum tdm_mmk kk, int64_t n, int64_t k, co
     return (struct tdm_tile_geom){0, 0, 0, 0, 0};
 }
 
+/* NVFP4 at m = 1..16 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off)
+ * and per lane (on): in bad[0] and bad[1] the rows that differ from the one-row calls' outputs y1
+ * (FP32, n a row). Nonzero when a call fails. */
+static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int64_t k, int64_t n,
+                            const struct tdm_tile *t, const float *y1, float *ym, void *dy, int bad[2])
+{
+    int rc = 0;
+    for (int f = 0; f < 2 && !rc; f++)
+        for (int m = 1; m <= 16 && !rc; m++) {
+            tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
+            rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) ||
+                 (t ? tdm_matmul_skinny(d, dx, k, m, dy, n, TDM_MM_F32, t, st)
+                    : tdm_matmul(d, dx, k, m, dy, n, TDM_MM_F32, tiles, st)) ||
+                 tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy, (size_t)m * n * 4);
+            tdm_mm_set_direct(-1);
+            for (int r = 0; r < m && !rc; r++)
+                if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) bad[f]++;
+        }
+    return rc;
+}
+
 static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, int64_t row0, int64_t n)
 {
     struct hweight h;
@@ -255,15 +276,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
      * every row count, so off compares the two forms): every row its one-row call's bits */
     if (fmt == TDM_W_NVFP4) {
         int direct_bad[2] = {0, 0};
-        for (int f = 0; f < 2 && !rc; f++)
-            for (int m = 1; m <= 16 && !rc; m++) {
-                tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
-                rc = tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy2, n, TDM_MM_F32, tiles, st) ||
-                     tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy2, (size_t)m * n * 4);
-                tdm_mm_set_direct(-1);
-                for (int r = 0; r < m && !rc; r++)
-                    if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) direct_bad[f]++;
-            }
+        rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, y1, ym, dy2, direct_bad);
         ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0, "%s: m = 1..16 staged (TANDEM_MM_DIRECT=off) and loaded per lane "
            "(on): every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1],
            rc ? ": " : "", rc ? tdm_err() : "");
@@ -276,16 +289,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         t4.pf = 1;
         if (!rc && tdm_tile_check(TDM_MMK_NVFP4, n, k, &t4) == 0) {
             int nt4_bad[2] = {0, 0};
-            for (int f = 0; f < 2 && !rc; f++)
-                for (int m = 1; m <= 16 && !rc; m++) {
-                    tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
-                    rc = tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) ||
-                         tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &t4, st) || tdm_stream_sync(st) ||
-                         tdm_cuda_d2h(ym, dy2, (size_t)m * n * 4);
-                    tdm_mm_set_direct(-1);
-                    for (int r = 0; r < m && !rc; r++)
-                        if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) nt4_bad[f]++;
-                }
+            rc = forms_vs_one_row(&d, dx, k, n, &t4, y1, ym, dy2, nt4_bad);
             ok(!rc && nt4_bad[0] == 0 && nt4_bad[1] == 0, "%s: nt 4 (four n8-tiles a warp, wn 2) at m = 1..16, staged and "
                "per lane: every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, nt4_bad[0],
                nt4_bad[1], rc ? ": " : "", rc ? tdm_err() : "");
