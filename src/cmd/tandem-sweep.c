@@ -96,14 +96,18 @@ static void add_projection(void *ctx, const char *what, const struct tdm_qweight
     add_shape(w->n, w->k);
 }
 
-/* The row counts a table's timing covers: the rows it serves. */
-static int timed_rows(enum tdm_mmk kk, int *rows)
+/* The row counts a table's timing covers: the rows it serves (at most MAX_TIMED_ROWS of them). */
+#define MAX_TIMED_ROWS 5
+static int timed_rows(enum tdm_mmk kk, int rows[MAX_TIMED_ROWS])
 {
     static const int narrow[] = {1, 2, 4, 8, 16}, wide[] = {17, 24, 32}, all[] = {1, 2, 8, 16, 32};
+    _Static_assert(sizeof narrow / sizeof *narrow <= MAX_TIMED_ROWS && sizeof wide / sizeof *wide <= MAX_TIMED_ROWS &&
+                       sizeof all / sizeof *all <= MAX_TIMED_ROWS, "MAX_TIMED_ROWS holds every table's row counts");
     const int *r = kk == TDM_MMK_NVFP4 ? narrow : kk == TDM_MMK_NVFP4_WIDE ? wide : all;
-    int n = kk == TDM_MMK_NVFP4_WIDE ? 3 : 5;
+    const size_t n = kk == TDM_MMK_NVFP4 ? sizeof narrow / sizeof *narrow
+                     : kk == TDM_MMK_NVFP4_WIDE ? sizeof wide / sizeof *wide : sizeof all / sizeof *all;
     memcpy(rows, r, sizeof *rows * n);
-    return n;
+    return (int)n;
 }
 
 /* Every valid setting of kk for (n, k) with c chains (tdm_tile_check_plan: c need not be the
@@ -196,7 +200,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
         if (!want[kk]) continue;
         const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
         const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
-        int rows[5], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        int rows[MAX_TIMED_ROWS], nrows = timed_rows((enum tdm_mmk)kk, rows);
         for (int si = 0; si < nshapes; si++) {
             const int64_t n = shapes[si][0], k = shapes[si][1];
             struct tdm_wset tset;
@@ -478,7 +482,7 @@ int main(int argc, char **argv)
         const enum tdm_wfmt fmt = (enum tdm_wfmt)tdm_mmk_fmt((enum tdm_mmk)kk);
         struct tdm_tile_entry picked[MAX_SHAPES];
         int npicked = 0;
-        int rows[5], nrows = timed_rows((enum tdm_mmk)kk, rows);
+        int rows[MAX_TIMED_ROWS], nrows = timed_rows((enum tdm_mmk)kk, rows);
         /* decode-first only where the table's timed rows start at one row */
         const int by_decode = decode_first && rows[0] == 1;
         char measured[192];
@@ -529,7 +533,7 @@ int main(int argc, char **argv)
             double best = 1e300;
             int besti = 0;
             /* per candidate (< 0: not timed): the sum, the time at each timed row count */
-            static double cand_score[512], cand_us[512][5];
+            static double cand_score[512], cand_us[512][MAX_TIMED_ROWS];
             for (int ci = 0; ci < ncand; ci++) {
                 char ts[96], verdict[256] = "identical";
                 cand_score[ci] = -1;

@@ -98,7 +98,7 @@ struct tdm_tile_entry {
     struct tdm_tile tile;
     double us;           /* the sweep's score: summed median microseconds over its row counts */
     const char *measured; /* free text: what `us` sums, e.g. "rows 1,4,8,16" */
-    double us_lo;        /* the few-row setting's score (its one-row time), when it has one */
+    double us_lo;        /* the few-row setting's score (its medians summed over the timed rows it serves), when it has one */
 };
 struct tdm_tile_table {
     enum tdm_mmk kernel;
