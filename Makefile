@@ -42,9 +42,14 @@ build/.setup-ok: scripts/setup
 build/common/%.o: src/common/%.c build/.setup-ok
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
-build/kernels/%.o: kernels/%.cu build/.setup-ok
+# Each kernel object's ptxas resource report (registers, stack, spills of every kernel, both
+# targets) goes to build/kernels/%.res for t/kernel-resources.t; nvcc's other messages still show.
+# One recipe makes both (a pattern rule's targets are made together).
+build/kernels/%.o build/kernels/%.res: kernels/%.cu build/.setup-ok
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) --resource-usage -c $< -o build/kernels/$*.o 2>build/kernels/$*.res || \
+	  { cat build/kernels/$*.res >&2; rm -f build/kernels/$*.res; exit 1; }
+	@grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' build/kernels/$*.res >&2 || true
 build/libtandem.a: $(COMMON_OBJ) $(KERNEL_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -83,7 +88,7 @@ build/fuzz/%: t/fuzz/%.c $(COMMON_SRC) build/.setup-ok
 	  src/common/fileio.c -o $@ $(JANSSON) -lm
 fuzz: $(FUZZERS)
 
-test: all $(SAN_TOOLS) $(SAN_UNITS) $(FUZZERS)
+test: all $(KERNEL_OBJ:.o=.res) $(SAN_TOOLS) $(SAN_UNITS) $(FUZZERS)
 	prove -j2 -r t/
 test-gpu: all
 	prove t/gpu/

@@ -1,33 +1,28 @@
 #!/bin/sh
-# The compiled kernels' resources, read from the objects by cuobjdump (no GPU needed), for both
-# targets (sm_90, sm_121a):
+# The compiled kernels' resources, as ptxas reported them when the build compiled each object
+# (build/kernels/*.res, written by the Makefile's nvcc --resource-usage; no GPU and no cuobjdump
+# needed), for both targets (sm_90, sm_121a):
 #   - no skinny matrix kernel (kernels/*_skinny.cu) and no decode attention kernel uses a stack
-#     frame or local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
+#     frame or spills to local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
 #     spills nothing, and a change that makes one spill fails here;
 #   - the one-row decode's instantiations (NVFP4 nt 2, at most 8 rows, pf 1 and 3, the activations
 #     staged and loaded per lane, TANDEM_MM_DIRECT; the plain and the SwiGLU form of each) use at
 #     most 96 registers on sm_90: past 96 a scheduler holds 4 warps, not 5, and
 #     the 27B's 6-warp CTAs fit 2 a SM instead of 3 (bench/NOTES.md, the register cliff).
-CUOBJDUMP=${CUDA:-/usr/local/cuda}/bin/cuobjdump
 objs="build/kernels/nvfp4_skinny.o build/kernels/fp8_skinny.o build/kernels/bf16_skinny.o build/kernels/attn.o"
 for o in $objs; do
-    [ -f "$o" ] || { echo "Bail out! $o is not built (make all first)"; exit 1; }
+    [ -f "$o" ] && [ -f "${o%.o}.res" ] || { echo "Bail out! $o or its ptxas report ${o%.o}.res is not built (make all first)"; exit 1; }
 done
-[ -x "$CUOBJDUMP" ] || { echo "Bail out! no $CUOBJDUMP (the CUDA toolkit builds the kernels)"; exit 1; }
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT
-# one line a kernel: object arch function REG STACK LOCAL
+# one line a kernel: object arch function REG STACK SPILL (spill: bytes stored plus loaded)
 for o in $objs; do
-    "$CUOBJDUMP" --dump-resource-usage "$o" | awk -v o="$o" '
-        /arch = / { arch = $3 }
-        /Function/ { f = $2; sub(":$", "", f) }
-        /REG:/ { r = s = l = ""
-                 for (i = 1; i <= NF; i++) {
-                     if ($i ~ /^REG:/) r = substr($i, 5)
-                     if ($i ~ /^STACK:/) s = substr($i, 7)
-                     if ($i ~ /^LOCAL:/) l = substr($i, 7)
-                 }
-                 print o, arch, f, r, s, l }'
+    awk -v o="$o" '
+        /Compiling entry function/ { f = $0; sub(/.*function \047/, "", f); sub(/\047.*/, "", f)
+                                     arch = $0; sub(/.* for \047/, "", arch); sub(/\047.*/, "", arch); s = l = "" }
+        / bytes stack frame, / { s = $1; l = $5 + $9 }
+        /Used [0-9]+ registers/ && f != "" { r = $0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r)
+                                            print o, arch, f, r, s, l; f = "" }' "${o%.o}.res"
 done | grep -E 'skinny_kernel|attn_partial_kernel' >"$tmp"
 n=$(wc -l <"$tmp")
 HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]EEE'
@@ -37,9 +32,9 @@ t=0
 while read -r o arch f r s l; do
     t=$((t + 1))
     if [ "$s" = 0 ] && [ "$l" = 0 ]; then
-        echo "ok $t - $o $arch $f: $r registers, no stack, no local memory"
+        echo "ok $t - $o $arch $f: $r registers, no stack, no spills"
     else
-        echo "not ok $t - $o $arch $f: $r registers, stack $s, local $l (a spill)"
+        echo "not ok $t - $o $arch $f: $r registers, stack $s, spilled bytes $l"
     fi
 done <"$tmp"
 t=$((t + 1))
