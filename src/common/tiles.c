@@ -63,19 +63,19 @@ int tdm_mm_chains_ok(int64_t k, int c)
     return c == 1 || (L >= 2 && (c - 1) * L < slabs);             /* every chain two slabs or more, none empty */
 }
 
-/* The most chains (1..8, tdm_mm_chains_ok) whose warps, one a pair of n8-tiles and chain, stay
- * within TDM_MM_PLAN_WARPS: 16 warps a SM on a 132-SM part, and 3 % over. Chosen by measurement
- * (tandem-sweep --plan on the H200, bench/NOTES.md v4): the fastest chain count of the 27B and 80B
- * shapes puts 1000-2200 such warps on the GPU; 17408x5120 is fastest at 2 chains (2176 warps: 31.0
- * us at one row against 43.5 at 1 chain), 5120x17408 at 5-6. The power-of-two rule of v3
- * overflowed or starved the SMs. A fixed rule of (n, k), not of the device: the chains are the
- * sum order. */
-#define TDM_MM_PLAN_WARPS 2176
+/* The most chains of 1, 2, 4 or 8 (tdm_mm_chains_ok) whose warps, one a pair of n8-tiles and chain,
+ * stay within TDM_MM_PLAN_WARPS (2816: about 21 warps a SM on a 132-SM part). Chosen by measurement
+ * (tandem-sweep --plan on the H200, bench/NOTES.md v5): a chain count that is not a power of two
+ * runs its chains as a cluster whose sum costs more than its extra warps give (10240x5120 at one
+ * row: 16.2 us at 3 chains, 14.2 at 4; 5120x6144: 11.2 at 6, 10.0 at 8), and past about 2800 warps
+ * the SMs overflow (17408x5120 stays at 2 chains, 2176 warps). A fixed rule of (n, k), not of the
+ * device: the chains are the sum order. */
+#define TDM_MM_PLAN_WARPS 2816
 int tdm_mm_kchains(int64_t n, int64_t k)
 {
     const int64_t pairs = (n + 15) / 16;
     int chains = 1;
-    for (int c = 2; c <= 8; c++)
+    for (int c = 2; c <= 8; c *= 2)
         if (tdm_mm_chains_ok(k, c) && pairs * c <= TDM_MM_PLAN_WARPS) chains = c;
     return chains;
 }

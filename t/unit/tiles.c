@@ -58,9 +58,11 @@ int main(void)
         }
     ok(all_valid, "every default setting passes the checks");
     ok(invariant, "the defaults' chains of K are tdm_mm_kchains(n, k): one sum order per shape for every kernel");
-    ok(tdm_mm_kchains(17408, 5120) == 2 && tdm_mm_kchains(5120, 17408) == 6 && tdm_mm_kchains(10240, 5120) == 3 &&
-           tdm_mm_kchains(48, 5120) == 8 && tdm_mm_kchains(100, 1040) == 5 && tdm_mm_kchains(248320, 5120) == 1,
-       "kchains: 27B MLP 2 and 6, in_proj_qkv 3, a 48-row shape 8, a short K 5 (no chain empty), the head 1");
+    ok(tdm_mm_kchains(17408, 5120) == 2 && tdm_mm_kchains(5120, 17408) == 8 && tdm_mm_kchains(10240, 5120) == 4 &&
+           tdm_mm_kchains(48, 5120) == 8 && tdm_mm_kchains(100, 1040) == 2 && tdm_mm_kchains(248320, 5120) == 1 &&
+           tdm_mm_kchains(6144, 5120) == 4 && tdm_mm_kchains(12288, 2048) == 2,
+       "kchains: 27B MLP 2 and 8, in_proj_qkv 4, a 48-row shape 8, a short K of 9 slabs 2 (4 would leave a chain empty), "
+       "the head 1, 6144x5120 4 (not 5: powers of two only), 12288x2048 2 (4 would pass 2816 warps)");
     ok(tdm_mm_chains_ok(5120, 7) && !tdm_mm_chains_ok(5120, 9) && tdm_mm_chains_ok(5120, 10) && !tdm_mm_chains_ok(1040, 6),
        "chain counts: 7 of 40 slabs yes, 9 (odd past 8) no, 10 yes, 6 of 9 slabs no (an empty chain)");
     struct tdm_tile t = tdm_tile_default(TDM_MMK_NVFP4, 17408, 5120);
@@ -88,10 +90,10 @@ int main(void)
     e[0].tile.nt = 1;
     e[0].tile.wn = 4;
     e[0].tile.wk = 2;
-    e[0].tile.cs = 3;   /* kchains 6 = wk 2 x cs 3 */
+    e[0].tile.cs = 4;   /* kchains 8 = wk 2 x cs 4 */
     e[0].tile.pf = 3;
     e[0].tile.lo_rows = 2;   /* the few-row geometry: optional, read back */
-    e[0].tile.lo = (struct tdm_tile_geom){2, 1, 2, 3, 1};
+    e[0].tile.lo = (struct tdm_tile_geom){2, 1, 2, 4, 1};
     e[0].us_lo = 4.5;
     struct tdm_tile_table tb = {TDM_MMK_NVFP4, "sm_90", "NVIDIA H200", "test", 2, e};
     char path[512];
@@ -101,7 +103,7 @@ int main(void)
     got = tdm_tiles_get(tl, TDM_MMK_NVFP4, 5120, 17408);
     ok(memcmp(&got, &e[0].tile, sizeof got) == 0 && tdm_tiles_has(tl, TDM_MMK_NVFP4, 5120, 17408), "the entry comes back");
     struct tdm_tile at1 = tdm_tile_at(&got, 1), at2 = tdm_tile_at(&got, 2), at3 = tdm_tile_at(&got, 3);
-    ok(at1.nt == 2 && at1.wn == 1 && at1.wk == 2 && at1.cs == 3 && at1.pf == 1 && at1.kchains == 6 && at1.lo_rows == 0 &&
+    ok(at1.nt == 2 && at1.wn == 1 && at1.wk == 2 && at1.cs == 4 && at1.pf == 1 && at1.kchains == 8 && at1.lo_rows == 0 &&
            memcmp(&at1, &at2, sizeof at1) == 0 && at3.nt == 1 && at3.wn == 4 && at3.pf == 3 && at3.lo_rows == 0,
        "the setting at 1 and 2 rows is the few-row geometry, at 3 rows the main one");
     {
