@@ -38,7 +38,9 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
     }
 }
 
-// Block (chunk c, query head h), rows in groups of RG; warp w takes the SUB positions
+// Block (chunk c, query head h, z), rows in groups of RG (group g = rows [g RG, g RG + RG), in
+// block z = g mod gridDim.z: the groups run side by side, not one after another in one block, so a
+// 16-row verify takes about as long as 4 rows); warp w takes the SUB positions
 // [c CH + w SUB, c CH + w SUB + SUB) of the chunk (its sub-chunk) for every row of the group, so at
 // one row all eight warps stream the chunk's K and V (a warp a row left seven idle and its loads
 // in series: ~110 us a 27B layer at 4096 positions). A row at position p sees the sub-chunk's
@@ -77,7 +79,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
     __shared__ float wml[RG][ATT_WARPS][2];         // per row and sub-chunk: m_w, l_w
     __shared__ float wo[RG][ATT_WARPS][D];          // per row and sub-chunk: o_w
     __shared__ int32_t path[TREE ? RG : 1][TREE ? TDM_TREE_MAX : 1];  // per row: its path
-    for (int r0 = 0; r0 < M; r0 += RG) {
+    for (int r0 = blockIdx.z * RG; r0 < M; r0 += gridDim.z * RG) {  // the block's groups of rows
         const int nr = min(RG, M - r0);
         int pr[RG];  // the group's positions (-1: no row)
 #pragma unroll
@@ -249,7 +251,7 @@ static int attn_launch(const char *who, const uint16_t *q, const uint16_t *qg, i
     const int chunks = (pos0 + M - 1) / CH + 1;
     float *part_o = scratch, *part_ml = scratch + (size_t)M * Hq * NC * D;
     cudaStream_t st = (cudaStream_t)stream;
-    dim3 grid(chunks, Hq);
+    dim3 grid(chunks, Hq, (M + RG - 1) / RG);  // a block for each group of rows
     if (parent) attn_partial_go<true>(grid, st, D, q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     else attn_partial_go<false>(grid, st, D, q, kcache, vcache, NULL, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     TDM_LAUNCH_CHECK();

@@ -164,119 +164,148 @@ ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t
 
 constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
 
-// A recurrence block's shared memory for one token: q and k of its key head, the 8 warps'
-// partial sums, u for its 32 columns, the scalars (1/|q|, 1/|k|, beta, decay).
+// Tokens a recurrence block prepares at once (recur_prep): one a warp, four when Dk is 256 (the
+// factors of a batch and a tree's factor store stay within 48 KB of shared memory).
+template <int DK>
+__host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : 4; }
+
+// A recurrence block's shared memory: for each token of a batch (recur_prep) its normed and scaled
+// q, its normed k, v of the block's 32 columns, beta and the decay; the 8 warps' partial sums
+// (two sets, by token parity: a token's o sum is read while the next token's kv sum is written)
+// and u for its 32 columns.
 template <int DK>
 struct RecSmem {
-    float qs[DK], ks[DK], red[REC_WARPS][32], us[32], sc[4];
+    float qn[rec_tb<DK>()][DK], kn[rec_tb<DK>()][DK], vs[rec_tb<DK>()][32], beta[rec_tb<DK>()], decay[rec_tb<DK>()];
+    float red[2][REC_WARPS][32], us[32];
 };
 
-// One token of the delta rule on the block's state slice s (thread: column j, rows i0 .. i0 +
-// ROWS - 1), tdm_ref_gdn_token's steps in its order, elementwise with its operations:
-//   q, k of key head kh: L2 norms in tdm_dot's order (warp_dot_ref), q *= 1/sqrt(Dk);
-//   beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), S *= exp(g);
-//   kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp order;
-//   u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
-// ct: the token's conv output row [C]; bt, at: its b and a rows ([Hv]). o_t: its output row
-// [Hv][Dv], or NULL (a pending row of a deferred commit, whose output a verify already gave:
-// the o sum is skipped, the state arithmetic is the same). fk_t, fu_t, fdec_t: where a tree node
-// keeps its factors (normed k [Dk], u [32], decay), or NULL. Every kernel that advances a state
-// (a forward, a verify's pending rows, a tree's nodes) runs its tokens through this one function:
-// a pending row applied at the next pass's load is the bits of the commit that replayed it.
+// The state-free part of n <= rec_tb tokens (rows ct = qkv + w C, bt = b + w ldb, at = a + w lda of
+// token w), warp w the token w, tdm_ref_gdn_token's steps in its order:
+//   q, k of key head kh: L2 norms in tdm_dot's order (warp_dot_ref), q *= 1/|q| * 1/sqrt(Dk),
+//   k *= 1/|k|; beta = bf16(sigmoid(b)); g = -exp(A_log) softplus(a + dt_bias), decay = exp(g);
+//   v of the block's columns.
+// None of it depends on the state, so a batch's tokens are prepared side by side and only
+// recur_apply runs token after token (a 16-row verify paid these loads and sums 16 times in series:
+// ~3 us a token on the H200). The same operations on the same values as one token alone: the
+// same bits. fk, fdec: a tree's factor store for these tokens (normed k, decay), or NULL. Starts
+// with a barrier (the previous batch's factors are read until then) and ends with one.
 template <int ROWS>
-__device__ __forceinline__ void recur_step(float (&s)[ROWS], RecSmem<ROWS * REC_WARPS> &sm, const uint16_t *ct,
-                                           const uint16_t *bt, const uint16_t *at, const float *A_log,
-                                           const float *dt_bias, int h, int kh, int Hk, int Dv, float qscale,
-                                           uint16_t *o_t, float *fk_t, float *fu_t, float *fdec_t)
+__device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const uint16_t *qkv, int64_t C,
+                                           const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
+                                           const float *A_log, const float *dt_bias, int h, int kh, int Hk, int Dv,
+                                           float qscale, int n, float (*fk)[ROWS * REC_WARPS], float *fdec)
 {
     constexpr int Dk = ROWS * REC_WARPS;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __syncthreads();
+    if (w < n) {
+        const uint16_t *ct = qkv + (size_t)w * C;
+        float *qs = sm.qn[w], *ks = sm.kn[w];
+        for (int i = lane; i < Dk; i += 32) {
+            qs[i] = bf2f(ct[(size_t)kh * Dk + i]);
+            ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
+        }
+        sm.vs[w][lane] = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + blockIdx.y * 32 + lane]);
+        const float bt = bf2f(b[(size_t)w * ldb + h]), at = bf2f(a[(size_t)w * lda + h]);
+        __syncwarp();
+        const float dq = warp_dot_ref(qs, qs, Dk), dk = warp_dot_ref(ks, ks, Dk);   // every lane: lane 0's sum
+        const float invq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dq, 1e-6f)));
+        const float invk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dk, 1e-6f)));
+        __syncwarp();   // the sums have read qs and ks
+        for (int i = lane; i < Dk; i += 32) {
+            ks[i] = __fmul_rn(ks[i], invk);
+            qs[i] = __fmul_rn(__fmul_rn(qs[i], invq), qscale);
+            if (fk) fk[w][i] = ks[i];
+        }
+        if (lane == 0) {
+            sm.beta[w] = bfr(sigmoid_ref(bt));
+            const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(at, dt_bias[h])));
+            sm.decay[w] = expf(gt);
+            if (fdec) fdec[w] = sm.decay[w];
+        }
+    }
+    __syncthreads();
+}
+
+// Token w of the prepared batch on the block's state slice s (thread: column j, rows i0 .. i0 +
+// ROWS - 1), tdm_ref_gdn_token's state steps in its order, elementwise with its operations:
+//   S *= decay; kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp
+//   order; u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
+// par: the token's parity (which set of partial sums it uses). o_t: its output row [Hv][Dv], or
+// NULL (a pending row of a deferred commit, whose output a verify already gave: the o sum is
+// skipped, the state arithmetic is the same). fu_t: where a tree node keeps its u [32], or NULL.
+// Every kernel that advances a state (a forward, a verify's pending rows, a tree's nodes) runs its
+// tokens through recur_prep and this one function: a pending row applied at the next pass's load
+// is the bits of the commit that replayed it.
+template <int ROWS>
+__device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC_WARPS> &sm, int w, int par, int h,
+                                            int Dv, uint16_t *o_t, float *fu_t)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
-    for (int i = tid; i < Dk; i += REC_WARPS * 32) {
-        sm.qs[i] = bf2f(ct[(size_t)kh * Dk + i]);
-        sm.ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
-    }
-    __syncthreads();
-    if (warp == 0) {
-        const float d = warp_dot_ref(sm.qs, sm.qs, Dk);
-        if (lane == 0) sm.sc[0] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
-    } else if (warp == 1) {
-        const float d = warp_dot_ref(sm.ks, sm.ks, Dk);
-        if (lane == 0) sm.sc[1] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(d, 1e-6f)));
-    } else if (warp == 2 && lane == 0) {
-        sm.sc[2] = bfr(sigmoid_ref(bf2f(bt[h])));
-        const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(bf2f(at[h]), dt_bias[h])));
-        sm.sc[3] = expf(gt);
-        if (fdec_t) *fdec_t = sm.sc[3];
-    }
-    __syncthreads();
-    const float invq = sm.sc[0], invk = sm.sc[1], beta = sm.sc[2], decay = sm.sc[3];
-    if (fk_t)  // kr below, for every row (read after the barriers of later nodes)
-        for (int i = tid; i < Dk; i += REC_WARPS * 32) fk_t[i] = __fmul_rn(sm.ks[i], invk);
-    // every thread scales its own copy of the rows it needs: no second barrier for qs/ks
-    float kr[ROWS], qr[ROWS];
+    const float decay = sm.decay[w], beta = sm.beta[w];
+    float kr[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-        kr[r] = __fmul_rn(sm.ks[i0 + r], invk);
-        qr[r] = __fmul_rn(__fmul_rn(sm.qs[i0 + r], invq), qscale);
-    }
-    const float v = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + j]);
+    for (int r = 0; r < ROWS; r++) kr[r] = sm.kn[w][i0 + r];
     float p = 0.0f;
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         s[r] = __fmul_rn(s[r], decay);
         p = __fadd_rn(p, __fmul_rn(s[r], kr[r]));
     }
-    sm.red[warp][lane] = p;
+    sm.red[par][warp][lane] = p;
     __syncthreads();
     if (warp == 0) {
-        float kv = sm.red[0][lane];
+        float kv = sm.red[par][0][lane];
 #pragma unroll
-        for (int w = 1; w < REC_WARPS; w++) kv = __fadd_rn(kv, sm.red[w][lane]);
-        sm.us[lane] = __fmul_rn(__fsub_rn(v, kv), beta);
+        for (int q = 1; q < REC_WARPS; q++) kv = __fadd_rn(kv, sm.red[par][q][lane]);
+        sm.us[lane] = __fmul_rn(__fsub_rn(sm.vs[w][lane], kv), beta);
         if (fu_t) fu_t[lane] = sm.us[lane];
     }
     __syncthreads();
-    const float u = sm.us[lane];
+    const float u = sm.us[lane];   // read before this thread reaches the next token's first barrier
     if (!o_t) {  // block-uniform: a pending row's state update alone
 #pragma unroll
         for (int r = 0; r < ROWS; r++) s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
-        __syncthreads();  // qs, ks, sc, red, us are rewritten by the next token
         return;
     }
     p = 0.0f;
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
-        p = __fadd_rn(p, __fmul_rn(s[r], qr[r]));
+        p = __fadd_rn(p, __fmul_rn(s[r], sm.qn[w][i0 + r]));
     }
-    sm.red[warp][lane] = p;  // warp 0 read red before the barrier above
+    // this parity's set again (warp 0 read the kv sums before the barrier above); warp 0 reads the
+    // o sums after the barrier below, while the next token writes the other set, and the token
+    // after that writes this set only past barriers that warp 0 reaches after its read: no
+    // closing barrier
+    sm.red[par][warp][lane] = p;
     __syncthreads();
     if (warp == 0) {
-        float ov = sm.red[0][lane];
+        float ov = sm.red[par][0][lane];
 #pragma unroll
-        for (int w = 1; w < REC_WARPS; w++) ov = __fadd_rn(ov, sm.red[w][lane]);
+        for (int q = 1; q < REC_WARPS; q++) ov = __fadd_rn(ov, sm.red[par][q][lane]);
         o_t[(size_t)h * Dv + j] = f2bf(ov);
     }
-    __syncthreads();  // qs, ks, sc, red are rewritten by the next token
 }
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
 // column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
-// M tokens, each run through recur_step. Only the two sums over Dk differ from the CPU's serial
+// M tokens, each run through recur_prep and recur_apply. Only the two sums over Dk differ from the CPU's serial
 // order. No value depends on M: the tokens run in sequence and a token's arithmetic is the same in
 // every call. The state is read from S and, unless S_out is NULL, written to S_out after the last
 // token (the same buffer for a forward; each thread reads and writes only its own elements).
 //
 // PENDING (pend.d_n not NULL; layers.h, Deferred commit): before its own tokens the block runs
-// the n = *pend.d_n pending rows (pend.qkv, pend.b, pend.a) through recur_step on the state it
+// the n = *pend.d_n pending rows (pend.qkv, pend.b, pend.a) through recur_prep and recur_apply on the state it
 // just loaded, with no output. A forward then goes on and writes the state once at the end; a
 // verify or tree (S_out NULL) writes the state after the pending rows to S_pend (S itself) when
 // n > 0 — its only write — and then runs its own tokens read-only from there.
 //
 // TREE (parent not NULL, S_out NULL; layers.h, Trees): token t is node t, and s must hold its
 // parent's state when the step starts. The block keeps every node's factors in shared memory (fk:
-// the normed k, fu: u for its 32 columns, fdec: the decay), each computed by the step as above.
+// the normed k, fu: u for its 32 columns, fdec: the decay), each computed by recur_prep and
+// recur_apply as above.
 // When the parent is not the node whose state s holds (cur), s is reloaded (from S, or from S_pend
 // when pending rows were written there: the same elements this thread wrote) and the parent's
 // path is replayed root first with the step's own two state operations, s = s decay, then
@@ -304,9 +333,15 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
     const int np = pend.d_n ? min(max(*pend.d_n, 0), TDM_GDN_PEND_MAX) : 0;  // block-uniform
-    for (int t = 0; t < np; t++)
-        recur_step<ROWS>(s, sm, pend.qkv + (size_t)t * C, pend.b + (size_t)t * pend.ldb, pend.a + (size_t)t * pend.lda,
-                         A_log, dt_bias, h, kh, Hk, Dv, qscale, nullptr, nullptr, nullptr, nullptr);
+    constexpr int TB = rec_tb<Dk>();
+    int k = 0;  // tokens applied so far: the parity of the partial sums' set
+    for (int t0 = 0; t0 < np; t0 += TB) {
+        const int n = min(TB, np - t0);
+        recur_prep<ROWS>(sm, pend.qkv + (size_t)t0 * C, C, pend.b + (size_t)t0 * pend.ldb, pend.ldb,
+                         pend.a + (size_t)t0 * pend.lda, pend.lda, A_log, dt_bias, h, kh, Hk, Dv, qscale, n, nullptr,
+                         nullptr);
+        for (int w = 0; w < n; w++, k++) recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, nullptr, nullptr);
+    }
     if (np > 0 && S_pend) {
         float *Sp = S_pend + (size_t)h * Dk * Dv;
 #pragma unroll
@@ -318,28 +353,35 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
         if (tid < M) par[tid] = parent[tid];
         __syncthreads();
     }
-    for (int t = 0; t < M; t++) {
-        if constexpr (TREE) {
-            const int p = par[t];
-            if (p != cur) {  // block-uniform
+    for (int t0 = 0; t0 < M; t0 += TB) {
+        const int n = min(TB, M - t0);
+        float(*fk_t)[Dk] = nullptr;  // TREE: the batch's slots in the factor store
+        float *fdec_t = nullptr;
+        if constexpr (TREE) fk_t = &fk[t0], fdec_t = &fdec[t0];
+        recur_prep<ROWS>(sm, qkv + (size_t)t0 * C, C, b + (size_t)t0 * ldb, ldb, a + (size_t)t0 * lda, lda, A_log,
+                         dt_bias, h, kh, Hk, Dv, qscale, n, fk_t, fdec_t);
+        for (int w = 0; w < n; w++, k++) {
+            const int t = t0 + w;
+            if constexpr (TREE) {
+                const int p = par[t];
+                if (p != cur) {  // block-uniform
 #pragma unroll
-                for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
-                uint32_t anc = 0;
-                for (int x = p, n = 0; x >= 0 && n < TDM_TREE_MAX; x = par[x], n++) anc |= 1u << x;
-                for (int x = 0; x <= p; x++) {
-                    if (!((anc >> x) & 1u)) continue;
-                    const float dec = fdec[x], u = fu[x][lane];
+                    for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
+                    uint32_t anc = 0;
+                    for (int x = p, m = 0; x >= 0 && m < TDM_TREE_MAX; x = par[x], m++) anc |= 1u << x;
+                    for (int x = 0; x <= p; x++) {
+                        if (!((anc >> x) & 1u)) continue;
+                        const float dec = fdec[x], u = fu[x][lane];
 #pragma unroll
-                    for (int r = 0; r < ROWS; r++) s[r] = __fmul_rn(s[r], dec);
+                        for (int r = 0; r < ROWS; r++) s[r] = __fmul_rn(s[r], dec);
 #pragma unroll
-                    for (int r = 0; r < ROWS; r++) s[r] = __fadd_rn(s[r], __fmul_rn(fk[x][i0 + r], u));
+                        for (int r = 0; r < ROWS; r++) s[r] = __fadd_rn(s[r], __fmul_rn(fk[x][i0 + r], u));
+                    }
                 }
+                cur = t;
             }
-            cur = t;
+            recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, o + (size_t)t * Hv * Dv, TREE ? fu[t] : nullptr);
         }
-        recur_step<ROWS>(s, sm, qkv + (size_t)t * C, b + (size_t)t * ldb, a + (size_t)t * lda, A_log, dt_bias, h, kh, Hk,
-                         Dv, qscale, o + (size_t)t * Hv * Dv, TREE ? fk[t] : nullptr, TREE ? fu[t] : nullptr,
-                         TREE ? &fdec[t] : nullptr);
     }
     if (TREE || !S_out) return;  // a verify: the state stays as loaded (or as the pending rows left it)
     float *So = S_out + (size_t)h * Dk * Dv;
