@@ -78,6 +78,23 @@ build/san/t/%: t/unit/%.c build/san/libtandem.a
 	@mkdir -p build/dep
 	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d $(SANFLAGS) -It $< -o $@ build/san/libtandem.a $(LDLIBS)
 
+# Variants for A/B runs (scripts/variant-build): with VARIANT=NAME, every kernels/*.cu again with
+# the build-time knobs VARIANT_DEFS (nvcc flags such as -DTDM_NORM_VEC=0) into build/variant-NAME/,
+# and bin/TOOL-NAME, build/t/PROG-NAME linked against that archive; the same flags as the build.
+ifdef VARIANT
+VDIR := build/variant-$(VARIANT)
+$(VDIR)/%.o: kernels/%.cu build/.setup-ok
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) $(VARIANT_DEFS) -c $< -o $@
+$(VDIR)/libtandem.a: $(COMMON_OBJ) $(patsubst kernels/%.cu,$(VDIR)/%.o,$(KERNEL_SRC))
+	@rm -f $@
+	ar rcs $@ $^
+bin/%-$(VARIANT): src/cmd/%.c $(VDIR)/libtandem.a
+	$(CC) $(CFLAGS) $< -o $@ $(VDIR)/libtandem.a $(LDLIBS)
+build/t/%-$(VARIANT): t/unit/%.c $(VDIR)/libtandem.a
+	$(CC) $(CFLAGS) -It $< -o $@ $(VDIR)/libtandem.a $(LDLIBS)
+endif
+
 # libFuzzer targets for the safetensors and token-file parsers (clang).
 FUZZ_SRC := $(wildcard t/fuzz/*.c)
 FUZZERS  := $(patsubst t/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
