@@ -69,10 +69,17 @@ static_assert(SUB == 32, "a sub-chunk is one position a lane");
 #endif
 static_assert(TDM_ATTN_RG >= 1 && TDM_ATTN_RG <= 4, "TDM_ATTN_RG: 1..4 rows a block (the partials of 4 rows of 256 dims fill 32 KB)");
 constexpr int RG = TDM_ATTN_RG;      // rows a group
+// One row a block leaves 9 KB of shared memory a block, and ptxas then aims at 4 blocks a SM (64
+// registers) and spills; 3 blocks a SM leave it 85 and no spill (t/kernel-resources.t's rule).
+#if TDM_ATTN_RG == 1
+#define ATT_BOUNDS __launch_bounds__(ATT_WARPS * 32, 3)
+#else
+#define ATT_BOUNDS __launch_bounds__(ATT_WARPS * 32)
+#endif
 constexpr int JB = 8;                // positions a warp loads before it uses them
 
 template <int DPL, bool TREE>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+__global__ void ATT_BOUNDS
 attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
                     int Hkv, int pos0, const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {
