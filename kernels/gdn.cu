@@ -182,6 +182,15 @@ __host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : TDM_
 // q, its normed k, v of the block's 32 columns, beta and the decay; the 8 warps' partial sums
 // (two sets, by token parity: a token's o sum is read while the next token's kv sum is written)
 // and u for its 32 columns.
+// The 8 warps' partial sums of column lane, added in warp order (the recurrence's kv and o sums).
+__device__ __forceinline__ float sum_in_warp_order(const float (&red)[REC_WARPS][32], int lane)
+{
+    float v = red[0][lane];
+#pragma unroll
+    for (int q = 1; q < REC_WARPS; q++) v = __fadd_rn(v, red[q][lane]);
+    return v;
+}
+
 template <int DK>
 struct RecSmem {
     float qn[rec_tb<DK>()][DK], kn[rec_tb<DK>()][DK], vs[rec_tb<DK>()][32], beta[rec_tb<DK>()], decay[rec_tb<DK>()];
@@ -270,16 +279,12 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
 #if TDM_GDN_U_ALL
     // every warp: the kv sums of its column, then u (this parity's set is rewritten two tokens on,
     // past a barrier that every thread reaches after this read)
-    float kv = sm.red[par][0][lane];
-#pragma unroll
-    for (int q = 1; q < REC_WARPS; q++) kv = __fadd_rn(kv, sm.red[par][q][lane]);
+    const float kv = sum_in_warp_order(sm.red[par], lane);
     const float u = __fmul_rn(__fsub_rn(sm.vs[w][lane], kv), beta);
     if (fu_t && warp == 0) fu_t[lane] = u;
 #else
     if (warp == 0) {
-        float kv = sm.red[par][0][lane];
-#pragma unroll
-        for (int q = 1; q < REC_WARPS; q++) kv = __fadd_rn(kv, sm.red[par][q][lane]);
+        const float kv = sum_in_warp_order(sm.red[par], lane);
         sm.us[lane] = __fmul_rn(__fsub_rn(sm.vs[w][lane], kv), beta);
         if (fu_t) fu_t[lane] = sm.us[lane];
     }
@@ -308,12 +313,7 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
 #endif
     ored[warp][lane] = p;
     __syncthreads();
-    if (warp == 0) {
-        float ov = ored[0][lane];
-#pragma unroll
-        for (int q = 1; q < REC_WARPS; q++) ov = __fadd_rn(ov, ored[q][lane]);
-        o_t[(size_t)h * Dv + j] = f2bf(ov);
-    }
+    if (warp == 0) o_t[(size_t)h * Dv + j] = f2bf(sum_in_warp_order(ored, lane));
 }
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
