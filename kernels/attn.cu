@@ -61,21 +61,11 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
 // that sequence, so the chunks, the scores' order and every sum are those of the path as a chain.
 constexpr int SUB = CH / ATT_WARPS;  // positions a warp: one a lane in the softmax
 static_assert(SUB == 32, "a sub-chunk is one position a lane");
-// TDM_ATTN_RG (1..4; default 4): rows a group, a block each. A build-time knob for A/B runs
-// (scripts/variant-build): a row's arithmetic is the same in any group, so every value serves the
-// same bits; fewer rows a block walk fewer rows in series (bench/NOTES.md, verify rows side by side).
-#ifndef TDM_ATTN_RG
-#define TDM_ATTN_RG 4
-#endif
-static_assert(TDM_ATTN_RG >= 1 && TDM_ATTN_RG <= 4, "TDM_ATTN_RG: 1..4 rows a block (the partials of 4 rows of 256 dims fill 32 KB)");
-constexpr int RG = TDM_ATTN_RG;      // rows a group
-// One row a block leaves 9 KB of shared memory a block, and ptxas then aims at 4 blocks a SM (64
-// registers) and spills; 3 blocks a SM leave it 85 and no spill (t/kernel-resources.t's rule).
-#if TDM_ATTN_RG == 1
-#define ATT_BOUNDS __launch_bounds__(ATT_WARPS * 32, 3)
-#else
+// Rows a group, a block each (the partials of 4 rows of 256 dims fill 32 KB). One row a block
+// (walking no rows in series) was measured and lost at 8 and 32 rows on the H200 (bench/NOTES.md,
+// the A/B of one row a block), so 4 it is.
+constexpr int RG = 4;
 #define ATT_BOUNDS __launch_bounds__(ATT_WARPS * 32)
-#endif
 constexpr int JB = 8;                // positions a warp loads before it uses them
 
 template <int DPL, bool TREE>

@@ -164,19 +164,10 @@ ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t
 
 constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
 
-// TDM_GDN_U_ALL (0 or 1; default 0): 1 = every warp sums the 8 partial kv sums of its column in
-// warp order and computes u itself (the same operations on the same values as warp 0: the same
-// bits), so no barrier hands u over and the o sums go to a set of their own: two barriers a token
-// instead of three. A build-time knob for A/B runs (scripts/variant-build); not yet run on a GPU.
-#ifndef TDM_GDN_U_ALL
-#define TDM_GDN_U_ALL 0
-#endif
-
-// Tokens a recurrence block prepares at once (recur_prep): one a warp, four when Dk is 256 (three
-// with TDM_GDN_U_ALL's second set of sums), so that a batch's factors and a tree's factor store stay
-// within 48 KB of shared memory.
+// Tokens a recurrence block prepares at once (recur_prep): one a warp, four when Dk is 256, so that
+// a batch's factors and a tree's factor store stay within 48 KB of shared memory.
 template <int DK>
-__host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : TDM_GDN_U_ALL ? 3 : 4; }
+__host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : 4; }
 
 // A recurrence block's shared memory: for each token of a batch (recur_prep) its normed and scaled
 // q, its normed k, v of the block's 32 columns, beta and the decay; the 8 warps' partial sums
@@ -195,9 +186,6 @@ template <int DK>
 struct RecSmem {
     float qn[rec_tb<DK>()][DK], kn[rec_tb<DK>()][DK], vs[rec_tb<DK>()][32], beta[rec_tb<DK>()], decay[rec_tb<DK>()];
     float red[2][REC_WARPS][32], us[32];
-#if TDM_GDN_U_ALL
-    float ored[2][REC_WARPS][32];   // the o sums, by token parity
-#endif
 };
 
 // The state-free part of n <= rec_tb tokens (rows ct = qkv + w C, bt = b + w ldb, at = a + w lda of
@@ -276,13 +264,6 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
     }
     sm.red[par][warp][lane] = p;
     __syncthreads();
-#if TDM_GDN_U_ALL
-    // every warp: the kv sums of its column, then u (this parity's set is rewritten two tokens on,
-    // past a barrier that every thread reaches after this read)
-    const float kv = sum_in_warp_order(sm.red[par], lane);
-    const float u = __fmul_rn(__fsub_rn(sm.vs[w][lane], kv), beta);
-    if (fu_t && warp == 0) fu_t[lane] = u;
-#else
     if (warp == 0) {
         const float kv = sum_in_warp_order(sm.red[par], lane);
         sm.us[lane] = __fmul_rn(__fsub_rn(sm.vs[w][lane], kv), beta);
@@ -290,7 +271,6 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
     }
     __syncthreads();
     const float u = sm.us[lane];   // read before this thread reaches the next token's first barrier
-#endif
     if (!o_t) {  // block-uniform: a pending row's state update alone
 #pragma unroll
         for (int r = 0; r < ROWS; r++) s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
@@ -306,14 +286,9 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
     // o sums after the barrier below, while the next token writes the other set, and the token
     // after that writes this set only past barriers that warp 0 reaches after its read: no
     // closing barrier
-#if TDM_GDN_U_ALL
-    float(&ored)[REC_WARPS][32] = sm.ored[par];   // the other warps may still read this token's kv sums
-#else
-    float(&ored)[REC_WARPS][32] = sm.red[par];
-#endif
-    ored[warp][lane] = p;
+    sm.red[par][warp][lane] = p;
     __syncthreads();
-    if (warp == 0) o_t[(size_t)h * Dv + j] = f2bf(sum_in_warp_order(ored, lane));
+    if (warp == 0) o_t[(size_t)h * Dv + j] = f2bf(sum_in_warp_order(sm.red[par], lane));
 }
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
