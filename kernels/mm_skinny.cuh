@@ -265,6 +265,12 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 
 // ---- the kernel ---------------------------------------------------------------------------------
 
+// TDM_MM_SWAP (1, the default, or 0): the per-lane NVFP4 form at most 8 rows puts the weights in
+// the mma's A operand (see SWAP in the kernel). A build-time knob for A/B runs.
+#ifndef TDM_MM_SWAP
+#define TDM_MM_SWAP 1
+#endif
+
 constexpr int MAX_THREADS = 256;
 // At least two CTAs of MAX_THREADS resident per SM: the compiler keeps a thread at <= 128
 // registers, so that a SM holds >= 16 warps and their loads in flight (v2 ran 164 registers and
@@ -305,6 +311,14 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!DA || TDM_MM_DIRECT(FMT, NT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only (nt 4: 1-8)");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
+    // SWAP (TDM_MM_SWAP; the per-lane NVFP4 form at most 8 rows, tiles in pairs): each mma takes the
+    // decoded weights of two n8-tiles as its A operand (16 weight rows: A registers 0 and 2 are
+    // tile np's B registers of the step, 1 and 3 tile np + 1's) and this lane's activation row g as
+    // B (B registers 0 and 1 are the A registers 0 and 2 of row g: the unit as permuted). One mma a
+    // step for two tiles instead of two, and no zero rows 8-15 to build. Each product and its
+    // kappa are those of the plain form, so the sums are too (t/gpu/matmul.t's twins compare every m
+    // against one-row calls, and 9-32 rows run the plain form).
+    constexpr bool SWAP = TDM_MM_SWAP && DA && LO8 && NT % 2 == 0;
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
@@ -512,6 +526,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
         constexpr int MODE = (int)decltype(staged)::value;   // 1 staged, 0 checked, 2 direct
         constexpr bool STAGED = MODE == 1;
+        (void)STAGED;   // (unused by the SWAP form)
         const int slab = s_begin + i;
         const int64_t kbase = (int64_t)slab * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t;
         uint32_t sa[NT], sb[NT];
@@ -534,41 +549,55 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         }
 #pragma unroll
         for (int u = 0; u < TDM_MM_UNITS; u++) {
-            uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
+            if constexpr (SWAP) {   // the weights as A, this lane's activation row g as B (see SWAP)
+                const uint4 p0 = MODE == 2 ? permute(__ldg(reinterpret_cast<const uint4 *>(
+                                                 a.x + (xo[0] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))))
+                                           : permute(load_unit(g, kbase + 8 * u));
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                if constexpr (STAGED) {
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-                        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                                     : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
-                                     : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
-                } else {   // per lane: the unit of rows 16 mt + g (h 0) and + 8 (h 1), permuted
-                    auto unit = [&](int h) -> uint4 {
-                        if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
-                            return permute(__ldg(reinterpret_cast<const uint4 *>(
-                                a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
-                        else
-                            return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
-                    };
-                    // At most 8 rows (LO8) rows 8-15 of the tile are never summed or stored, and
-                    // here they hold zeros: copies of rows 0-7 cost register moves into every
-                    // quad, and inside the engine the one-row verify 3.33 ms against 3.22 with
-                    // zeros (H200, bench/NOTES.md: the direct form's load depth).
-                    const uint4 p0 = unit(0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(1);
-                    aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
-                    aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
+                for (int np = 0; np < NT; np += 2) {
+                    uint32_t b0[4], b1[4];
+                    bregs<FMT>(ch[np], u, sa[np], sb[np], b0);
+                    bregs<FMT>(ch[np + 1], u, sa[np + 1], sb[np + 1], b1);
+                    mma_bf16(acc[np][0], b0[0], b1[0], b0[1], b1[1], p0.x, p0.y);
+                    mma_bf16(acc[np][0], b0[2], b1[2], b0[3], b1[3], p0.z, p0.w);
                 }
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                uint32_t b[4];
-                bregs<FMT>(ch[nt], u, sa[nt], sb[nt], b);
+            } else {
+                uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    float(&c)[4] = FMT == TDM_MMF_FP8 ? blk[nt][mt] : acc[nt][mt];
-                    mma_bf16(c, aq[mt][0].x, aq[mt][0].y, aq[mt][0].z, aq[mt][0].w, b[0], b[1]);
-                    mma_bf16(c, aq[mt][1].x, aq[mt][1].y, aq[mt][1].z, aq[mt][1].w, b[2], b[3]);
+                    if constexpr (STAGED) {
+#pragma unroll
+                        for (int q = 0; q < 2; q++)
+                            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                         : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
+                                         : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
+                    } else {   // per lane: the unit of rows 16 mt + g (h 0) and + 8 (h 1), permuted
+                        auto unit = [&](int h) -> uint4 {
+                            if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
+                                return permute(__ldg(reinterpret_cast<const uint4 *>(
+                                    a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
+                            else
+                                return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
+                        };
+                        // At most 8 rows (LO8) rows 8-15 of the tile are never summed or stored, and
+                        // here they hold zeros: copies of rows 0-7 cost register moves into every
+                        // quad, and inside the engine the one-row verify 3.33 ms against 3.22 with
+                        // zeros (H200, bench/NOTES.md: the direct form's load depth).
+                        const uint4 p0 = unit(0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(1);
+                        aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
+                        aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    uint32_t b[4];
+                    bregs<FMT>(ch[nt], u, sa[nt], sb[nt], b);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        float(&c)[4] = FMT == TDM_MMF_FP8 ? blk[nt][mt] : acc[nt][mt];
+                        mma_bf16(c, aq[mt][0].x, aq[mt][0].y, aq[mt][0].z, aq[mt][0].w, b[0], b[1]);
+                        mma_bf16(c, aq[mt][1].x, aq[mt][1].y, aq[mt][1].z, aq[mt][1].w, b[2], b[3]);
+                    }
                 }
             }
         }
@@ -640,6 +669,16 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     float *red = reinterpret_cast<float *>(smem);
     {
         float *mine = red + (size_t)wk * ROWS * rstride;
+        if constexpr (SWAP) {   // C rows: the weight rows g of tiles np and np + 1; columns: activation rows 2t, 2t + 1
+#pragma unroll
+            for (int np = 0; np < NT; np += 2) {
+                const int c = wn * 8 * NT + 8 * np + g, r = 2 * t;
+                mine[r * rstride + c] = acc[np][0][0];
+                mine[(r + 1) * rstride + c] = acc[np][0][1];
+                mine[r * rstride + c + 8] = acc[np][0][2];
+                mine[(r + 1) * rstride + c + 8] = acc[np][0][3];
+            }
+        } else
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
