@@ -6,7 +6,9 @@
 //   A warp owns NT n8-tiles (8*NT weight rows) and one chain of K. In a slab of 128 k each lane
 //   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
 //   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
-//   tile and step, 17-32 rows two, over the same decoded B registers.
+//   tile and step, 17-32 rows two, over the same decoded B registers. At most 8 rows the per-lane
+//   NVFP4 form feeds a pair of tiles' decoded registers as one A operand instead, with the
+//   activation row as B (SWAP: one mma a pair and step; the same products and sums).
 // - Activations (fast path: full slabs, aligned data): NVFP4 at 1-16 rows has each lane load the
 //   16-byte units of its own A registers straight from global memory (L1-cached) and permute them
 //   in registers (TDM_MM_DIRECT). Otherwise the CTA stages them CH slabs at a time into
