@@ -272,6 +272,13 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 #ifndef TDM_MM_SWAP
 #define TDM_MM_SWAP 1
 #endif
+// TDM_MM_SWAP16 (0, the default, or 1): the same at 9-16 rows, two mmas a pair of tiles and step
+// (activation rows 0-7 and 8-15 as two B operands). A build-time knob for A/B runs. Measured on
+// the H200 (bench/NOTES.md): the same bits (the twins pass), a 27B token's products 1.4 % faster
+// at 12 and 16 rows; not the default, as nt 2 at pf 1 then spills 4 bytes at its 96-register cap.
+#ifndef TDM_MM_SWAP16
+#define TDM_MM_SWAP16 0
+#endif
 
 constexpr int MAX_THREADS = 256;
 // At least two CTAs of MAX_THREADS resident per SM: the compiler keeps a thread at <= 128
@@ -320,7 +327,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // step for two tiles instead of two, and no zero rows 8-15 to build. Each product and its
     // kappa are those of the plain form, so the sums are too (t/gpu/matmul.t's twins compare every m
     // against one-row calls, and 9-32 rows run the plain form).
-    constexpr bool SWAP = TDM_MM_SWAP && DA && LO8 && NT % 2 == 0;
+    constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 && (LO8 || (TDM_MM_SWAP16 && MTA == 1));
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
@@ -552,9 +559,14 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
         for (int u = 0; u < TDM_MM_UNITS; u++) {
             if constexpr (SWAP) {   // the weights as A, this lane's activation row g as B (see SWAP)
-                const uint4 p0 = MODE == 2 ? permute(__ldg(reinterpret_cast<const uint4 *>(
-                                                 a.x + (xo[0] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))))
-                                           : permute(load_unit(g, kbase + 8 * u));
+                auto unit = [&](int h) -> uint4 {   // activation row 8 h + g
+                    if constexpr (MODE == 2)
+                        return permute(__ldg(reinterpret_cast<const uint4 *>(
+                            a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
+                    else
+                        return permute(load_unit(8 * h + g, kbase + 8 * u));
+                };
+                const uint4 p0 = unit(0), p1 = LO8 ? p0 : unit(1);
 #pragma unroll
                 for (int np = 0; np < NT; np += 2) {
                     uint32_t b0[4], b1[4];
@@ -562,6 +574,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                     bregs<FMT>(ch[np + 1], u, sa[np + 1], sb[np + 1], b1);
                     mma_bf16(acc[np][0], b0[0], b1[0], b0[1], b1[1], p0.x, p0.y);
                     mma_bf16(acc[np][0], b0[2], b1[2], b0[3], b1[3], p0.z, p0.w);
+                    if constexpr (!LO8) {   // activation rows 8-15 into the pair's second accumulators
+                        mma_bf16(acc[np + 1][0], b0[0], b1[0], b0[1], b1[1], p1.x, p1.y);
+                        mma_bf16(acc[np + 1][0], b0[2], b1[2], b0[3], b1[3], p1.z, p1.w);
+                    }
                 }
             } else {
                 uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
@@ -673,13 +689,15 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         float *mine = red + (size_t)wk * ROWS * rstride;
         if constexpr (SWAP) {   // C rows: the weight rows g of tiles np and np + 1; columns: activation rows 2t, 2t + 1
 #pragma unroll
-            for (int np = 0; np < NT; np += 2) {
-                const int c = wn * 8 * NT + 8 * np + g, r = 2 * t;
-                mine[r * rstride + c] = acc[np][0][0];
-                mine[(r + 1) * rstride + c] = acc[np][0][1];
-                mine[r * rstride + c + 8] = acc[np][0][2];
-                mine[(r + 1) * rstride + c + 8] = acc[np][0][3];
-            }
+            for (int np = 0; np < NT; np += 2)
+#pragma unroll
+                for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 8 h + 2t, + 1
+                    const int c = wn * 8 * NT + 8 * np + g, r = 8 * h + 2 * t;
+                    mine[r * rstride + c] = acc[np + h][0][0];
+                    mine[(r + 1) * rstride + c] = acc[np + h][0][1];
+                    mine[r * rstride + c + 8] = acc[np + h][0][2];
+                    mine[(r + 1) * rstride + c + 8] = acc[np + h][0][3];
+                }
         } else
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
