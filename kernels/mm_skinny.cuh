@@ -558,15 +558,16 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         }
 #pragma unroll
         for (int u = 0; u < TDM_MM_UNITS; u++) {
+            // per lane (not staged): unit u of activation row 16 mt + 8 h + g, permuted
+            auto unit = [&](int mt, int h) -> uint4 {
+                if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
+                    return permute(__ldg(reinterpret_cast<const uint4 *>(
+                        a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
+                else
+                    return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
+            };
             if constexpr (SWAP) {   // the weights as A, this lane's activation row g as B (see SWAP)
-                auto unit = [&](int h) -> uint4 {   // activation row 8 h + g
-                    if constexpr (MODE == 2)
-                        return permute(__ldg(reinterpret_cast<const uint4 *>(
-                            a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
-                    else
-                        return permute(load_unit(8 * h + g, kbase + 8 * u));
-                };
-                const uint4 p0 = unit(0), p1 = LO8 ? p0 : unit(1);
+                const uint4 p0 = unit(0, 0), p1 = LO8 ? p0 : unit(0, 1);
 #pragma unroll
                 for (int np = 0; np < NT; np += 2) {
                     uint32_t b0[4], b1[4];
@@ -589,19 +590,12 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                                          : "=r"(aq[mt][q].x), "=r"(aq[mt][q].y), "=r"(aq[mt][q].z), "=r"(aq[mt][q].w)
                                          : "r"(ab + 16 * (((2 * u + q) * MT + mt) * 32)));
-                    } else {   // per lane: the unit of rows 16 mt + g (h 0) and + 8 (h 1), permuted
-                        auto unit = [&](int h) -> uint4 {
-                            if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
-                                return permute(__ldg(reinterpret_cast<const uint4 *>(
-                                    a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
-                            else
-                                return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
-                        };
+                    } else {   // per lane: the units of rows 16 mt + g (h 0) and + 8 (h 1)
                         // At most 8 rows (LO8) rows 8-15 of the tile are never summed or stored, and
                         // here they hold zeros: copies of rows 0-7 cost register moves into every
                         // quad, and inside the engine the one-row verify 3.33 ms against 3.22 with
                         // zeros (H200, bench/NOTES.md: the direct form's load depth).
-                        const uint4 p0 = unit(0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(1);
+                        const uint4 p0 = unit(mt, 0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(mt, 1);
                         aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
                         aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
                     }
