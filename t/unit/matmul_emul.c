@@ -208,9 +208,15 @@ struct emul_case {
     struct tdm_tile_geom tile; /* nt, wn, wk, cs, pf (the chains above) */
 };
 
-/* Runs the kernel's work split for m rows; returns the worst error relative to the row's sum of
- * |x w| and counts outputs written (each must be written exactly once). */
-static double emulate(const struct emul_case *c, const struct weight *W, const float *x, int m, int *written_ok)
+/* Whether the kernel feeds the weights as the mma's A operand (mm_skinny.cuh: SWAP, the per-lane
+ * NVFP4 form at most 8 rows, tiles in pairs): A = two n8-tiles' B registers, B = the activation
+ * row's unit, C transposed. */
+static int swap_form(const struct emul_case *c, int m) { return c->fmt == TDM_W_NVFP4 && c->tile.nt % 2 == 0 && m <= 8; }
+
+/* Runs the kernel's work split for m rows (swap: the A-operand form, where swap_form allows it);
+ * returns the worst error relative to the row's sum of |x w| and counts outputs written (each must
+ * be written exactly once). */
+static double emulate(const struct emul_case *c, const struct weight *W, const float *x, int m, int swap, int *written_ok)
 {
     const int fmt = c->fmt, N = (int)c->n, K = (int)c->k, NT = c->tile.nt, WN = c->tile.wn, WK = c->tile.wk;
     const int CS = c->chains / WK, MT = m <= 16 ? 1 : 2, ROWS = 16 * MT, cols = 8 * NT * WN;
@@ -227,7 +233,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
             for (int wk = 0; wk < WK; wk++)
                 for (int wn = 0; wn < WN; wn++) {
                     const int chain = rank * WK + wk, wcol = bx * cols + wn * 8 * NT;
-                    double acc[4][2][16][8];
+                    double acc[4][2][16][8];   /* swap: acc[np][0] holds the pair np, np + 1 (C transposed) */
                     memset(acc, 0, sizeof acc);
                     for (int i = 0; i < L; i++) {
                         const int slab = chain * L + i;
@@ -245,6 +251,38 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                 tdm_mm_permute_unit(fmt, in, out);
                                 memcpy(&units[4 * tdm_mm_apos(r, cc >> 2, cc & 3)], out, 16);
                             }
+                        if (swap) {   /* one mma a pair of tiles and step: A the two tiles' B registers, B row g's unit */
+                            static uint32_t words[4][32][16], scnv[4][32];
+                            for (int nt = 0; nt < NT; nt++)
+                                for (int lane = 0; lane < 32; lane++) {
+                                    int g = lane >> 2, t = lane & 3;
+                                    int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
+                                    load_chunk(&W->q, c->row0 + brow, slab, t, words[nt][lane], &scnv[nt][lane]);
+                                }
+                            for (int np = 0; np < NT; np += 2)
+                                for (int u = 0; u < 4; u++) {
+                                    uint32_t b0[32][4], b1[32][4];
+                                    for (int lane = 0; lane < 32; lane++) {
+                                        bregs(fmt, words[np][lane], scnv[np][lane], u, b0[lane]);
+                                        bregs(fmt, words[np + 1][lane], scnv[np + 1][lane], u, b1[lane]);
+                                    }
+                                    for (int st = 0; st < 2; st++) {
+                                        uint32_t areg[32][4], breg[32][2];
+                                        for (int lane = 0; lane < 32; lane++) {
+                                            int g = lane >> 2, t = lane & 3;
+                                            const uint32_t *u0 = &units[4 * tdm_mm_apos(g, t, u)];
+                                            areg[lane][0] = b0[lane][2 * st];     /* weight row g of tile np, kappa lo */
+                                            areg[lane][1] = b1[lane][2 * st];     /* of tile np + 1 */
+                                            areg[lane][2] = b0[lane][2 * st + 1]; /* kappa hi */
+                                            areg[lane][3] = b1[lane][2 * st + 1];
+                                            breg[lane][0] = u0[2 * st];           /* activation row g, kappa lo */
+                                            breg[lane][1] = u0[2 * st + 1];       /* kappa hi */
+                                        }
+                                        mma(acc[np][0], areg, breg);
+                                    }
+                                }
+                            continue;
+                        }
                         for (int nt = 0; nt < NT; nt++) {
                             uint32_t words[32][16], scnv[32];
                             for (int lane = 0; lane < 32; lane++) {
@@ -284,7 +322,18 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                         }
                         }
                     }
-                    /* the epilogue's fragment stores: lane (g,t) holds C[g][2t..], C[g+8][2t..] */
+                    /* the epilogue's fragment stores: lane (g,t) holds C[g][2t..], C[g+8][2t..]; swap: the
+                     * weight row g of tiles np and np + 1 for activation rows 2t, 2t + 1 */
+                    if (swap)
+                        for (int np = 0; np < NT; np += 2)
+                            for (int lane = 0; lane < 32; lane++) {
+                                int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * np + g;
+                                for (int e = 0; e < 2; e++) {
+                                    part[((size_t)chain * ROWS + 2 * t + e) * cols + col] = acc[np][0][g][2 * t + e];
+                                    part[((size_t)chain * ROWS + 2 * t + e) * cols + col + 8] = acc[np][0][g + 8][2 * t + e];
+                                }
+                            }
+                    else
                     for (int nt = 0; nt < NT; nt++)
                         for (int mt = 0; mt < MT; mt++)
                             for (int lane = 0; lane < 32; lane++) {
@@ -358,13 +407,14 @@ int main(void)
         make_weight(&W, c->fmt, c->rows, c->k, c->sdt);
         float *x = malloc(sizeof *x * 32 * c->k);
         for (int64_t e = 0; e < 32 * c->k; e++) x[e] = tdm_bf16r(frand() * 2.0f);
-        for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
-            int written;
-            double err = emulate(c, &W, x, ms[j], &written);
-            ok(err < 2e-5 && written, "%s n=%lld k=%lld row0=%lld chains=%d nt=%d wn=%d wk=%d m=%d: relative error %.2e, "
-               "every output written once", tdm_wfmt_name(c->fmt), (long long)c->n, (long long)c->k, (long long)c->row0,
-               c->chains, c->tile.nt, c->tile.wn, c->tile.wk, ms[j], err);
-        }
+        for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++)
+            for (int swap = 0; swap <= swap_form(c, ms[j]); swap++) {
+                int written;
+                double err = emulate(c, &W, x, ms[j], swap, &written);
+                ok(err < 2e-5 && written, "%s n=%lld k=%lld row0=%lld chains=%d nt=%d wn=%d wk=%d m=%d%s: relative error %.2e, "
+                   "every output written once", tdm_wfmt_name(c->fmt), (long long)c->n, (long long)c->k, (long long)c->row0,
+                   c->chains, c->tile.nt, c->tile.wn, c->tile.wk, ms[j], swap ? " (weights as A)" : "", err);
+            }
         free(x);
         free(W.w);
         free(W.scale);
