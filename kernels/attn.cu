@@ -65,11 +65,10 @@ static_assert(SUB == 32, "a sub-chunk is one position a lane");
 // (walking no rows in series) was measured and lost at 8 and 32 rows on the H200 (bench/NOTES.md,
 // the A/B of one row a block), so 4 it is.
 constexpr int RG = 4;
-#define ATT_BOUNDS __launch_bounds__(ATT_WARPS * 32)
 constexpr int JB = 8;                // positions a warp loads before it uses them
 
 template <int DPL, bool TREE>
-__global__ void ATT_BOUNDS
+__global__ void __launch_bounds__(ATT_WARPS * 32)
 attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
                     int Hkv, int pos0, const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {

@@ -169,10 +169,6 @@ constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of 
 template <int DK>
 __host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : 4; }
 
-// A recurrence block's shared memory: for each token of a batch (recur_prep) its normed and scaled
-// q, its normed k, v of the block's 32 columns, beta and the decay; the 8 warps' partial sums
-// (two sets, by token parity: a token's o sum is read while the next token's kv sum is written)
-// and u for its 32 columns.
 // The 8 warps' partial sums of column lane, added in warp order (the recurrence's kv and o sums).
 __device__ __forceinline__ float sum_in_warp_order(const float (&red)[REC_WARPS][32], int lane)
 {
@@ -182,6 +178,10 @@ __device__ __forceinline__ float sum_in_warp_order(const float (&red)[REC_WARPS]
     return v;
 }
 
+// A recurrence block's shared memory: for each token of a batch (recur_prep) its normed and scaled
+// q, its normed k, v of the block's 32 columns, beta and the decay; the 8 warps' partial sums
+// (two sets, by token parity: a token's o sum is read while the next token's kv sum is written)
+// and u for its 32 columns.
 template <int DK>
 struct RecSmem {
     float qn[rec_tb<DK>()][DK], kn[rec_tb<DK>()][DK], vs[rec_tb<DK>()][32], beta[rec_tb<DK>()], decay[rec_tb<DK>()];

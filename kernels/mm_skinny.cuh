@@ -534,8 +534,6 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) + 16 * lane;
     auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
         constexpr int MODE = (int)decltype(staged)::value;   // 1 staged, 0 checked, 2 direct
-        constexpr bool STAGED = MODE == 1;
-        (void)STAGED;   // (unused by the SWAP form)
         const int slab = s_begin + i;
         const int64_t kbase = (int64_t)slab * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t;
         uint32_t sa[NT], sb[NT];
@@ -584,7 +582,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                 uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if constexpr (STAGED) {
+                    if constexpr (MODE == 1) {   // staged
 #pragma unroll
                         for (int q = 0; q < 2; q++)
                             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
