@@ -100,14 +100,13 @@ static void add_projection(void *ctx, const char *what, const struct tdm_qweight
 #define MAX_TIMED_ROWS 5
 static int timed_rows(enum tdm_mmk kk, int rows[MAX_TIMED_ROWS])
 {
-    static const int narrow[] = {1, 2, 4, 8, 16}, wide[] = {17, 24, 32}, all[] = {1, 2, 8, 16, 32};
-    _Static_assert(sizeof narrow / sizeof *narrow <= MAX_TIMED_ROWS && sizeof wide / sizeof *wide <= MAX_TIMED_ROWS &&
-                       sizeof all / sizeof *all <= MAX_TIMED_ROWS, "MAX_TIMED_ROWS holds every table's row counts");
+    static const int narrow[] = {1, 2, 4, 8, 16}, wide[] = {17, 24, 32, 0, 0}, all[] = {1, 2, 8, 16, 32};
+    _Static_assert(sizeof narrow == sizeof wide && sizeof wide == sizeof all &&
+                       sizeof all / sizeof *all == MAX_TIMED_ROWS, "each table's row counts, 0-padded to MAX_TIMED_ROWS");
     const int *r = kk == TDM_MMK_NVFP4 ? narrow : kk == TDM_MMK_NVFP4_WIDE ? wide : all;
-    const size_t n = kk == TDM_MMK_NVFP4 ? sizeof narrow / sizeof *narrow
-                     : kk == TDM_MMK_NVFP4_WIDE ? sizeof wide / sizeof *wide : sizeof all / sizeof *all;
-    memcpy(rows, r, sizeof *rows * n);
-    return (int)n;
+    int n = 0;
+    while (n < MAX_TIMED_ROWS && r[n] > 0) rows[n] = r[n], n++;
+    return n;
 }
 
 /* Every valid setting of kk for (n, k) with c chains (tdm_tile_check_plan: c need not be the
