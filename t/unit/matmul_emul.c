@@ -251,14 +251,15 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                 tdm_mm_permute_unit(fmt, in, out);
                                 memcpy(&units[4 * tdm_mm_apos(r, cc >> 2, cc & 3)], out, 16);
                             }
+                        /* each tile's lane chunks of the slab: lane (g, t) loads chunk t of weight row g */
+                        static uint32_t words[4][32][16], scnv[4][32];
+                        for (int nt = 0; nt < NT; nt++)
+                            for (int lane = 0; lane < 32; lane++) {
+                                int g = lane >> 2, t = lane & 3;
+                                int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
+                                load_chunk(&W->q, c->row0 + brow, slab, t, words[nt][lane], &scnv[nt][lane]);
+                            }
                         if (swap) {   /* one mma a pair of tiles and step: A the two tiles' B registers, B row g's unit */
-                            static uint32_t words[4][32][16], scnv[4][32];
-                            for (int nt = 0; nt < NT; nt++)
-                                for (int lane = 0; lane < 32; lane++) {
-                                    int g = lane >> 2, t = lane & 3;
-                                    int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
-                                    load_chunk(&W->q, c->row0 + brow, slab, t, words[nt][lane], &scnv[nt][lane]);
-                                }
                             for (int np = 0; np < NT; np += 2)
                                 for (int u = 0; u < 4; u++) {
                                     uint32_t b0[32][4], b1[32][4];
@@ -284,17 +285,11 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                             continue;
                         }
                         for (int nt = 0; nt < NT; nt++) {
-                            uint32_t words[32][16], scnv[32];
-                            for (int lane = 0; lane < 32; lane++) {
-                                int g = lane >> 2, t = lane & 3;
-                                int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
-                                load_chunk(&W->q, c->row0 + brow, slab, t, words[lane], &scnv[lane]);
-                            }
                             double blk[2][16][8];
                             memset(blk, 0, sizeof blk);
                             for (int u = 0; u < 4; u++) {
                                 uint32_t b[32][4];
-                                for (int lane = 0; lane < 32; lane++) bregs(fmt, words[lane], scnv[lane], u, b[lane]);
+                                for (int lane = 0; lane < 32; lane++) bregs(fmt, words[nt][lane], scnv[nt][lane], u, b[lane]);
                                 for (int mt = 0; mt < MT; mt++)
                                     for (int st = 0; st < 2; st++) {
                                         uint32_t areg[32][4], breg[32][2];
