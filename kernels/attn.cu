@@ -192,7 +192,8 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 // scaled by exp(m_c - max_c m_c); then / l, ->bf16, * bf16(sigmoid(gate)) ->bf16 (tdm_ref_attn_head).
 // With parent (a tree), row r's position is p0 + its depth.
 __global__ void attn_combine_kernel(const float *part_o, const float *part_ml, const uint16_t *qg, int64_t ldqg, int Hq,
-                                    int D, const int32_t *parent, int pos0, const int32_t *d_pos0, int NC, uint16_t *out)
+                                    int D, const int32_t *parent, int pos0, const int32_t *d_pos0, int NC, uint16_t *out,
+                                    uint16_t *outb)
 {
     tdm_pdl::release();   // o_proj may start its weight loads (pdl.cuh)
     const int h = blockIdx.x, r = blockIdx.y;
@@ -208,7 +209,9 @@ __global__ void attn_combine_kernel(const float *part_o, const float *part_ml, c
             acc = __fadd_rn(acc, __fmul_rn(f, part_o[(base + c) * D + d]));
         }
         const float g = bf2f(qg[(size_t)r * ldqg + (size_t)h * 2 * D + D + d]);
-        out[((size_t)r * Hq + h) * D + d] = attn_gated(__fdiv_rn(acc, l), g);
+        const uint16_t v = attn_gated(__fdiv_rn(acc, l), g);
+        out[((size_t)r * Hq + h) * D + d] = v;
+        xb_put(outb, r, (int64_t)h * D + d, (int64_t)Hq * D, v);
     }
 }
 
@@ -239,8 +242,9 @@ static void attn_partial_go(dim3 grid, cudaStream_t st, int D, const uint16_t *q
 // parent NULL: a chain (row r at pos0 + r); else a tree (layers.h, Trees).
 static int attn_launch(const char *who, const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
                        const uint16_t *vcache, const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0,
-                       const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, void *stream)
+                       const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, uint16_t *outb, void *stream)
 {
+    if (xb_refused(who, outb, M)) return -1;
     if (M < 0 || Hkv <= 0 || Hq <= 0 || Hq % Hkv || (D != 64 && D != 128 && D != 256) || ldqg < (int64_t)Hq * 2 * D ||
         (parent && M > TDM_TREE_MAX))
         return tdm_errf("%s: bad shape M %d, Hq %d, Hkv %d, D %d (64, 128 or 256), ldqg %lld%s", who, M, Hq, Hkv, D,
@@ -258,26 +262,27 @@ static int attn_launch(const char *who, const uint16_t *q, const uint16_t *qg, i
     if (parent) attn_partial_go<true>(grid, st, D, q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     else attn_partial_go<false>(grid, st, D, q, kcache, vcache, NULL, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     TDM_LAUNCH_CHECK();
-    attn_combine_kernel<<<dim3(Hq, M), D, 0, st>>>(part_o, part_ml, qg, ldqg, Hq, D, parent, pos0, d_pos0, NC, out);
+    attn_combine_kernel<<<dim3(Hq, M), D, 0, st>>>(part_o, part_ml, qg, ldqg, Hq, D, parent, pos0, d_pos0, NC, out, outb);
     TDM_LAUNCH_CHECK();
     return 0;
 }
 
 extern "C" int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
                                const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0,
-                               int ctx, float *scratch, uint16_t *out, void *stream)
+                               int ctx, float *scratch, uint16_t *out, uint16_t *outb, void *stream)
 {
     return attn_launch("tdm_attn_decode", q, qg, ldqg, kcache, vcache, NULL, M, Hq, Hkv, D, pos0, d_pos0, ctx, scratch,
-                       out, stream);
+                       out, outb, stream);
 }
 
 extern "C" int tdm_attn_tree(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
                              const uint16_t *vcache, const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0,
-                             const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, void *stream)
+                             const int32_t *d_pos0, int ctx, float *scratch, uint16_t *out, uint16_t *outb,
+                             void *stream)
 {
     if (!parent) return tdm_errf("tdm_attn_tree: parent is NULL");
     return attn_launch("tdm_attn_tree", q, qg, ldqg, kcache, vcache, parent, M, Hq, Hkv, D, pos0, d_pos0, ctx, scratch,
-                       out, stream);
+                       out, outb, stream);
 }
 
 extern "C" int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0)

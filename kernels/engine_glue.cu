@@ -32,11 +32,13 @@ embed_rows_kernel(const void *table, int table_f32, int64_t V, int H, const int3
 
 // One thread an element: ref.c's bf(bf(siluf(g)) * u).
 __global__ void __launch_bounds__(GLUE_THREADS)
-silu_mul_kernel(const uint16_t *g, const uint16_t *u, int64_t n, uint16_t *out)
+silu_mul_kernel(const uint16_t *g, const uint16_t *u, int64_t n, int64_t I, uint16_t *out, uint16_t *outb)
 {
     const int64_t i = (int64_t)blockIdx.x * GLUE_THREADS + threadIdx.x;
     if (i >= n) return;
-    out[i] = swiglu_ref(bf2f(g[i]), bf2f(u[i]));   // BF16 inputs: its roundings of them change nothing
+    const uint16_t v = swiglu_ref(bf2f(g[i]), bf2f(u[i]));   // BF16 inputs: its roundings of them change nothing
+    out[i] = v;
+    xb_put(outb, (int)(i / I), i % I, I, v);
 }
 
 // Thread c: column c of rows t = 0..n-1 in order, each from row path[t] >= t (not yet written).
@@ -65,15 +67,17 @@ extern "C" int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H
     return 0;
 }
 
-extern "C" int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, void *stream)
+extern "C" int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, uint16_t *outb,
+                            void *stream)
 {
     if (M < 0 || I <= 0 || !g || !u || !out)
         return tdm_errf("tdm_silu_mul: bad arguments (M %d, I %lld)", M, (long long)I);
+    if (xb_refused("tdm_silu_mul", outb, M)) return -1;
     const int64_t n = (int64_t)M * I;
     if (n == 0) return 0;
     const int64_t blocks = (n + GLUE_THREADS - 1) / GLUE_THREADS;
     if (blocks > 0x7fffffff) return tdm_errf("tdm_silu_mul: %lld values are too many", (long long)n);
-    silu_mul_kernel<<<(unsigned)blocks, GLUE_THREADS, 0, (cudaStream_t)stream>>>(g, u, n, out);
+    silu_mul_kernel<<<(unsigned)blocks, GLUE_THREADS, 0, (cudaStream_t)stream>>>(g, u, n, I, out, outb);
     TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -23,8 +23,9 @@ int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H, const int
                    void *stream);
 
 /* out[r][i] = bf16(bf16(silu(g[r][i])) * u[r][i]) (ref: mlp_forward), for M rows of I values; g, u
- * and out [M][I] contiguous; out may be g or u. silu(x) = x / (1 + expf(-x)) as ref.c's siluf. */
-int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, void *stream);
+ * and out [M][I] contiguous; out may be g or u. silu(x) = x / (1 + expf(-x)) as ref.c's siluf.
+ * outb: out's blocked copy (layers.h: tdm_add_rmsnorm). */
+int tdm_silu_mul(const uint16_t *g, const uint16_t *u, int64_t I, int M, uint16_t *out, uint16_t *outb, void *stream);
 
 /* A tree commit's gather (ref: tdm_ref_commit's copy of the accepted path's K/V rows; the GDN rows
  * of the path fed in order): rows [][W] BF16 with row stride ld (elements) from row base (the

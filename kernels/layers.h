@@ -43,16 +43,18 @@ extern "C" {
  * h = bf16(h + y), then tdm_ref_rmsnorm). h [M][H]: when y is not NULL, h = bf16(h + y) in place
  * (y [M][H], row stride ldy); then out [M][H] = bf16(h * rsqrt(mean(h^2) + eps) * (1 + w)).
  * One block a row; the sum of squares is a fixed tree over 256 threads (not the CPU's order).
- * H <= 11264. out must not overlap h or y. */
+ * H <= 11264. out must not overlap h or y.
+ * outb (here and in the other kernels that write a product's input): NULL, or where out's blocked
+ * copy goes as well, for M <= TDM_MM_XB_ROWS rows (matmul.h: tdm_matmul_xb; mm_layout.h: xb). */
 int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
-                    uint16_t *out, void *stream);
+                    uint16_t *out, uint16_t *outb, void *stream);
 int64_t tdm_add_rmsnorm_bytes(int H, int M, int add);
 
 /* The GDN gated RMSNorm (ref: tdm_ref_gated_norm) per value head: o [M][Hv][Dv] (the recurrence's
  * BF16 output), z [M][Hv*Dv] (row stride ldz), w [Dv]; y [M][Hv*Dv] = bf16(bf16(bf16(norm(o)) * w)
  * * silu(z)). The sum of squares in the reference's order (tdm_dot). Dv <= 1024. */
 int tdm_gdn_gated_norm(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv, int Dv,
-                       float eps, uint16_t *y, void *stream);
+                       float eps, uint16_t *y, uint16_t *yb, void *stream);
 int64_t tdm_gdn_gated_norm_bytes(int M, int Hv, int Dv);
 
 /* Attention's q and k head norms (zero-centred RMSNorm, the sum in the reference's order) and
@@ -238,10 +240,11 @@ size_t tdm_attn_scratch_bytes(int M, int Hq, int D, int ctx);
  * sum of exp(s - max) and the BF16-rounded probabilities times V, added over the sub-chunks in
  * ascending order into the chunk's; a second kernel adds the chunks in ascending order. The
  * probabilities are rounded relative to the sub-chunk's max (the reference: the row's max), so
- * the check has a bound. D in {64, 128, 256}, Hq a multiple of Hkv. */
+ * the check has a bound. D in {64, 128, 256}, Hq a multiple of Hkv. outb: out's blocked copy (see
+ * tdm_add_rmsnorm). */
 int tdm_attn_decode(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache,
                     const uint16_t *vcache, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
-                    float *scratch, uint16_t *out, void *stream);
+                    float *scratch, uint16_t *out, uint16_t *outb, void *stream);
 int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0);
 /* The same for the nodes of a tree (see Trees above; ref: attn_verify): node r sees cache rows
  * 0..pos0-1 and the rows pos0 + a of its ancestors a and itself (the ancestor mask), in path order:
@@ -250,7 +253,7 @@ int64_t tdm_attn_decode_bytes(int M, int Hq, int Hkv, int D, int pos0);
  * fed as a chain. The nodes' K/V rows must already be in the cache (tdm_qk_norm_rope_tree). */
 int tdm_attn_tree(const uint16_t *q, const uint16_t *qg, int64_t ldqg, const uint16_t *kcache, const uint16_t *vcache,
                   const int32_t *parent, int M, int Hq, int Hkv, int D, int pos0, const int32_t *d_pos0, int ctx,
-                  float *scratch, uint16_t *out, void *stream);
+                  float *scratch, uint16_t *out, uint16_t *outb, void *stream);
 
 /* ---- prefill attention (kernels/attn_prefill.cu) -------------------------------------------- */
 

@@ -8,6 +8,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include "layers.h"
+#include "err.h"
+#include "mm_layout.h"
 
 namespace tdm_ly {
 
@@ -105,6 +107,34 @@ __device__ __forceinline__ void warp_argmax(float &v, int &i)
         const int oi = __shfl_xor_sync(FULL, i, s);
         if (beats(ov, oi, v, i)) { v = ov; i = oi; }
     }
+}
+
+// Element (row, k) of a product's K inputs into their blocked copy xb as well (mm_layout.h: xb),
+// where the caller asked for one (xb not NULL) and k lies in a full slab of K.
+__device__ __forceinline__ void xb_put(uint16_t *xb, int row, int64_t k, int64_t K, uint16_t v)
+{
+    if (xb && k < K / TDM_MM_SLAB_K * TDM_MM_SLAB_K) xb[tdm_mm_xb_index(row, k)] = v;
+}
+// Eight consecutive elements (row, k0 .. k0 + 7; k0 a multiple of 8), as four words low half first,
+// into the blocked copy xb as one permuted 16-byte unit, where xb is not NULL and k0 lies in a full
+// slab of K (32-bit offsets: a copy holds at most 16 x 2^27 elements).
+__device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, uint32_t K, const uint32_t (&w)[4])
+{
+    if (!xb || k0 >= K / TDM_MM_SLAB_K * TDM_MM_SLAB_K) return;
+    uint32_t p[4];
+    tdm_mm_permute_unit(TDM_MMF_NVFP4, w, p);
+    const uint32_t at = (((k0 / TDM_MM_SLAB_K) * TDM_MM_UNITS + (k0 / 8) % TDM_MM_UNITS) * TDM_MM_XB_ROWS + row) * 32 +
+                        8 * ((k0 / TDM_MM_CHUNK_K) % 4);
+    *reinterpret_cast<uint4 *>(xb + at) = make_uint4(p[0], p[1], p[2], p[3]);
+}
+// The host's check of a producer's blocked copy: NULL, or M <= TDM_MM_XB_ROWS rows at a 16-byte
+// aligned address (0), else -1 with tdm_err().
+inline int xb_refused(const char *who, const void *xb, int M)
+{
+    if (xb && (M > TDM_MM_XB_ROWS || (uintptr_t)xb % 16))
+        return tdm_errf("%s: a blocked copy of the output serves 1..%d rows from a 16-byte aligned address (%d rows)",
+                        who, TDM_MM_XB_ROWS, M);
+    return 0;
 }
 
 }  // namespace tdm_ly

@@ -122,8 +122,8 @@ static float out_scale_of(const struct tdm_dweight *w)
 }
 
 // Fills the kernel arguments shared by the skinny and wide kernels; checks the call.
-static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
-                     enum tdm_mm_out out, tdm_mm::SkinnyArgs *a, const char *who)
+static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
+                     int64_t ldy, enum tdm_mm_out out, tdm_mm::SkinnyArgs *a, const char *who)
 {
     if (check_format(w->fmt, w->scale_dt, w->n, w->k, who) != 0) return -1;
     if (!w->w || (w->fmt != TDM_W_BF16 && !w->scale)) return tdm_errf("%s: weight not on the device", who);
@@ -135,6 +135,9 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
         return tdm_errf("%s: %" PRId64 " rows of stride %" PRId64 ": past 2^32 elements", who, m, ldx);
     if (ldy < w->n) return tdm_errf("%s: ldy %" PRId64 " < n %" PRId64, who, ldy, w->n);
     if (out != TDM_MM_BF16 && out != TDM_MM_F32) return tdm_errf("%s: unknown output type", who);
+    if (xb && (m > TDM_MM_XB_ROWS || (uintptr_t)xb % 16))
+        return tdm_errf("%s: a blocked activation copy serves 1..%d rows from a 16-byte aligned address (%" PRId64 " rows)",
+                        who, TDM_MM_XB_ROWS, m);
     memset(a, 0, sizeof *a);
     a->w = (const uint8_t *)w->w;
     a->scale = (const uint8_t *)w->scale;
@@ -145,6 +148,7 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     a->row0 = w->row0;
     a->x = x;
     a->ldx = ldx;
+    a->xb = xb;
     a->m = (int)m;
     a->y = y;
     a->ldy = ldy;
@@ -223,11 +227,11 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     return 0;
 }
 
-static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
-                  enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
+static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
+                  int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
 {
     tdm_mm::SkinnyArgs a;
-    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul") != 0) return -1;
+    if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, "matmul") != 0) return -1;
     const int kk = tdm_mmk_for(w->fmt, m);
     if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
     if ((rule_chains ? tdm_tile_check : tdm_tile_check_plan)((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
@@ -240,20 +244,26 @@ static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, i
 extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                                  int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
 {
-    return skinny(w, x, ldx, m, y, ldy, out, tile, stream, true);
+    return skinny(w, x, ldx, NULL, m, y, ldy, out, tile, stream, true);
+}
+extern "C" int tdm_matmul_skinny_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb,
+                                    int64_t m, void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
+                                    void *stream)
+{
+    return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, true);
 }
 
 extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                                       int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
 {
-    return skinny(w, x, ldx, m, y, ldy, out, tile, stream, false);
+    return skinny(w, x, ldx, NULL, m, y, ldy, out, tile, stream, false);
 }
 
 extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                                int64_t ldy, enum tdm_mm_out out, void *stream)
 {
     tdm_mm::SkinnyArgs a;
-    if (make_args(w, x, ldx, m, y, ldy, out, &a, "matmul (wide)") != 0) return -1;
+    if (make_args(w, x, ldx, NULL, m, y, ldy, out, &a, "matmul (wide)") != 0) return -1;
     cudaError_t e = tdm_mm_wide_launch(a, w->fmt, rows_aligned(w), (cudaStream_t)stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -289,8 +299,8 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
 }
 
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
-                                 int64_t ldx, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
-                                 void *stream)
+                                 int64_t ldx, const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
+                                 const struct tdm_tiles *tiles, void *stream)
 {
     enum tdm_mmk kk;
     struct tdm_tile t;
@@ -299,7 +309,11 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
                         "(tdm_matmul_swiglu_ok)", gate ? tdm_wfmt_name(gate->fmt) : "?", gate ? gate->n : 0,
                         gate ? gate->k : 0, m);
     tdm_mm::SkinnyArgs a;
-    if (make_args(gate, x, ldx, m, y, ldy, TDM_MM_BF16, &a, "matmul (SwiGLU)") != 0) return -1;
+    if (make_args(gate, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, "matmul (SwiGLU)") != 0) return -1;
+    if (yb && (m > TDM_MM_XB_ROWS || (uintptr_t)yb % 16))
+        return tdm_errf("matmul (SwiGLU): a blocked output copy serves 1..%d rows from a 16-byte aligned address (%" PRId64
+                        " rows)", TDM_MM_XB_ROWS, m);
+    a.yb = yb;
     if (tdm_tile_check(kk, gate->n, gate->k, &t) != 0)
         return tdm_err_prefix("matmul (SwiGLU): %s %" PRId64 ",%" PRId64, tdm_mmk_name(kk), gate->n, gate->k);
     a.w_up = (const uint8_t *)up->w;
@@ -312,12 +326,45 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
 extern "C" int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,
                           enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream)
 {
-    if (m > TDM_MM_MAX_ROWS) return tdm_matmul_wide(w, x, ldx, m, y, ldy, out, stream);
+    return tdm_matmul_xb(w, x, ldx, NULL, m, y, ldy, out, tiles, stream);
+}
+extern "C" int tdm_matmul_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
+                             void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream)
+{
+    if (m > TDM_MM_MAX_ROWS) {
+        if (xb) return tdm_errf("matmul: a blocked activation copy serves 1..%d rows, not %" PRId64, TDM_MM_XB_ROWS, m);
+        return tdm_matmul_wide(w, x, ldx, m, y, ldy, out, stream);
+    }
     const int kk = tdm_mmk_for(w->fmt, m);
     if (kk < 0) {
         if (m < 1) return tdm_errf("matmul: %" PRId64 " rows", m);
         return tdm_errf("matmul: weight format %s has no GPU kernel", tdm_wfmt_name(w->fmt));
     }
     struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
-    return tdm_matmul_skinny(w, x, ldx, m, y, ldy, out, &t, stream);
+    return tdm_matmul_skinny_xb(w, x, ldx, xb, m, y, ldy, out, &t, stream);
+}
+
+// x's blocked copy (mm_layout.h: xb): one thread a 16-byte unit of the full slabs, permuted.
+__global__ void pack_xb_kernel(const uint16_t *x, int64_t ldx, int m, int64_t kf, uint16_t *xb)
+{
+    const int64_t units = m * (kf / 8);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < units; e += (int64_t)gridDim.x * blockDim.x) {
+        const int r = (int)(e / (kf / 8));
+        const int64_t k = 8 * (e % (kf / 8));
+        uint32_t in[4], out[4];
+        for (int i = 0; i < 4; i++) in[i] = (uint32_t)x[r * ldx + k + 2 * i] | (uint32_t)x[r * ldx + k + 2 * i + 1] << 16;
+        tdm_mm_permute_unit(TDM_MMF_NVFP4, in, out);
+        *reinterpret_cast<uint4 *>(xb + tdm_mm_xb_index(r, k)) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+extern "C" int tdm_mm_pack_xb(const uint16_t *x, int64_t ldx, int64_t m, int64_t k, uint16_t *xb, void *stream)
+{
+    if (!x || !xb || m < 1 || m > TDM_MM_XB_ROWS || k < 1 || ldx < k || (uintptr_t)xb % 16)
+        return tdm_errf("tdm_mm_pack_xb: bad arguments (%" PRId64 " rows, k %" PRId64 ", ldx %" PRId64 ")", m, k, ldx);
+    const int64_t kf = k / TDM_MM_SLAB_K * TDM_MM_SLAB_K;
+    if (kf == 0) return 0;
+    const int64_t units = m * (kf / 8);
+    pack_xb_kernel<<<(unsigned)((units + 255) / 256), 256, 0, (cudaStream_t)stream>>>(x, ldx, (int)m, kf, xb);
+    TDM_LAUNCH_CHECK();
+    return 0;
 }

@@ -53,11 +53,25 @@ enum tdm_mm_out { TDM_MM_BF16 = 0, TDM_MM_F32 = 1 };
 int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
                int64_t ldy, enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream);
 
+/* tdm_matmul with x's blocked copy xb beside it (NULL: none): the copy that the kernel which wrote x
+ * wrote as well, in mm_layout.h's xb layout (tdm_mm_xb_elems(k) elements, 16-byte aligned), for
+ * m <= TDM_MM_XB_ROWS. The NVFP4 products that load their activations per lane (tdm_mm_direct_rows)
+ * read their full slabs from it: the same values, so the same bits, with 4x fewer L1 lines a load
+ * and no permute. The other forms read x. */
+int tdm_matmul_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
+                  int64_t ldy, enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream);
+/* Writes x's blocked copy (m <= TDM_MM_XB_ROWS rows of k; the full slabs of K) into xb: for callers
+ * whose x comes from no kernel that writes the copy (tests, benchmarks). */
+int tdm_mm_pack_xb(const uint16_t *x, int64_t ldx, int64_t m, int64_t k, uint16_t *xb, void *stream);
+
 /* The skinny kernel (m in 1..32) with an explicit setting (which must pass tdm_tile_check for the
  * kernel that serves m rows): the sweep's and the tests' entry point. */
 int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m,
                       void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
                       void *stream);
+/* The same with x's blocked copy (tdm_matmul_xb). */
+int tdm_matmul_skinny_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
+                         void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream);
 
 /* tdm_matmul_skinny with a setting whose kchains may differ from the shape's (tdm_tile_check_plan):
  * another sum order, row-invariant in itself. For tandem-sweep --plan, which times chain counts to
@@ -72,11 +86,13 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
  * in one launch instead of three. tdm_matmul_swiglu_ok says whether a call can run so (1): gate
  * and up of one shape and format, 1..32 rows, the shape's setting with nt 2, weight and activation
  * rows aligned; else tdm_matmul_swiglu refuses (-1 with tdm_err()) and the caller runs the two
- * products and tdm_silu_mul. */
+ * products and tdm_silu_mul. xb: x's blocked copy or NULL (tdm_matmul_xb); yb: NULL, or where y's
+ * blocked copy goes as well (m <= TDM_MM_XB_ROWS), for the product that reads y. */
 int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                          int64_t m, const struct tdm_tiles *tiles);
 int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
-                      int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles, void *stream);
+                      const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
+                      const struct tdm_tiles *tiles, void *stream);
 
 /* The wide GEMM for any m >= 1 (tdm_matmul sends m > 32 here). */
 int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,

@@ -136,6 +136,41 @@ TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
 #endif
 }
 
+/* The slot (0..7) of a unit that holds the activation at k offset e (0..7) from the unit's first
+ * k: the inverse of tdm_mm_unit_k. NVFP4 in closed form (the kernels that write blocked copies
+ * compute it per element): unit_k(q) = 2 (q >> 2) + ((q >> 1) & 1) + 4 (q & 1), so q's bits are
+ * e's bits 1, 0, 2. */
+TDM_HD int tdm_mm_unit_slot(int fmt, int e)
+{
+    if (fmt == TDM_MMF_NVFP4) return 4 * ((e >> 1) & 1) + 2 * (e & 1) + (e >> 2);
+    for (int q = 0; q < 8; q++)
+        if (tdm_mm_unit_k(fmt, q) == e) return q;
+    return -1;
+}
+
+/* ---- the blocked activation copy (xb) ------------------------------------------------------------
+ * The per-lane NVFP4 form (mm_skinny.cuh: DA, 1-16 rows) reads, for each unit u of a slab, row g's
+ * 16 bytes at lane chunk t: from a row-major x, 8 rows x 4 chunks 64 bytes apart touch 16 lines of
+ * 128 bytes a load and use half of each 32-byte sector, and each unit is permuted in registers (4
+ * PRMT). The xb copy holds the same values with every unit already permuted (tdm_mm_permute_unit)
+ * and the units a warp loads together side by side: unit u of lane chunk t of row r of slab S at
+ * 16-byte position ((4 S + u) * TDM_MM_XB_ROWS + r) * 4 + t. A load of 8 rows is then 512
+ * contiguous bytes and needs no permute. The kernels that write a product's input (the norms, the
+ * attention output, SwiGLU) write this copy beside x when asked; it covers the full slabs of K
+ * (k < 128 * (K / 128)); the last, partial slab is read from x. Room for TDM_MM_XB_ROWS rows
+ * whatever the row count, so that the strides are constants. Measured on the H200 as a probe
+ * (bench/NOTES.md, the blocked activation copy): a 27B token's NVFP4 products 7.95 -> 6.80 ms at 8
+ * rows, 12.1 -> 9.7 at 16. */
+#define TDM_MM_XB_ROWS 16
+/* Elements of an xb copy for K inputs. */
+TDM_HD int64_t tdm_mm_xb_elems(int64_t k) { return (int64_t)TDM_MM_XB_ROWS * (k / TDM_MM_SLAB_K) * TDM_MM_SLAB_K; }
+/* The element of an xb copy that holds row `row` (< TDM_MM_XB_ROWS), k (< 128 * (K / 128)). */
+TDM_HD int64_t tdm_mm_xb_index(int row, int64_t k)
+{
+    const int64_t unit = ((k / TDM_MM_SLAB_K) * TDM_MM_UNITS + (k / 8) % TDM_MM_UNITS) * TDM_MM_XB_ROWS + row;
+    return (unit * 4 + (k / TDM_MM_CHUNK_K) % 4) * 8 + tdm_mm_unit_slot(TDM_MMF_NVFP4, (int)(k % 8));
+}
+
 /* Position (in 16-byte units) of activation row `row`, lane chunk t, unit u in one staged slab.
  * Units of one row are ordered (u, t) so that the 8 lanes of a quarter-warp (t = 0..3, two rows)
  * read 8 distinct 16-byte bank groups (row stride 20 units = 4 mod 8). */

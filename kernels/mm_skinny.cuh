@@ -6,13 +6,15 @@
 //   A warp owns NT n8-tiles (8*NT weight rows) and one chain of K. In a slab of 128 k each lane
 //   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
 //   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
-//   tile and step, 17-32 rows two, over the same decoded B registers. At most 8 rows the per-lane
-//   NVFP4 form feeds a pair of tiles' decoded registers as one A operand instead, with the
-//   activation row as B (SWAP: one mma a pair and step; the same products and sums).
+//   tile and step, 17-32 rows two, over the same decoded B registers. At most 8 rows (and at 9-16
+//   from the blocked copy) the per-lane NVFP4 form feeds a pair of tiles' decoded registers as one
+//   A operand instead, with the activation row as B (SWAP: one mma a pair and step; the same
+//   products and sums).
 // - Activations (fast path: full slabs, aligned data): NVFP4 at 1-16 rows has each lane load the
 //   16-byte units of its own A registers straight from global memory (L1-cached) and permute them
-//   in registers (TDM_MM_DIRECT). Otherwise the CTA stages them CH slabs at a time into
-//   shared memory with cp.async (double-buffered), then permutes each chunk once into the mma A
+//   in registers (TDM_MM_DIRECT), or, where the kernel that wrote x also wrote its blocked copy
+//   (mm_layout.h: xb), loads them from there side by side and already permuted (XB). Otherwise
+//   the CTA stages them CH slabs at a time into shared memory with cp.async (double-buffered), then permutes each chunk once into the mma A
 //   quads of every (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma. The
 //   weights stream PF slabs ahead in a register ring. The partial last slab and unaligned data take
 //   the checked path (per-lane global loads with checks): the same operands, so the same bits. (v1
@@ -49,6 +51,7 @@ struct SkinnyArgs {
     int64_t row0;            // first stored row of the view
     const uint16_t *x;       // BF16 activations [m][ldx]
     int64_t ldx;
+    const uint16_t *xb;      // NULL, or x's blocked copy (mm_layout.h: xb; m <= 16), read by the XB form
     int m;                   // rows, 1..32
     void *y;                 // BF16 or F32 output [m][ldy]
     int64_t ldy;
@@ -64,6 +67,7 @@ struct SkinnyArgs {
     const uint8_t *w_up, *scale_up;
     int64_t row0_up;
     float out_scale_up;
+    uint16_t *yb;            // SwiGLU: NULL, or where y's blocked copy goes as well (m <= 16)
 };
 
 // ---- small device pieces ------------------------------------------------------------------------
@@ -272,12 +276,14 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 #ifndef TDM_MM_SWAP
 #define TDM_MM_SWAP 1
 #endif
-// TDM_MM_SWAP16 (0, the default, or 1): the same at 9-16 rows, two mmas a pair of tiles and step
-// (activation rows 0-7 and 8-15 as two B operands). A build-time knob for A/B runs. Measured on
-// the H200 (bench/NOTES.md): the same bits (the twins pass), a 27B token's products 1.4 % faster
-// at 12 and 16 rows; not the default, as nt 2 at pf 1 then spills 4 bytes at its 96-register cap.
+// TDM_MM_SWAP16: the same at 9-16 rows, two mmas a pair of tiles and step (activation rows 0-7
+// and 8-15 as two B operands): 0 never, 1 always, 2 (the default) where the activations come from
+// the blocked copy (XB). A build-time knob for A/B runs. Measured on the H200 (bench/NOTES.md): the
+// same bits (the twins pass); from x, a 27B token's products 1.4 % faster at 12 and 16 rows, and nt
+// 2 at pf 1 spilled 4 bytes at its 96-register cap; from the blocked copy (as a probe), 9.66 ->
+// 8.47 ms at 16 rows.
 #ifndef TDM_MM_SWAP16
-#define TDM_MM_SWAP16 0
+#define TDM_MM_SWAP16 2
 #endif
 
 constexpr int MAX_THREADS = 256;
@@ -313,9 +319,11 @@ constexpr int skinny_regs()
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
 // DA: the activations loaded per lane (TDM_MM_DIRECT, TANDEM_MM_DIRECT; see the kernel's start).
-template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA>
+// XB (with DA): the fast slabs' activations from the blocked copy a.xb instead of x (see XB below).
+template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA, bool XB>
 __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel(const SkinnyArgs a)
 {
+    static_assert(!XB || DA, "the blocked copy is read by the per-lane form only");
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     static_assert(!DA || TDM_MM_DIRECT(FMT, NT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only (nt 4: 1-8)");
     constexpr int MT = MTA == 0 ? 1 : MTA;
@@ -326,8 +334,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // B (B registers 0 and 1 are the A registers 0 and 2 of row g: the unit as permuted). One mma a
     // step for two tiles instead of two, and no zero rows 8-15 to build. Each product and its
     // kappa are those of the plain form, so the sums are too (t/gpu/matmul.t's twins compare every m
-    // against one-row calls, and 9-32 rows run the plain form).
-    constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 && (LO8 || (TDM_MM_SWAP16 && MTA == 1));
+    // against one-row calls, and 17-32 rows run the plain form). At 9-16 rows from the blocked copy
+    // (TDM_MM_SWAP16) the same, with rows 8-15 a second mma into the pair's second accumulators.
+    constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 &&
+                          (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))));
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
@@ -338,6 +348,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // wins. Inside the engine it first lost at one row (3.34 against 3.22 ms on a 16-layer 27B):
     // at most 8 rows it forced pf 3 and copied rows 0-7 into rows 8-15. With the table's pf and
     // zeros there it wins at 1-16 rows (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
+    // XB (DA with a.xb): the fast slabs' units come from x's blocked copy (mm_layout.h: xb), written
+    // by the kernel that wrote x: the 8 rows of a load are 512 contiguous bytes instead of 16 lines
+    // half used, and the units are permuted already. The same values, so the same bits.
     extern __shared__ __align__(16) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -398,6 +411,14 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
     for (int h = 0; h < 2; h++)
         xo[h] = (uint32_t)(min(8 * h + g, a.m - 1) * a.ldx + (int64_t)s_begin * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t);
+    // XB: this lane's rows g and g + 8 (clamped as above) at its lane chunk of the chain's first slab
+    // in the blocked copy; unit u of slab i of the chain is 16 bytes at + i * XB_SLAB + u * XB_UNIT.
+    constexpr uint32_t XB_UNIT = TDM_MM_XB_ROWS * TDM_MM_CHUNK_K, XB_SLAB = TDM_MM_UNITS * XB_UNIT;
+    uint32_t xbo[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        xbo[h] = (uint32_t)s_begin * XB_SLAB + (uint32_t)min(8 * h + g, a.m - 1) * TDM_MM_CHUNK_K + 8 * t;
+    (void)xbo;
     auto permute = [&](uint4 v) -> uint4 {
         uint32_t in[4] = {v.x, v.y, v.z, v.w}, out[4];
         tdm_mm_permute_unit(FMT, in, out);
@@ -558,7 +579,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         for (int u = 0; u < TDM_MM_UNITS; u++) {
             // per lane (not staged): unit u of activation row 16 mt + 8 h + g, permuted
             auto unit = [&](int mt, int h) -> uint4 {
-                if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
+                if constexpr (MODE == 2 && XB)   // the blocked copy: permuted already
+                    return __ldg(reinterpret_cast<const uint4 *>(a.xb + (xbo[h] + (uint32_t)i * XB_SLAB + u * XB_UNIT)));
+                else if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
                     return permute(__ldg(reinterpret_cast<const uint4 *>(
                         a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
                 else
@@ -732,8 +755,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             if (n >= a.n) continue;
             const int cg = 16 * (h >> 3) + (h & 7);
             // tdm_silu_mul's roundings on the two products' BF16 outputs (swiglu_ref)
-            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] =
-                tdm_ly::swiglu_ref(red[r * rstride + cg] * a.out_scale, red[r * rstride + cg + 8] * a.out_scale_up);
+            const uint16_t v = tdm_ly::swiglu_ref(red[r * rstride + cg] * a.out_scale, red[r * rstride + cg + 8] * a.out_scale_up);
+            reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = v;
+            if (a.yb && n < a.n / TDM_MM_SLAB_K * TDM_MM_SLAB_K) a.yb[tdm_mm_xb_index(r, n)] = v;
         }
     } else {
         for (int e = tid; e < nel; e += nthr) {
@@ -749,10 +773,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 }
 
 // Launches one instantiation with the setting's grid, block, cluster and shared memory.
-template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false>
+template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false, bool XB = false>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA>;
+    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA, XB>;
     // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
     // need, so that no later call (perhaps inside a graph capture) has to.
     static size_t allowed = 48 * 1024;
@@ -789,20 +813,23 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
 }
 
 // The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
-// direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one.
-template <int FMT, int NT, int MT, int PF, bool DA>
+// direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one;
+// the per-lane form reads the blocked copy where the caller gave one (XB).
+template <int FMT, int NT, int MT, int PF, bool DA, bool XB>
 cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA>(a, wn, cs, smem, st);
-    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true, DA>(a, wn, cs, smem, st);
+    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA, XB>(a, wn, cs, smem, st);
+    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true, DA, XB>(a, wn, cs, smem, st);
     return cudaErrorInvalidValue;
 }
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
 {
     if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
-        if (direct) return launch_glu<FMT, NT, MT, PF, true>(a, wn, cs, smem, st);
-    return launch_glu<FMT, NT, MT, PF, false>(a, wn, cs, smem, st);
+        if (direct)
+            return a.xb ? launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st)
+                        : launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
+    return launch_glu<FMT, NT, MT, PF, false, false>(a, wn, cs, smem, st);
 }
 
 // Picks the instantiation for (nt, mt, pf, vec, direct) from TDM_MM_VARIANTS (mt 0: at most 8 rows,

@@ -43,7 +43,7 @@ constexpr int NORM_MAX_H = 11264;  // the row in shared memory as FP32: 44 KB (o
 // 27B's 5120 in ncu, 13 % of a decode step). The arithmetic and its order are unchanged.
 __global__ void __launch_bounds__(NORM_THREADS)
 add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int64_t ldy, const float *__restrict__ w,
-                   int H, float eps, uint16_t *__restrict__ out)
+                   int H, float eps, uint16_t *__restrict__ out, uint16_t *__restrict__ outb)
 {
     extern __shared__ float xs[];
     __shared__ float red[NORM_THREADS / 32];
@@ -67,7 +67,11 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     const float rr = row_rstd(ss, red, tid, H, eps);
     uint16_t *o = out + (size_t)r * H;
 #pragma unroll 4
-    for (int i = tid; i < H; i += NORM_THREADS) o[i] = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
+    for (int i = tid; i < H; i += NORM_THREADS) {
+        const uint16_t v = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
+        o[i] = v;
+        xb_put(outb, r, i, H, v);
+    }
 }
 
 // TDM_NORM_VEC (0 or 1; default 1): add_rmsnorm with 16-byte loads, each thread holding its units of
@@ -89,7 +93,7 @@ constexpr int NORM_VEC_UNITS = 6;   // units of 8 elements a thread: H up to 8 *
 // order. Needs H % 8 == 0 and 16-byte aligned rows (the host checks).
 __global__ void __launch_bounds__(NORM_THREADS)
 add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int64_t ldy, const float *__restrict__ w,
-                       int H, float eps, uint16_t *__restrict__ out)
+                       int H, float eps, uint16_t *__restrict__ out, uint16_t *__restrict__ outb)
 {
     __shared__ float red[NORM_THREADS / 32];
     const int r = blockIdx.x, tid = threadIdx.x, units = H / 8;
@@ -150,6 +154,7 @@ add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y,
                 ov[e >> 1] = (e & 1) ? (ov[e >> 1] | (b << 16)) : b;
             }
             *reinterpret_cast<uint4 *>(o + 8 * q) = make_uint4(ov[0], ov[1], ov[2], ov[3]);
+            xb_put_unit(outb, r, 8 * q, H, ov);
         }
     }
 }
@@ -160,7 +165,7 @@ constexpr int GN_MAX_D = 1024;
 // One warp per (row, value head): tdm_ref_gated_norm with the sum in tdm_dot's order.
 __global__ void __launch_bounds__(GN_WARPS * 32)
 gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv, int Dv, float eps,
-                  uint16_t *y)
+                  uint16_t *y, uint16_t *yb)
 {
     __shared__ float buf[GN_WARPS][GN_MAX_D];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -175,8 +180,23 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     __syncwarp();
     const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
     uint16_t *yrow = y + (size_t)r * Hv * Dv + (size_t)hd * Dv;
-    for (int j = lane; j < Dv; j += 32)
-        yrow[j] = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
+    const bool units = Dv % 8 == 0;   // the blocked copy in 16-byte units from xs (else element by element)
+    for (int j = lane; j < Dv; j += 32) {
+        const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
+        yrow[j] = v;
+        if (!yb) continue;
+        if (units) xs[j] = __uint_as_float(v);   // only this lane reads xs[j], and it has
+        else xb_put(yb, r, (int64_t)hd * Dv + j, (int64_t)Hv * Dv, v);
+    }
+    if (yb && units) {
+        __syncwarp();
+        for (int q = lane; q < Dv / 8; q += 32) {
+            uint32_t u[4];
+            for (int i = 0; i < 4; i++)
+                u[i] = __float_as_uint(xs[8 * q + 2 * i]) | __float_as_uint(xs[8 * q + 2 * i + 1]) << 16;
+            xb_put_unit(yb, r, (uint32_t)(hd * Dv + 8 * q), (uint32_t)(Hv * Dv), u);
+        }
+    }
 }
 
 // One warp per (row, head); heads 0..Hq-1 are the queries, Hq..Hq+Hkv-1 the keys (and values).
@@ -231,9 +251,10 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
 }  // namespace
 
 extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
-                               uint16_t *out, void *stream)
+                               uint16_t *out, uint16_t *outb, void *stream)
 {
     if (out == h || (y && out == y)) return tdm_errf("tdm_add_rmsnorm: out must not be h or y");
+    if (xb_refused("tdm_add_rmsnorm", outb, M)) return -1;
     if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H))
         return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld", M, H, NORM_MAX_H, (long long)ldy);
     if (M == 0) return 0;
@@ -241,10 +262,10 @@ extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, cons
                      (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0 && (!y || ((uintptr_t)y % 16 == 0 && ldy % 8 == 0));
     if (vec)
         TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_vec_kernel, dim3(M), dim3(NORM_THREADS), 0, (cudaStream_t)stream, h, y,
-                                     ldy, w, H, eps, out));
+                                     ldy, w, H, eps, out, outb));
     else
         TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), (size_t)H * sizeof(float),
-                                     (cudaStream_t)stream, h, y, ldy, w, H, eps, out));
+                                     (cudaStream_t)stream, h, y, ldy, w, H, eps, out, outb));
     return 0;
 }
 
@@ -255,15 +276,16 @@ extern "C" int64_t tdm_add_rmsnorm_bytes(int H, int M, int add)
 }
 
 extern "C" int tdm_gdn_gated_norm(const uint16_t *o, const uint16_t *z, int64_t ldz, const float *w, int M, int Hv,
-                                  int Dv, float eps, uint16_t *y, void *stream)
+                                  int Dv, float eps, uint16_t *y, uint16_t *yb, void *stream)
 {
+    if (xb_refused("tdm_gdn_gated_norm", yb, M)) return -1;
     if (M < 0 || Hv <= 0 || Dv <= 0 || Dv > GN_MAX_D || ldz < (int64_t)Hv * Dv)
         return tdm_errf("tdm_gdn_gated_norm: bad shape M %d, Hv %d, Dv %d (at most %d), ldz %lld", M, Hv, Dv, GN_MAX_D,
                         (long long)ldz);
     if (M == 0) return 0;
     const int tasks = M * Hv;
     TDM_CUDA_TRY(tdm_pdl::launch(gated_norm_kernel, dim3((tasks + GN_WARPS - 1) / GN_WARPS), dim3(GN_WARPS * 32), 0,
-                                 (cudaStream_t)stream, o, z, ldz, w, M, Hv, Dv, eps, y));
+                                 (cudaStream_t)stream, o, z, ldz, w, M, Hv, Dv, eps, y, yb));
     return 0;
 }
 

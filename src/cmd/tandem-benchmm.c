@@ -8,6 +8,7 @@
 #include "device.h"
 #include "err.h"
 #include "matmul.h"
+#include "mm_layout.h"
 #include "settings.h"
 #include "shapes.h"
 #include "tiles.h"
@@ -31,6 +32,9 @@ static void usage(FILE *f)
             "  --reps N         timed repeats, median taken (default 10)\n"
             "  --no-baseline    skip cuBLAS and cuBLASLt\n"
             "  --no-token       skip the whole-token lines\n"
+            "  --no-xb          our kernels read the activations as written at every row count (by default\n"
+            "                   NVFP4 at 1-16 rows reads their blocked copy, packed once before the timing,\n"
+            "                   as the engine's kernels write it beside x: kernels/mm_layout.h)\n"
             "  --json FILE      every measurement as JSON\n"
             "  -h, --help       this text\n"
             "Exit 0; 1 when a CUDA call fails; 2 on bad usage or when no CUDA device is visible.\n",
@@ -53,14 +57,25 @@ struct call {
     const uint8_t *x8;     /* e4m3 activations for cuBLASLt */
     void *y;
     int64_t m;
+    const uint16_t *xb;    /* x's blocked copy for our kernels (NULL: none) */
 };
+
+static int use_xb = 1;    /* --no-xb clears */
+/* x's blocked copy for m rows of k into xb (room for tdm_mm_xb_elems(k)), where our kernels read
+ * one (1-16 rows, --no-xb not given); returns xb, or NULL for none. */
+static const uint16_t *pack_xb(const uint16_t *x, int64_t m, int64_t k, uint16_t *xb)
+{
+    if (!use_xb || m > TDM_MM_XB_ROWS || tdm_mm_xb_elems(k) == 0) return NULL;
+    if (tdm_mm_pack_xb(x, k, m, k, xb, st) != 0 || tdm_stream_sync(st) != 0) tdm_die_check(prog);
+    return xb;
+}
 
 static int do_call(void *p, int i, void *stream)
 {
     struct call *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     switch (c->what) {
-    case OURS: return tdm_matmul(w, c->x, w->k, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
+    case OURS: return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
     case CUBLAS_BF16: return tdm_cublas_bf16(blas, w->w, w->n, w->k, c->x, c->m, c->y);
     default: {
         int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
@@ -173,6 +188,9 @@ struct token_ctx {
     const uint16_t *x;
     void *y;
     int64_t m;
+    int nxb;                /* the blocked copies of x, one per distinct k of the token's products */
+    int64_t xb_k[8];
+    const uint16_t *xb[8];
 };
 
 static int token_call(void *p, int i, void *stream)
@@ -180,7 +198,10 @@ static int token_call(void *p, int i, void *stream)
     struct token_ctx *c = p;
     (void)i;
     for (int j = 0; j < c->t->count; j++) {
-        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m};
+        const uint16_t *xb = NULL;
+        for (int i = 0; i < c->nxb; i++)
+            if (c->xb_k[i] == c->t->w[j].w[0].k) xb = c->xb[i];
+        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb};
         if (do_call(&cc, 0, stream) != 0) return -1;
     }
     return 0;
@@ -190,7 +211,7 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'M'}, {"rows", required_argument, 0, 'r'}, {"reps", required_argument, 0, 'n'},
-        {"no-baseline", no_argument, 0, 'B'}, {"no-token", no_argument, 0, 'T'}, {"json", required_argument, 0, 'j'},
+        {"no-baseline", no_argument, 0, 'B'}, {"no-token", no_argument, 0, 'T'}, {"no-xb", no_argument, 0, 'X'}, {"json", required_argument, 0, 'j'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const struct tdm_model_shapes *models[4];
@@ -217,6 +238,7 @@ int main(int argc, char **argv)
         }
         case 'B': baseline = 0; break;
         case 'T': token = 0; break;
+        case 'X': use_xb = 0; break;
         case 'j': json_path = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return TDM_EXIT_USAGE;
@@ -252,6 +274,8 @@ int main(int argc, char **argv)
            "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n"
            "# lt-fp8 = cuBLASLt FP8 (e4m3 activations): b = block scales (128x128 weight, 1x128 activation), t = per-tensor\n"
            "#          scales where cuBLASLt has no block-scaled algorithm for the shape\n");
+    printf("# nvfp4 at 1-16 rows reads %s\n", use_xb ? "x's blocked copy (packed once before the timing, as the engine's kernels "
+                                                        "write it beside x)" : "x as written (--no-xb)");
     printf("%-15s %-26s %11s %5s | %8s %7s %5s %8s | %8s %7s %5s | %8s %8s %8s | %6s\n", "model", "projection", "N,K", "rows",
            "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");
     json_t *rec = json_object(), *arr = json_array();
@@ -265,8 +289,10 @@ int main(int argc, char **argv)
             if (models[mi]->shapes[s].k > maxk) maxk = models[mi]->shapes[s].k;
             if (models[mi]->shapes[s].n > maxn) maxn = models[mi]->shapes[s].n;
         }
-    uint16_t *x, *y;
+    uint16_t *x, *y, *xbs[8];
     uint8_t *x8;
+    for (int i = 0; i < 8; i++)
+        if (tdm_cuda_malloc((void **)&xbs[i], (size_t)tdm_mm_xb_elems(maxk) * 2 + 16) != 0) tdm_die_check(prog);
     if (tdm_cuda_malloc((void **)&x, (size_t)(maxm * maxk * 2)) || tdm_cuda_malloc((void **)&x8, (size_t)(maxm * maxk)) ||
         tdm_cuda_malloc((void **)&y, (size_t)(maxm * maxn * 2)) || tdm_dev_fill_bf16(x, (size_t)(maxm * maxk), 17, 2.0f, st) ||
         tdm_dev_fill_bytes(x8, (size_t)(maxm * maxk), 19, 0xbf, 0, st) || tdm_stream_sync(st))
@@ -289,13 +315,14 @@ int main(int argc, char **argv)
             snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, n, k);
             for (int ri = 0; ri < nrows; ri++) {
                 const int64_t m = rows[ri];
-                struct call c4 = {OURS, &w4, x, x8, y, m}, c8 = {OURS, &w8, x, x8, y, m};
+                const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 reads it; FP8 ignores it */
+                struct call c4 = {OURS, &w4, x, x8, y, m, xb}, c8 = {OURS, &w8, x, x8, y, m, xb};
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
                 double tbg = -1, tbe = -1, tlg = -1;
                 int lt_block = 0;
                 if (baseline) {
-                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m};
+                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL};
                     tbg = time_it(&cb, 1);
                     tbe = time_it(&cb, 0);
                     tlg = time_it(&cl, 1);
@@ -345,7 +372,16 @@ int main(int argc, char **argv)
                 const int64_t m = rows[ri];
                 double bytes = 0;
                 for (int j = 0; j < t.count; j++) bytes += (double)tdm_matmul_bytes(&t.w[j].w[0], m);
-                struct token_ctx tc = {&t, f == 2 ? CUBLAS_BF16 : OURS, x, y, m};
+                struct token_ctx tc = {&t, f == 2 ? CUBLAS_BF16 : OURS, x, y, m, 0, {0}, {0}};
+                for (int j = 0; j < t.count && f < 2; j++) {   /* a blocked copy per distinct k */
+                    const int64_t kj = t.w[j].w[0].k;
+                    int seen = 0;
+                    for (int i = 0; i < tc.nxb; i++) seen |= tc.xb_k[i] == kj;
+                    if (seen || tc.nxb == 8) continue;
+                    tc.xb_k[tc.nxb] = kj;
+                    tc.xb[tc.nxb] = pack_xb(x, m, kj, xbs[tc.nxb]);
+                    tc.nxb++;
+                }
                 double ms_tok;
                 if (tdm_time_calls(token_call, &tc, 1, reps, 1, st, &ms_tok) != 0) tdm_die_check(prog);
                 const double gbps = bytes / ms_tok / 1e6;

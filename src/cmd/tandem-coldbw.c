@@ -4,6 +4,7 @@
 #include "device.h"
 #include "err.h"
 #include "matmul.h"
+#include "mm_layout.h"
 #include "settings.h"
 #include "shapes.h"
 #include "tiles.h"
@@ -41,6 +42,7 @@ static void usage(FILE *f)
 struct mm_ctx {
     struct tdm_wset *ws;
     const uint16_t *x;
+    const uint16_t *xb;   /* x's blocked copy (NVFP4 at 1-16 rows), or NULL */
     void *y;
     int64_t m;
     const struct tdm_tiles *tiles;
@@ -50,7 +52,7 @@ static int mm_call(void *p, int i, void *stream)
 {
     struct mm_ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
-    return tdm_matmul(w, c->x, w->k, c->m, c->y, w->n, TDM_MM_BF16, c->tiles, stream);
+    return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, c->tiles, stream);
 }
 
 /* The NVFP4 weights of a working set read the skinny kernel's way, nothing else done. */
@@ -175,6 +177,11 @@ int main(int argc, char **argv)
         if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
             tdm_die_check(prog);
         if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
+        /* NVFP4 at 1-16 rows reads x's blocked copy, as the engine's kernels write it beside x */
+        if (fmt == TDM_W_NVFP4 && rows <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k) &&
+            (tdm_cuda_malloc((void **)&mc.xb, (size_t)tdm_mm_xb_elems(k) * 2) != 0 ||
+             tdm_mm_pack_xb(mc.x, k, rows, k, (uint16_t *)mc.xb, st) != 0 || tdm_stream_sync(st) != 0))
+            tdm_die_check(prog);
         const double bytes = (double)tdm_matmul_bytes(&ws.w[0], rows);
         double eager_ms, graph_ms;
         if (tdm_time_calls(mm_call, &mc, ws.copies, (int)reps, 0, st, &eager_ms) != 0) tdm_die_check(prog);
@@ -208,6 +215,7 @@ int main(int argc, char **argv)
                                       bytes / graph_ms / 1e6));
         json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
+        tdm_cuda_free((void *)mc.xb);
         tdm_cuda_free(mc.y);
         tdm_wset_free(&ws);
         tdm_tiles_free(tiles);

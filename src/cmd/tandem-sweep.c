@@ -146,13 +146,15 @@ struct run {
     int64_t m;
     const struct tdm_tile *tile;
     struct tdm_wset *ws;   /* timing: rotate over its copies */
+    uint16_t *xbuf;        /* timing NVFP4: room for x's blocked copy (time_rows packs it at 1-16 rows), or NULL */
+    const uint16_t *xb;    /* the copy the call reads, or NULL */
 };
 
 static int run_call(void *p, int i, void *stream)
 {
     struct run *r = p;
     const struct tdm_dweight *w = r->ws ? &r->ws->w[i % r->ws->copies] : r->w;
-    return tdm_matmul_skinny(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
+    return tdm_matmul_skinny_xb(w, r->x, w->k, r->xb, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
 }
 static int run_call_plan(void *p, int i, void *stream)
 {
@@ -171,6 +173,13 @@ static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows
     *score = 0;
     for (int ri = 0; ri < nrows; ri++) {
         r->m = rows[ri];
+        /* NVFP4 at 1-16 rows reads x's blocked copy, as the engine's kernels write it beside x */
+        const int64_t k = r->ws->w[0].k;
+        r->xb = NULL;
+        if (r->xbuf && r->m <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k)) {
+            if (tdm_mm_pack_xb(r->x, k, r->m, k, r->xbuf, st) != 0) return -1;
+            r->xb = r->xbuf;
+        }
         double ms;
         if (tdm_time_calls(fn, r, r->ws->copies, (int)reps, 1, st, &ms) != 0) return -1;
         char key[16];
@@ -221,7 +230,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
                 for (int ci = 0; ci < ncand; ci++) {
                     double score;
                     json_t *times = json_object();
-                    struct run r = {NULL, x, y, 0, &cand[ci], &tset};
+                    struct run r = {NULL, x, y, 0, &cand[ci], &tset, NULL, NULL};
                     const int ok = time_rows(run_call_plan, &r, rows, nrows, reps, st, times, NULL, &score) == 0;
                     if (!ok) fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
                     json_t *rec = json_object(), *setting = json_object();
@@ -273,7 +282,7 @@ static int run_all_rows(enum tdm_mmk kk, const struct tdm_dweight *w, const uint
     for (int m = 1; m <= 32; m++) {
         const int serving = tdm_mmk_for(w->fmt, m);
         const struct tdm_tile def = tdm_tile_default((enum tdm_mmk)serving, w->n, w->k);
-        if (tdm_cuda_memset(out[m - 1], 0xff, (size_t)(m * w->n * 4)) != 0) return -1;
+        if (tdm_dev_fill_bytes(out[m - 1], (size_t)(m * w->n * 4), 0, 0, 0xff, st) != 0) return -1;
         if (tdm_matmul_skinny(w, x, w->k, m, out[m - 1], w->n, TDM_MM_F32, serving == (int)kk ? t : &def, st) != 0)
             return -1;
     }
@@ -511,7 +520,10 @@ int main(int argc, char **argv)
                 if (tdm_cuda_malloc((void **)&ref[m - 1], (size_t)(m * n * 4)) != 0 ||
                     tdm_cuda_malloc((void **)&got[m - 1], (size_t)(m * n * 4)) != 0)
                     tdm_die_check(prog);
-            if (tdm_cuda_malloc((void **)&tim, (size_t)(32 * n * 4)) != 0) tdm_die_check(prog);
+            uint16_t *xbuf;
+            if (tdm_cuda_malloc((void **)&tim, (size_t)(32 * n * 4)) != 0 ||
+                tdm_cuda_malloc((void **)&xbuf, (size_t)tdm_mm_xb_elems(k) * 2 + 16) != 0)
+                tdm_die_check(prog);
 
             struct tdm_tile cand[512];
             int ncand = candidates((enum tdm_mmk)kk, n, k, cand, 512);
@@ -559,7 +571,7 @@ int main(int argc, char **argv)
                 json_object_set_new(rec, "default", json_boolean(ci == 0));
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
-                struct run r = {NULL, x, tim, 0, &cand[ci], &tset};
+                struct run r = {NULL, x, tim, 0, &cand[ci], &tset, fmt == TDM_W_NVFP4 ? xbuf : NULL, NULL};
                 if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, cand_us[ci], &score) != 0) {
                     snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
                     timed = 0;
@@ -626,6 +638,7 @@ int main(int argc, char **argv)
                 tdm_cuda_free(got[m - 1]);
             }
             tdm_cuda_free(tim);
+            tdm_cuda_free(xbuf);
             tdm_cuda_free(x);
             tdm_wset_free(&vset);
             tdm_wset_free(&tset);

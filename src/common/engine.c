@@ -23,6 +23,7 @@
 #include "err.h"
 #include "layers.h"
 #include "matmul.h"
+#include "mm_layout.h"
 #include "settings.h"
 #include "tiles.h"
 #include <stdio.h>
@@ -63,6 +64,7 @@ struct tdm_engine {
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
     int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can */
+    int mm_xb;                              /* TANDEM_MM_XB: the products' inputs also as blocked copies (xb) */
     int concurrent;                         /* TANDEM_CONCURRENT: sibling projections on e->side (side_ok) */
     tdm_stream side;                        /* the second stream (NULL when off) */
     tdm_event fork_ev, join_ev;             /* side_fork's and side_join's events */
@@ -82,6 +84,10 @@ struct tdm_engine {
     float *attn_scratch;
     float *gdn_scratch;                     /* the chunked delta rule's (TANDEM_GDN_PREFILL; NULL: off) */
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
+    /* the blocked copies (kernels/mm_layout.h: xb) of xn, gn, att and g at 1..TDM_MM_XB_ROWS rows,
+     * written by the kernels that write those and read by the NVFP4 products (tdm_matmul_xb);
+     * NULL when TANDEM_MM_XB is off or K has no full slab */
+    uint16_t *xn_b, *gn_b, *att_b, *g_b;
     struct tdm_emoe *moe;                   /* the MoE layers' weights and activations */
     float *logits;                          /* [R][V] */
     int32_t *gid;                           /* [ROWS]: the greedy ids of the head's rows (tdm_argmax_rows) */
@@ -347,6 +353,12 @@ static int alloc_act(struct tdm_engine *e)
     A(vv, R * HkvD * 2, "attention activations");
     A(q, R * HqD * 2, "attention activations");
     A(att, R * HqD * 2, "attention activations");
+    if (e->mm_xb) {   /* the blocked copies: only where K has a full slab */
+        if (tdm_mm_xb_elems(H)) A(xn_b, (size_t)tdm_mm_xb_elems(H) * 2, "activations (blocked copies)");
+        if (tdm_mm_xb_elems(HvDv)) A(gn_b, (size_t)tdm_mm_xb_elems(HvDv) * 2, "activations (blocked copies)");
+        if (tdm_mm_xb_elems(HqD)) A(att_b, (size_t)tdm_mm_xb_elems(HqD) * 2, "activations (blocked copies)");
+        if (I && tdm_mm_xb_elems(I)) A(g_b, (size_t)tdm_mm_xb_elems(I) * 2, "activations (blocked copies)");
+    }
     A(attn_scratch, tdm_attn_scratch_bytes(ROWS, c->n_q_heads, c->head_dim, e->ctx), "attention scratch");
     int n_gdn = 0;
     for (int i = 0; i < c->n_layers; i++) n_gdn += c->mixer[i] == TDM_MIXER_GDN;
@@ -421,6 +433,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
     e->fuse_mlp = strcmp(tdm_setting("TANDEM_MLP_FUSE"), "off") != 0;
+    e->mm_xb = strcmp(tdm_setting("TANDEM_MM_XB"), "off") != 0;
     e->concurrent = strcmp(tdm_setting("TANDEM_CONCURRENT"), "off") != 0;
     if (e->concurrent && (tdm_stream_create(&e->side) != 0 || tdm_event_create_sync(&e->fork_ev) != 0 ||
                           tdm_event_create_sync(&e->join_ev) != 0))
@@ -471,7 +484,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s; %s\n",
+            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s; %s; %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
@@ -479,7 +492,8 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
-            tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)");
+            tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",
+            e->mm_xb ? "blocked product inputs at 1-16 rows" : "no blocked product inputs (TANDEM_MM_XB=off)");
     return e;
 fail:
     tdm_engine_free(e);
@@ -541,6 +555,11 @@ static int gdn_conv(struct tdm_engine *e, const struct dlayer *d, const uint16_t
     return tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
 }
 
+/* A product input's blocked copy for M rows (struct tdm_engine: xn_b ...): the buffer at
+ * 1..TDM_MM_XB_ROWS rows, else NULL. The kernel that writes an input and the products that read it
+ * take the same answer, so a product reads a copy only where it was written. */
+static uint16_t *blocked(uint16_t *buf, int M) { return M <= TDM_MM_XB_ROWS ? buf : NULL; }
+
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
  * a tree's nodes run the tree kernels (layers.h, Trees). A forward of more than ROWS rows (a
@@ -588,13 +607,14 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
-    int bad = d->grouped ? tdm_matmul(&d->qkvz, e->xn, H, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
-                               tdm_matmul(&d->ba, e->xn, H, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)
-                         : tdm_matmul(&d->qkv, e->xn, H, M, x, C, TDM_MM_BF16, t, st) ||
-                               tdm_matmul(&d->z, e->xn, H, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, ss) ||
-                               (d->one_ba ? tdm_matmul(&d->ba, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, ss)
-                                          : tdm_matmul(&d->b, e->xn, H, M, g.b, ld, TDM_MM_BF16, t, ss) ||
-                                                tdm_matmul(&d->a, e->xn, H, M, g.a, ld, TDM_MM_BF16, t, ss)) ||
+    const uint16_t *xnb = blocked(e->xn_b, M);
+    int bad = d->grouped ? tdm_matmul_xb(&d->qkvz, e->xn, H, xnb, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
+                               tdm_matmul_xb(&d->ba, e->xn, H, xnb, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)
+                         : tdm_matmul_xb(&d->qkv, e->xn, H, xnb, M, x, C, TDM_MM_BF16, t, st) ||
+                               tdm_matmul_xb(&d->z, e->xn, H, xnb, M, e->z, (int64_t)Hv * Dv, TDM_MM_BF16, t, ss) ||
+                               (d->one_ba ? tdm_matmul_xb(&d->ba, e->xn, H, xnb, M, g.b, ld, TDM_MM_BF16, t, ss)
+                                          : tdm_matmul_xb(&d->b, e->xn, H, xnb, M, g.b, ld, TDM_MM_BF16, t, ss) ||
+                                                tdm_matmul_xb(&d->a, e->xn, H, xnb, M, g.a, ld, TDM_MM_BF16, t, ss)) ||
                                gdn_conv(e, d, x, M, p, prefill);
     if ((two && side_join(e) != 0) || bad) return -1;
     if (d->grouped && (tdm_gdn_ungroup(e->qkvz, W, e->ba, 2 * Hv, M, Hk, Hv, Dk, Dv, x, e->z, g.b, g.a, st) ||
@@ -614,8 +634,8 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
                                                e->gdn_scratch, e->o, st)
          : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, st)
                 : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
-        tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, st) ||
-        tdm_matmul(&d->out, e->gn, (int64_t)Hv * Dv, M, e->y, H, TDM_MM_BF16, t, st))
+        tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, blocked(e->gn_b, M), st) ||
+        tdm_matmul_xb(&d->out, e->gn, (int64_t)Hv * Dv, blocked(e->gn_b, M), M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
 }
@@ -638,7 +658,8 @@ static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
     for (int r0 = 0; r0 < M; r0 += ROWS) {
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
         if (tdm_attn_decode(e->q + r0 * HqD, e->qg + r0 * ldqg, ldqg, d->kc, d->vc, m, Hq, Hkv, D, pos_host(e, M, graphed) + r0,
-                            graphed ? e->d_pos : NULL, e->ctx, e->attn_scratch, e->att + r0 * HqD, e->st) != 0)
+                            graphed ? e->d_pos : NULL, e->ctx, e->attn_scratch, e->att + r0 * HqD,
+                            r0 == 0 ? blocked(e->att_b, M) : NULL, e->st) != 0)
             return -1;
     }
     return 0;
@@ -657,9 +678,10 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     const int two = side_ok(e, M);
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
-    const int bad = tdm_matmul(&d->q, e->xn, H, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
-                    tdm_matmul(&d->k, e->xn, H, M, e->kk, ldkv, TDM_MM_BF16, t, ss) ||
-                    tdm_matmul(&d->v, e->xn, H, M, e->vv, ldkv, TDM_MM_BF16, t, ss);
+    const uint16_t *xnb = blocked(e->xn_b, M);
+    const int bad = tdm_matmul_xb(&d->q, e->xn, H, xnb, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
+                    tdm_matmul_xb(&d->k, e->xn, H, xnb, M, e->kk, ldkv, TDM_MM_BF16, t, ss) ||
+                    tdm_matmul_xb(&d->v, e->xn, H, xnb, M, e->vv, ldkv, TDM_MM_BF16, t, ss);
     if ((two && side_join(e) != 0) || bad) return -1;
     const int pos = pos_host(e, M, graphed);
     const int32_t *dpos = graphed ? e->d_pos : NULL;
@@ -667,13 +689,13 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
                                                D, c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc,
                                                d->vc, st) ||
                              tdm_attn_tree(e->q, e->qg, ldqg, d->kc, d->vc, e->d_parent, M, Hq, Hkv, D, pos, dpos, e->ctx,
-                                           e->attn_scratch, e->att, st)
+                                           e->attn_scratch, e->att, blocked(e->att_b, M), st)
                        : tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D,
                                           c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc, d->vc,
                                           st) ||
                              attn_rows(e, d, M, graphed))
         return -1;
-    return tdm_matmul(&d->o, e->att, (int64_t)Hq * D, M, e->y, H, TDM_MM_BF16, t, st);
+    return tdm_matmul_xb(&d->o, e->att, (int64_t)Hq * D, blocked(e->att_b, M), M, e->y, H, TDM_MM_BF16, t, st);
 }
 
 static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
@@ -686,11 +708,13 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
     /* gate, up and SiLU x up in one launch where the setting allows (tdm_matmul_swiglu: the same
      * bits as the three launches, so the choice, made per row count, changes none) */
     const int fused = e->fuse_mlp && tdm_matmul_swiglu_ok(&d->gate, &d->up, e->xn, H, M, t);
-    if ((fused ? tdm_matmul_swiglu(&d->gate, &d->up, e->xn, H, M, e->g, I, t, st)
-               : tdm_matmul(&d->gate, e->xn, H, M, e->g, I, TDM_MM_BF16, t, st) ||
-                     tdm_matmul(&d->up, e->xn, H, M, e->u, I, TDM_MM_BF16, t, st) ||
-                     tdm_silu_mul(e->g, e->u, I, M, e->g, st)) ||
-        tdm_matmul(&d->down, e->g, I, M, e->y, H, TDM_MM_BF16, t, st))
+    const uint16_t *xnb = blocked(e->xn_b, M);
+    uint16_t *gb = blocked(e->g_b, M);
+    if ((fused ? tdm_matmul_swiglu(&d->gate, &d->up, e->xn, H, xnb, M, e->g, I, gb, t, st)
+               : tdm_matmul_xb(&d->gate, e->xn, H, xnb, M, e->g, I, TDM_MM_BF16, t, st) ||
+                     tdm_matmul_xb(&d->up, e->xn, H, xnb, M, e->u, I, TDM_MM_BF16, t, st) ||
+                     tdm_silu_mul(e->g, e->u, I, M, e->g, gb, st)) ||
+        tdm_matmul_xb(&d->down, e->g, I, gb, M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
 }
@@ -730,14 +754,14 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
     const uint16_t *pend = NULL; /* the previous layer's MLP output, added by the next norm */
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
-        if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, st) != 0) return -1;
+        if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, blocked(e->xn_b, M), st) != 0) return -1;
         if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p, take) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
-        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, st) != 0 ||
+        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, blocked(e->xn_b, M), st) != 0 ||
             (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
             return -1;
         pend = e->y;
     }
-    if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, st) != 0) return -1;
+    if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, NULL, st) != 0) return -1;
     if (from < M && (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) ||
                      tdm_argmax_rows(e->logits, V, M - from, V, e->amax, e->gid, st)))
         return -1;

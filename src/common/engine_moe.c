@@ -186,7 +186,7 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, u
         tdm_moe_route(x->logits, E, M, E, k, c->norm_topk, x->sel, x->w, stream) ||
         tdm_matmul(&d->sh_gate, xn, H, M, x->g, Is, TDM_MM_BF16, tiles, stream) ||
         tdm_matmul(&d->sh_up, xn, H, M, x->u, Is, TDM_MM_BF16, tiles, stream) ||
-        tdm_silu_mul(x->g, x->u, Is, M, x->g, stream) ||
+        tdm_silu_mul(x->g, x->u, Is, M, x->g, NULL, stream) ||
         tdm_matmul(&d->sh_down, x->g, Is, M, x->sh, H, TDM_MM_BF16, tiles, stream) ||
         (M > TDM_ENGINE_MAX_ROWS
              ? tdm_moe_group(x->sel, M, k, E, x->group, stream) ||

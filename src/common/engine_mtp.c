@@ -255,30 +255,30 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
     const int pos = dpos ? v->ctx - M : x->pos;
     /* the fc's input: [pre_fc_norm_embedding(embed) | pre_fc_norm_hidden(h)] per row */
     if (tdm_embed_rows(v->embed, v->embed_f32, V, H, ids, M, x->emb, st) ||
-        tdm_add_rmsnorm(x->emb, NULL, 0, x->pre_e, H, M, eps, x->en, st) ||
-        tdm_add_rmsnorm(h, NULL, 0, x->pre_h, H, M, eps, x->hn, st) ||
+        tdm_add_rmsnorm(x->emb, NULL, 0, x->pre_e, H, M, eps, x->en, NULL, st) ||
+        tdm_add_rmsnorm(h, NULL, 0, x->pre_h, H, M, eps, x->hn, NULL, st) ||
         tdm_copy2d_async(x->cat, 2 * row, x->en, row, row, (size_t)M, st) ||
         tdm_copy2d_async(x->cat + H, 2 * row, x->hn, row, row, (size_t)M, st) ||
         tdm_matmul(&x->fc, x->cat, 2 * (int64_t)H, M, x->x, H, TDM_MM_BF16, t, st))
         return -1;
     /* the decoder layer: engine.c's attn_mixer and mlp on the MTP's weights, cache and residual */
-    if (tdm_add_rmsnorm(x->x, NULL, 0, x->in_norm, H, M, eps, x->xn, st) ||
+    if (tdm_add_rmsnorm(x->x, NULL, 0, x->in_norm, H, M, eps, x->xn, NULL, st) ||
         tdm_matmul(&x->q, x->xn, H, M, v->qg, ldqg, TDM_MM_BF16, t, st) ||
         tdm_matmul(&x->k, x->xn, H, M, v->kk, ldkv, TDM_MM_BF16, t, st) ||
         tdm_matmul(&x->v, x->xn, H, M, v->vv, ldkv, TDM_MM_BF16, t, st) ||
         tdm_qk_norm_rope(v->qg, ldqg, v->kk, v->vv, ldkv, x->q_norm, x->k_norm, M, Hq, Hkv, D, c->rotary_dim, c->rope_theta,
                          eps, pos, dpos, v->ctx, v->q, x->kc, x->vc, st) ||
-        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, pos, dpos, v->ctx, v->attn_scratch, v->att, st) ||
+        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, pos, dpos, v->ctx, v->attn_scratch, v->att, NULL, st) ||
         tdm_matmul(&x->o, v->att, (int64_t)Hq * D, M, v->y, H, TDM_MM_BF16, t, st) ||
-        tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, st))
+        tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, NULL, st))
         return -1;
     if (x->is_moe ? tdm_emoe_forward(v->moe, c->n_layers, x->xn, M, v->y, t, st)
                   : tdm_matmul(&x->gate, x->xn, H, M, v->g, I, TDM_MM_BF16, t, st) ||
                         tdm_matmul(&x->up, x->xn, H, M, v->u, I, TDM_MM_BF16, t, st) ||
-                        tdm_silu_mul(v->g, v->u, I, M, v->g, st) ||
+                        tdm_silu_mul(v->g, v->u, I, M, v->g, NULL, st) ||
                         tdm_matmul(&x->down, v->g, I, M, v->y, H, TDM_MM_BF16, t, st))
         return -1;
-    if (tdm_add_rmsnorm(x->x, v->y, H, x->norm, H, M, eps, x->oh, st) != 0) return -1;
+    if (tdm_add_rmsnorm(x->x, v->y, H, x->norm, H, M, eps, x->oh, NULL, st) != 0) return -1;
     x->pos += M;
     return 0;
 }

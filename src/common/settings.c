@@ -51,6 +51,12 @@ const struct tdm_setting_def tdm_settings[] = {
      "shared-memory staging, no CTA barrier in the K loop) instead of the CTA staging them: auto and on at "
      "every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
      "row threshold), off at none; the same operands, so the same bits"},
+    {"TANDEM_MM_XB", "on", "on|off",
+     "CUDA engine: on has the kernels that write a product's input at 1-16 rows (the norms, the GDN gated "
+     "norm, attention's output, SiLU x up) also write its blocked copy, from which the NVFP4 products that "
+     "load their activations per lane read them: 8 rows a load in 512 contiguous bytes and no permute "
+     "(kernels/mm_layout.h); the same values, so the same bits; off reads every input as written (the "
+     "older path, for comparison)"},
     {"TANDEM_DRAFT_FORMAT", "stored", "stored|nvfp4",
      "the MTP drafter's weights: stored reads its layer and the model's head as the checkpoint stores them; "
      "nvfp4 requantizes its BF16 projections (fc, attention, a dense MLP) and a copy of the head to NVFP4 at "

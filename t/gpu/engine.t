@@ -95,7 +95,8 @@ done
 # one SwiGLU product (NVFP4 with nt 2 settings; the other formats run three either way): the same.
 # And with every launch on one stream (TANDEM_CONCURRENT=off) instead of the sibling projections on
 # two (the 6-row prompt eager, the steps from graphs with the branches in them): the same bits, and
-# the engine's line says which.
+# the engine's line says which. And with the products reading their inputs as written
+# (TANDEM_MM_XB=off) instead of the blocked copies: the same bits.
 printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
 for fmt in bf16 fp8 nvfp4; do
     M27=$tmp/m27-$fmt
@@ -128,6 +129,11 @@ for fmt in bf16 fp8 nvfp4; do
       "TANDEM_MM_DIRECT=on $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu8.st >/dev/null 2>$tmp/err.dir &&
        TANDEM_MM_DIRECT=off TANDEM_CUDA_GRAPH=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu9.st >/dev/null 2>>$tmp/err.dir &&
        cmp -s $tmp/gpu.st $tmp/gpu8.st && cmp -s $tmp/gpu.st $tmp/gpu9.st || { sed 's/^/# /' $tmp/err.dir; false; }"
+    t "27B layer shapes, $fmt: the products reading x as written (TANDEM_MM_XB=off), graphed and eager, give the blocked copies' logits bit for bit; the engine's line says which" \
+      "TANDEM_MM_XB=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu10.st >/dev/null 2>$tmp/err.xb &&
+       TANDEM_MM_XB=off TANDEM_CUDA_GRAPH=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu11.st >/dev/null 2>>$tmp/err.xb &&
+       grep -q '; blocked product inputs at 1-16 rows' $tmp/err.one && grep -q 'no blocked product inputs (TANDEM_MM_XB=off)' $tmp/err.xb &&
+       cmp -s $tmp/gpu.st $tmp/gpu10.st && cmp -s $tmp/gpu.st $tmp/gpu11.st || { sed 's/^/# /' $tmp/err.one $tmp/err.xb; false; }"
     rm -rf "$M27"
 done
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of

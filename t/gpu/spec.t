@@ -153,6 +153,15 @@ for a in "--spec draft --draft-model $F/bf16" "--spec draft --draft-model $F/bf1
        grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err &&
        [ -s $tmp/c2.tok ] && cmp -s $tmp/c1.tok $tmp/c2.tok && cmp -s $tmp/c1.st $tmp/c2.st"
 done
+# the products reading x as written (TANDEM_MM_XB=off) against the blocked copies, NVFP4 (the form
+# that reads them): the verifies' rows, chain and tree, give the same bits
+for a in "--spec ngram" "--spec mtp --tree 3,2,1"; do
+    t "TANDEM_MM_XB=off: tandem-run --backend cuda -m nvfp4 $a gives the blocked copies' tokens and logits, byte for byte" \
+      "$RUN -m $F/nvfp4 $a --dump-logits $tmp/x1.st >$tmp/x1.tok 2>$tmp/err &&
+       grep -q '; blocked product inputs at 1-16 rows' $tmp/err &&
+       TANDEM_MM_XB=off $RUN -m $F/nvfp4 $a --dump-logits $tmp/x0.st >$tmp/x0.tok 2>$tmp/err &&
+       [ -s $tmp/x1.tok ] && cmp -s $tmp/x0.tok $tmp/x1.tok && cmp -s $tmp/x0.st $tmp/x1.st"
+done
 t "tandem-exactcheck --backend cuda: an injected difference (TANDEM_SPEC_FAULT=3) fails with exit 1" \
   "TANDEM_SPEC_FAULT=3 $EC -m $F/bf16 --spec ngram >$tmp/out 2>$tmp/err; [ \$? -eq 1 ] &&
    grep -q '^speculative ngram chain 4 .*: fail at token 2' $tmp/out"

@@ -139,7 +139,7 @@ static void test_silu_mul(void)
         uint16_t *dst = inplace ? dg : dout;
         if (inplace) up(dg, g, n * 2);
         else poison(dout, n * 2);
-        if (tdm_silu_mul(dg, du, I, M, dst, NULL) != 0) bail("tdm_silu_mul");
+        if (tdm_silu_mul(dg, du, I, M, dst, NULL, NULL) != 0) bail("tdm_silu_mul");
         down(got, dst, n * 2);
         long bad = 0, exact = 0;
         for (size_t i = 0; i < n; i++) {

@@ -37,6 +37,9 @@
  *         expert in every row, a pool of k + 2 experts taking most of the rest, a quarter of the
  *         experts taking none): act, y and the combination with the per-pair kernels' bounds above,
  *         and the whole MoE output against the reference's chain with a relative error <= 1e-2;
+ *   blocked copies (mm_layout.h: xb): add_rmsnorm, the gated norm, attention (chain and tree) and
+ *     SiLU x up at 1, 7 and 16 rows with their blocked copy: the output the same bits as without,
+ *     the copy equal to the output laid out by tdm_mm_xb_index; 17 rows refused;
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
  *     every output (and the state after M tokens for the conv and the recurrence; for the MoE
  *     experts the products, the experts' outputs and the sums); every element written; attention
@@ -76,6 +79,8 @@
 #include "err.h"
 #include "formats.h"
 #include "layers.h"
+#include "engine_glue.h"
+#include "mm_layout.h"
 #include "moe.h"
 #include "presets.h"
 #include "ref.h"
@@ -299,7 +304,7 @@ static int norm_launch(void *p, int r0, int m, int devpos)
     struct norm_ctx *c = p;
     (void)devpos;
     const size_t H = c->H;
-    return tdm_add_rmsnorm(c->dh + r0 * H, c->dy + r0 * H, H, c->dw, c->H, m, c->eps, c->dout + r0 * H, st);
+    return tdm_add_rmsnorm(c->dh + r0 * H, c->dy + r0 * H, H, c->dw, c->H, m, c->eps, c->dout + r0 * H, NULL, st);
 }
 static void norm_reset(void *p)
 {
@@ -327,7 +332,7 @@ static void test_norm(const struct shape *s)
     for (int add = 1; add >= 0; add--) {
         norm_reset(&c);
         poison(c.dout, n * 2);
-        if (tdm_add_rmsnorm(c.dh, add ? c.dy : NULL, H, c.dw, H, R, eps, c.dout, st) != 0) bail("tdm_add_rmsnorm");
+        if (tdm_add_rmsnorm(c.dh, add ? c.dy : NULL, H, c.dw, H, R, eps, c.dout, NULL, st) != 0) bail("tdm_add_rmsnorm");
         down(out, c.dout, n * 2);
         down(hg, c.dh, n * 2);
         struct cmp cn = {0}, ch = {0};
@@ -360,7 +365,7 @@ static int gn_launch(void *p, int r0, int m, int devpos)
     struct gn_ctx *c = p;
     (void)devpos;
     const size_t row = (size_t)c->Hv * c->Dv;
-    return tdm_gdn_gated_norm(c->dO + r0 * row, c->dz + r0 * row, row, c->dw, m, c->Hv, c->Dv, c->eps, c->dy + r0 * row, st);
+    return tdm_gdn_gated_norm(c->dO + r0 * row, c->dz + r0 * row, row, c->dw, m, c->Hv, c->Dv, c->eps, c->dy + r0 * row, NULL, st);
 }
 static void noop_reset(void *p) { (void)p; }
 
@@ -970,7 +975,7 @@ static int att_launch(void *p, int r0, int m, int devpos)
         pos = c->ctx - m; /* the host value is only an upper bound: a larger grid, the same bits */
     }
     return tdm_attn_decode(c->dq + r0 * row, c->dqg + r0 * ldqg, ldqg, c->dkc, c->dvc, m, c->Hq, c->Hkv, c->D, pos,
-                           devpos ? c->dpos : NULL, c->ctx, c->scratch, c->dout + r0 * row, st);
+                           devpos ? c->dpos : NULL, c->ctx, c->scratch, c->dout + r0 * row, NULL, st);
 }
 
 static void test_attn(const struct shape *s, int P)
@@ -1068,7 +1073,7 @@ static void test_attn_prefill(const char *name, int Hq, int Hkv, int D, int M, i
     poison(dout, (M + 1) * row * 2);
     poison(ddec, M * row * 2);
     if (tdm_attn_prefill(dq, dqg, ldqg, dkc, dvc, M, Hq, Hkv, D, P, ctx, dout, st) != 0) bail("tdm_attn_prefill");
-    if (tdm_attn_decode(dq, dqg, ldqg, dkc, dvc, M, Hq, Hkv, D, P, NULL, ctx, scratch, ddec, st) != 0) bail("tdm_attn_decode");
+    if (tdm_attn_decode(dq, dqg, ldqg, dkc, dvc, M, Hq, Hkv, D, P, NULL, ctx, scratch, ddec, NULL, st) != 0) bail("tdm_attn_decode");
     down(out, dout, (M + 1) * row * 2);
     down(dec, ddec, M * row * 2);
     int past = 0;
@@ -1392,7 +1397,7 @@ static int attn_tree_launch(void *p)
     struct atree_ctx *c = p;
     const size_t ldqg = (size_t)c->Hq * 2 * c->D;
     return tdm_attn_tree(c->dq, c->dqg, ldqg, c->dkc, c->dvc, c->dpar, R, c->Hq, c->Hkv, c->D, c->ctx - R, c->dpos, c->ctx,
-                         c->scratch, c->dout, st);
+                         c->scratch, c->dout, NULL, st);
 }
 
 /* The nodes' q/k norm + rotary (node r at P + depth, its K/V at cache row P + r), then attention
@@ -1463,7 +1468,7 @@ static void test_attn_tree(const struct shape *s, int P)
             up(dvc2, vc, (size_t)ctx * ldkv * 2);
             if (tdm_qk_norm_rope(c.dqg, ldqg, c.dk, c.dv, ldkv, c.dqn, c.dkn, R, Hq, Hkv, D, Rd, c.theta, c.eps, P, NULL, ctx,
                                  dpq, dkc2, dvc2, st) != 0 ||
-                tdm_attn_decode(dpq, c.dqg, ldqg, dkc2, dvc2, R, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, st) != 0)
+                tdm_attn_decode(dpq, c.dqg, ldqg, dkc2, dvc2, R, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, NULL, st) != 0)
                 bail("chain kernels");
             down(chain_q, dpq, R * row * 2);
             down(chain_k, dkc2 + (size_t)P * ldkv, R * ldkv * 2);
@@ -1489,7 +1494,7 @@ static void test_attn_tree(const struct shape *s, int P)
             up(dpv, pv, n * ldkv * 2);
             if (tdm_qk_norm_rope(dpqg, ldqg, dpk, dpv, ldkv, c.dqn, c.dkn, n, Hq, Hkv, D, Rd, c.theta, c.eps, P, NULL, ctx, dpq,
                                  dkc2, dvc2, st) != 0 ||
-                tdm_attn_decode(dpq, dpqg, ldqg, dkc2, dvc2, n, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, st) != 0)
+                tdm_attn_decode(dpq, dpqg, ldqg, dkc2, dvc2, n, Hq, Hkv, D, P, NULL, ctx, c.scratch, dpo, NULL, st) != 0)
                 bail("chain kernels on a path");
             down(cq, dpq + (size_t)d * row, row * 2);
             down(ck, dkc2 + (size_t)(P + d) * ldkv, ldkv * 2);
@@ -2132,6 +2137,120 @@ static void test_argmax(const struct shape *s)
  * "rest" (everything else). */
 static int want_attn = 1, want_rest = 1;
 
+/* ================================================================================================
+ * blocked copies (mm_layout.h: xb): the kernels that write a product's input (add_rmsnorm,
+ * the gated norm, attention's output, chain and tree, SiLU x up) write its blocked copy as well
+ * when asked: the copy equals their output laid out by tdm_mm_xb_index, and the output is the
+ * same bits as without the copy, at 1, 7 and 16 rows; 17 rows with a copy are refused.
+ */
+/* Elements of the copy dxb that differ from dout [M][K] laid out by tdm_mm_xb_index. */
+static int64_t xb_diff(const uint16_t *dout, const uint16_t *dxb, int M, int64_t K)
+{
+    const int64_t ne = tdm_mm_xb_elems(K), kf = K / TDM_MM_SLAB_K * TDM_MM_SLAB_K;
+    uint16_t *out = hal((size_t)M * K * 2), *xb = hal((size_t)ne * 2 + 2);
+    down(out, dout, (size_t)M * K * 2);
+    down(xb, dxb, (size_t)ne * 2);
+    int64_t diff = 0;
+    for (int r = 0; r < M; r++)
+        for (int64_t k = 0; k < kf; k++) diff += xb[tdm_mm_xb_index(r, k)] != out[r * K + k];
+    free(out);
+    free(xb);
+    return diff;
+}
+/* Whether two device buffers hold the same n bytes. */
+static int same_bytes(const void *a, const void *b, size_t n)
+{
+    unsigned char *ha = hal(n), *hb = hal(n);
+    down(ha, a, n);
+    down(hb, b, n);
+    const int same = memcmp(ha, hb, n) == 0;
+    free(ha);
+    free(hb);
+    return same;
+}
+static void blocked_ok(const char *label, const char *what, int M, int same, int64_t diff)
+{
+    ok(same && diff == 0, "%s %s, %d rows, with its blocked copy: the output's bits unchanged, the copy = the output laid out "
+       "(%lld elements differ)", label, what, M, (long long)diff);
+}
+
+static void test_blocked(const struct shape *s)
+{
+    const int H = s->c.hidden, Hv = s->c.gdn_v_heads, Dv = s->c.gdn_v_dim, I = s->c.intermediate;
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, P = 300, ctx = P + 16 + 1;
+    const size_t HvDv = (size_t)Hv * Dv, HqD = (size_t)Hq * D, ldqg = 2 * HqD, kvrow = (size_t)Hkv * D;
+    size_t wmax = H > (int)HvDv ? (size_t)H : HvDv;
+    if (ldqg > wmax) wmax = ldqg;
+    if ((size_t)I > wmax) wmax = I;
+    const size_t nmax = 16 * wmax;   /* the widest input of 16 rows */
+    uint16_t *h = hal(nmax * 2), *a = hal(nmax * 2), *b = hal(nmax * 2);
+    float *f = hal(nmax * 4), *w = hal(wmax * 4);
+    rand_bf16(a, f, nmax, 3.0f);
+    rand_bf16(b, f, nmax, 3.0f);
+    rand_bf16(h, f, nmax, 3.0f);
+    for (size_t i = 0; i < wmax; i++) w[i] = bfv(frand() * 0.5f);
+    uint16_t *dh = dal(nmax * 2), *da = dal(nmax * 2), *db = dal(nmax * 2), *d0 = dal(nmax * 2), *d1 = dal(nmax * 2);
+    uint16_t *dxb = dal((size_t)tdm_mm_xb_elems((int64_t)wmax) * 2 + 16);
+    float *dw = dal(wmax * 4);
+    up(da, a, nmax * 2);
+    up(db, b, nmax * 2);
+    up(dw, w, wmax * 4);
+    /* attention: q, qg, caches at positions 0..ctx-1, a chain as a tree */
+    uint16_t *kc = hal((size_t)ctx * kvrow * 2), *dkc = dal((size_t)ctx * kvrow * 2), *dvc = dal((size_t)ctx * kvrow * 2);
+    float *kf = hal((size_t)ctx * kvrow * 4);
+    rand_bf16(kc, kf, (size_t)ctx * kvrow, 2.0f);
+    up(dkc, kc, (size_t)ctx * kvrow * 2);
+    rand_bf16(kc, kf, (size_t)ctx * kvrow, 2.0f);
+    up(dvc, kc, (size_t)ctx * kvrow * 2);
+    float *scratch = dal(tdm_attn_scratch_bytes(16, Hq, D, ctx));
+    int32_t par[R], *dpar = dal(R * 4);
+    make_tree(0, par);
+    up(dpar, par, R * 4);
+    const int Ms[3] = {1, 7, 16};
+    for (int j = 0; j < 3; j++) {
+        const int M = Ms[j];
+        int same;
+        /* add_rmsnorm (h = h + y in place: reset before each run) */
+        up(dh, h, (size_t)M * H * 2);
+        if (tdm_add_rmsnorm(dh, db, H, dw, H, M, s->c.rms_eps, d0, NULL, st) != 0) bail("tdm_add_rmsnorm");
+        up(dh, h, (size_t)M * H * 2);
+        poison(dxb, (size_t)tdm_mm_xb_elems(H) * 2);
+        if (tdm_add_rmsnorm(dh, db, H, dw, H, M, s->c.rms_eps, d1, dxb, st) != 0) bail("tdm_add_rmsnorm (blocked)");
+        same = same_bytes(d0, d1, (size_t)M * H * 2);
+        blocked_ok(s->name, "add_rmsnorm", M, same, xb_diff(d1, dxb, M, H));
+        /* the gated norm */
+        if (Hv) {
+            if (tdm_gdn_gated_norm(da, db, HvDv, dw, M, Hv, Dv, s->c.rms_eps, d0, NULL, st) != 0 ||
+                tdm_gdn_gated_norm(da, db, HvDv, dw, M, Hv, Dv, s->c.rms_eps, d1, dxb, st) != 0)
+                bail("tdm_gdn_gated_norm");
+            same = same_bytes(d0, d1, (size_t)M * HvDv * 2);
+            blocked_ok(s->name, "gdn gated norm", M, same, xb_diff(d1, dxb, M, (int64_t)HvDv));
+        }
+        /* attention: the chain (rows at P + r) and the chain as a tree */
+        for (int tree = 0; tree < 2; tree++) {
+            const int32_t *pp = tree ? dpar : NULL;
+            if ((tree ? tdm_attn_tree(da, db, ldqg, dkc, dvc, pp, M, Hq, Hkv, D, P, NULL, ctx, scratch, d0, NULL, st)
+                      : tdm_attn_decode(da, db, ldqg, dkc, dvc, M, Hq, Hkv, D, P, NULL, ctx, scratch, d0, NULL, st)) != 0 ||
+                (tree ? tdm_attn_tree(da, db, ldqg, dkc, dvc, pp, M, Hq, Hkv, D, P, NULL, ctx, scratch, d1, dxb, st)
+                      : tdm_attn_decode(da, db, ldqg, dkc, dvc, M, Hq, Hkv, D, P, NULL, ctx, scratch, d1, dxb, st)) != 0)
+                bail("attention");
+            same = same_bytes(d0, d1, (size_t)M * HqD * 2);
+            blocked_ok(s->name, tree ? "attention (a tree)" : "attention", M, same, xb_diff(d1, dxb, M, (int64_t)HqD));
+        }
+        /* SiLU x up */
+        if (I) {
+            if (tdm_silu_mul(da, db, I, M, d0, NULL, st) != 0 || tdm_silu_mul(da, db, I, M, d1, dxb, st) != 0) bail("tdm_silu_mul");
+            same = same_bytes(d0, d1, (size_t)M * I * 2);
+            blocked_ok(s->name, "silu_mul", M, same, xb_diff(d1, dxb, M, I));
+        }
+    }
+    ok(tdm_add_rmsnorm(dh, db, H, dw, H, 17, s->c.rms_eps, d1, dxb, st) != 0, "%s: a blocked copy of 17 rows refused: %s",
+       s->name, tdm_err());
+    tdm_cuda_free(dh); tdm_cuda_free(da); tdm_cuda_free(db); tdm_cuda_free(d0); tdm_cuda_free(d1); tdm_cuda_free(dxb);
+    tdm_cuda_free(dw); tdm_cuda_free(dkc); tdm_cuda_free(dvc); tdm_cuda_free(scratch); tdm_cuda_free(dpar);
+    free(h); free(a); free(b); free(f); free(w); free(kc); free(kf);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {
@@ -2162,6 +2281,7 @@ int main(int argc, char **argv)
         if (!want_rest) continue;
         test_norm(s);
         test_gated_norm(s);
+        test_blocked(s);
         test_qk(s, 3000);
         test_conv(s);
         test_recur(s);

@@ -101,6 +101,24 @@ static void test_decoders(void)
             for (int b = 0; b < 8; b++) if (used[b] != 1) conflict = 1;
         }
     ok(!conflict, "activation fragment loads are free of shared-memory bank conflicts");
+
+    /* the blocked copy (xb): unit_slot inverts unit_k, and the index is a bijection onto the copy */
+    int slot_ok = 1;
+    for (int f = 0; f < 3; f++)
+        for (int q = 0; q < 8; q++)
+            if (tdm_mm_unit_slot(fmts[f], tdm_mm_unit_k(fmts[f], q)) != q) slot_ok = 0;
+    ok(slot_ok, "unit_slot is the inverse of unit_k (every format)");
+    const int64_t K = 3 * TDM_MM_SLAB_K + 64, n = tdm_mm_xb_elems(K);
+    int *hit = calloc((size_t)n, sizeof *hit), bij = n == TDM_MM_XB_ROWS * 3 * TDM_MM_SLAB_K;
+    for (int r = 0; r < TDM_MM_XB_ROWS; r++)
+        for (int64_t k = 0; k < K / TDM_MM_SLAB_K * TDM_MM_SLAB_K; k++) {
+            const int64_t i = tdm_mm_xb_index(r, k);
+            if (i < 0 || i >= n) bij = 0; else hit[i]++;
+        }
+    for (int64_t i = 0; i < n; i++) if (hit[i] != 1) bij = 0;
+    free(hit);
+    ok(bij, "the blocked copy's index takes each element of its %lld once (16 rows, the full slabs of k = %lld)",
+       (long long)n, (long long)K);
 }
 
 /* ---- the whole kernel, lane by lane ---- */
@@ -209,9 +227,14 @@ struct emul_case {
 };
 
 /* Whether the kernel feeds the weights as the mma's A operand (mm_skinny.cuh: SWAP, the per-lane
- * NVFP4 form at most 8 rows, tiles in pairs): A = two n8-tiles' B registers, B = the activation
- * row's unit, C transposed. */
-static int swap_form(const struct emul_case *c, int m) { return c->fmt == TDM_W_NVFP4 && c->tile.nt % 2 == 0 && m <= 8; }
+ * NVFP4 form at most 8 rows, and at 9-16 rows from the blocked copy, tiles in pairs): A = two
+ * n8-tiles' B registers, B = the activation row's unit (rows 8-15 a second mma into the pair's second
+ * accumulators), C transposed. The emulation of that form reads the full slabs' units from a blocked
+ * copy (mm_layout.h: xb) built element by element with tdm_mm_xb_index, at the kernel's addresses. */
+static int swap_form(const struct emul_case *c, int m)
+{
+    return c->fmt == TDM_W_NVFP4 && c->tile.nt % 2 == 0 && (m <= 8 || (m <= 16 && c->tile.nt == 2));
+}
 
 /* Runs the kernel's work split for m rows (swap: the A-operand form, where swap_form allows it);
  * returns the worst error relative to the row's sum of |x w| and counts outputs written (each must
@@ -226,6 +249,12 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     double *y = calloc((size_t)m * N, sizeof *y);
     int *writes = calloc((size_t)m * N, sizeof *writes);
     uint32_t *units = malloc(sizeof *units * 4 * ROWS * TDM_MM_AROW);   /* one staged slab */
+    /* swap: the blocked copy of x, element by element (what the kernels that write x write) */
+    const int64_t kf = (int64_t)K / TDM_MM_SLAB_K * TDM_MM_SLAB_K;
+    uint16_t *xb = calloc((size_t)tdm_mm_xb_elems(K) + 1, sizeof *xb);
+    if (swap)
+        for (int r = 0; r < m; r++)
+            for (int64_t kk = 0; kk < kf; kk++) xb[tdm_mm_xb_index(r, kk)] = tdm_f32_to_bf16(x[r * K + kk]);
     const int nblocks = (N + cols - 1) / cols;
     for (int bx = 0; bx < nblocks; bx++) {
         double *part = calloc((size_t)c->chains * ROWS * cols, sizeof *part); /* red[chain][row][col] */
@@ -267,19 +296,25 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                         bregs(fmt, words[np][lane], scnv[np][lane], u, b0[lane]);
                                         bregs(fmt, words[np + 1][lane], scnv[np + 1][lane], u, b1[lane]);
                                     }
+                                    for (int h = 0; h < (m <= 8 ? 1 : 2); h++)   /* activation rows 8h + g */
                                     for (int st = 0; st < 2; st++) {
                                         uint32_t areg[32][4], breg[32][2];
                                         for (int lane = 0; lane < 32; lane++) {
-                                            int g = lane >> 2, t = lane & 3;
-                                            const uint32_t *u0 = &units[4 * tdm_mm_apos(g, t, u)];
+                                            int g = lane >> 2, t = lane & 3, row = 8 * h + g < m ? 8 * h + g : m - 1;
+                                            uint32_t xu[4];   /* the full slabs from the blocked copy, as the kernel reads it */
+                                            const uint32_t *u0 = &units[4 * tdm_mm_apos(row, t, u)];
+                                            if (slab < kf / TDM_MM_SLAB_K) {
+                                                memcpy(xu, xb + (((int64_t)slab * 4 + u) * TDM_MM_XB_ROWS + row) * 32 + 8 * t, 16);
+                                                u0 = xu;
+                                            }
                                             areg[lane][0] = b0[lane][2 * st];     /* weight row g of tile np, kappa lo */
                                             areg[lane][1] = b1[lane][2 * st];     /* of tile np + 1 */
                                             areg[lane][2] = b0[lane][2 * st + 1]; /* kappa hi */
                                             areg[lane][3] = b1[lane][2 * st + 1];
-                                            breg[lane][0] = u0[2 * st];           /* activation row g, kappa lo */
+                                            breg[lane][0] = u0[2 * st];           /* activation row 8h + g, kappa lo */
                                             breg[lane][1] = u0[2 * st + 1];       /* kappa hi */
                                         }
-                                        mma(acc[np][0], areg, breg);
+                                        mma(acc[np + h][0], areg, breg);
                                     }
                                 }
                             continue;
@@ -318,16 +353,17 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                         }
                     }
                     /* the epilogue's fragment stores: lane (g,t) holds C[g][2t..], C[g+8][2t..]; swap: the
-                     * weight row g of tiles np and np + 1 for activation rows 2t, 2t + 1 */
+                     * weight row g of tiles np and np + 1 for activation rows 8h + 2t, 8h + 2t + 1 */
                     if (swap)
                         for (int np = 0; np < NT; np += 2)
-                            for (int lane = 0; lane < 32; lane++) {
-                                int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * np + g;
-                                for (int e = 0; e < 2; e++) {
-                                    part[((size_t)chain * ROWS + 2 * t + e) * cols + col] = acc[np][0][g][2 * t + e];
-                                    part[((size_t)chain * ROWS + 2 * t + e) * cols + col + 8] = acc[np][0][g + 8][2 * t + e];
+                            for (int h = 0; h < (m <= 8 ? 1 : 2); h++)
+                                for (int lane = 0; lane < 32; lane++) {
+                                    int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * np + g, r = 8 * h + 2 * t;
+                                    for (int e = 0; e < 2; e++) {
+                                        part[((size_t)chain * ROWS + r + e) * cols + col] = acc[np + h][0][g][2 * t + e];
+                                        part[((size_t)chain * ROWS + r + e) * cols + col + 8] = acc[np + h][0][g + 8][2 * t + e];
+                                    }
                                 }
-                            }
                     else
                     for (int nt = 0; nt < NT; nt++)
                         for (int mt = 0; mt < MT; mt++)
@@ -374,6 +410,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     free(y);
     free(writes);
     free(units);
+    free(xb);
     return worst;
 }
 
@@ -395,7 +432,7 @@ int main(void)
         {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1}},  /* chains not a power of two, 3 warps */
         {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1}},
     };
-    const int ms[] = {1, 3, 16, 17, 32};
+    const int ms[] = {1, 3, 12, 16, 17, 32};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct emul_case *c = &cases[i];
         struct weight W;

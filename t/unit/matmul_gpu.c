@@ -8,8 +8,10 @@
  *     so does one with a few-row geometry of its own at 1-8 rows (tiles.h: lo);
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
- *   NVFP4 at 1-16 rows in each activation form (TANDEM_MM_DIRECT on: loaded per lane; off: staged)
- *     against the one-row calls, bit for bit.
+ *   NVFP4 at 1-16 rows in each activation form (TANDEM_MM_DIRECT on: loaded per lane; off: staged;
+ *     per lane from x's blocked copy, mm_layout.h: xb) against the one-row calls, bit for bit, and
+ *     tdm_mm_pack_xb against the layout's index on the host; SwiGLU from the blocked copy, writing
+ *     y's, the same bits and the copy equal to y packed.
  * And the programmatic launches (kernels/pdl.cuh, TANDEM_PDL): a chain of norm -> product pairs
  * through one reused activation buffer, each product launched while its norm may still run, gives
  * the plain launches' bits, eager and from a graph (a product that read its input before the norm
@@ -24,6 +26,7 @@
 #include "formats.h"
 #include "linear.h"
 #include "matmul.h"
+#include "mm_layout.h"
 #include "shapes.h"
 #include "tap.h"
 #include "tiles.h"
@@ -160,25 +163,52 @@ static struct tdm_tile_geom other_geom(enum tdm_mmk kk, int64_t n, int64_t k, co
     return (struct tdm_tile_geom){0, 0, 0, 0, 0};
 }
 
-/* NVFP4 at m = 1..16 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off)
- * and per lane (on): in bad[0] and bad[1] the rows that differ from the one-row calls' outputs y1
- * (FP32, n a row). Nonzero when a call fails. */
+/* NVFP4 at m = 1..16 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off),
+ * per lane (on) and per lane from x's blocked copy (tdm_mm_pack_xb; the copy's own poisoned
+ * elements past m rows are never read): in bad[0..2] the rows that differ from the one-row calls'
+ * outputs y1 (FP32, n a row). Nonzero when a call fails. */
 static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int64_t k, int64_t n,
-                            const struct tdm_tile *t, const float *y1, float *ym, void *dy, int bad[2])
+                            const struct tdm_tile *t, const float *y1, float *ym, void *dy, int bad[3])
 {
-    int rc = 0;
-    for (int f = 0; f < 2 && !rc; f++)
+    uint16_t *dxb = NULL;
+    const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2;
+    int rc = tdm_cuda_malloc((void **)&dxb, xbb + 16);
+    for (int f = 0; f < 3 && !rc; f++)
         for (int m = 1; m <= 16 && !rc; m++) {
+            const uint16_t *xb = f == 2 && xbb ? dxb : NULL;
+            if (xb) rc = tdm_dev_fill_bytes(dxb, xbb, 7 + m, 0xff, 0, st) || tdm_mm_pack_xb(dx, k, m, k, dxb, st);
             tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
-            rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) ||
-                 (t ? tdm_matmul_skinny(d, dx, k, m, dy, n, TDM_MM_F32, t, st)
-                    : tdm_matmul(d, dx, k, m, dy, n, TDM_MM_F32, tiles, st)) ||
+            rc = rc || tdm_dev_fill_bytes(dy, (size_t)m * n * 4, 0, 0, 0xff, st) ||
+                 (t ? tdm_matmul_skinny_xb(d, dx, k, xb, m, dy, n, TDM_MM_F32, t, st)
+                    : tdm_matmul_xb(d, dx, k, xb, m, dy, n, TDM_MM_F32, tiles, st)) ||
                  tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy, (size_t)m * n * 4);
             tdm_mm_set_direct(-1);
             for (int r = 0; r < m && !rc; r++)
                 if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) bad[f]++;
         }
+    tdm_cuda_free(dxb);
     return rc;
+}
+
+/* tdm_mm_pack_xb against the layout's index on the host (mm_layout.h: xb): m rows of hx [][k].
+ * Returns the elements that differ, or -1 when a call fails. */
+static int64_t pack_vs_host(const uint16_t *hx, const uint16_t *dx, int64_t k, int m)
+{
+    const int64_t ne = tdm_mm_xb_elems(k), kf = k / TDM_MM_SLAB_K * TDM_MM_SLAB_K;
+    if (ne == 0) return 0;
+    uint16_t *want = calloc((size_t)ne, 2), *got = malloc((size_t)ne * 2), *dxb = NULL;
+    for (int r = 0; r < m; r++)
+        for (int64_t c = 0; c < kf; c++) want[tdm_mm_xb_index(r, c)] = hx[r * k + c];
+    int64_t diff = -1;
+    if (tdm_cuda_malloc((void **)&dxb, (size_t)ne * 2) == 0 && tdm_dev_fill_bytes(dxb, (size_t)ne * 2, 0, 0, 0, st) == 0 &&
+        tdm_mm_pack_xb(dx, k, m, k, dxb, st) == 0 && tdm_stream_sync(st) == 0 && tdm_cuda_d2h(got, dxb, (size_t)ne * 2) == 0) {
+        diff = 0;
+        for (int64_t i = 0; i < ne; i++) diff += want[i] != got[i];
+    }
+    tdm_cuda_free(dxb);
+    free(want);
+    free(got);
+    return diff;
 }
 
 static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, int64_t row0, int64_t n)
@@ -215,7 +245,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
 
     /* check: 32 rows, FP32 and BF16 outputs */
     for (int f32 = 1; f32 >= 0; f32--) {
-        rc = tdm_cuda_memset(dy, 0xff, ybytes) || tdm_matmul(&d, dx, k, 32, dy, n, f32 ? TDM_MM_F32 : TDM_MM_BF16, tiles, st) ||
+        rc = tdm_dev_fill_bytes(dy, ybytes, 0, 0, 0xff, st) || tdm_matmul(&d, dx, k, 32, dy, n, f32 ? TDM_MM_F32 : TDM_MM_BF16, tiles, st) ||
              tdm_stream_sync(st) || tdm_cuda_d2h(y, dy, (size_t)32 * n * (f32 ? 4 : 2));
         double worst = 0;
         int bad = rc ? -1 : check_ref(&hv, xf, 32, y, f32, cols, ncols, &worst);
@@ -227,7 +257,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     int twin_bad = 0, unwritten = 0, table_bad = 0, lo_bad = 0, lo_runs = 0;
     rc = 0;
     for (int r = 0; r < 32 && !rc; r++) {
-        rc = tdm_cuda_memset(dy, 0xff, (size_t)n * 4) || tdm_matmul(&d, dx + r * k, k, 1, dy, n, TDM_MM_F32, tiles, st) ||
+        rc = tdm_dev_fill_bytes(dy, (size_t)n * 4, 0, 0, 0xff, st) || tdm_matmul(&d, dx + r * k, k, 1, dy, n, TDM_MM_F32, tiles, st) ||
              tdm_stream_sync(st) || tdm_cuda_d2h(y1 + r * n, dy, (size_t)n * 4);
     }
     {   /* a few-row geometry at one row (below, 2-8 rows) against the table's one-row call */
@@ -237,13 +267,13 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         t1.lo = other_geom(kk1, n, k, &t1);
         if (!rc && t1.lo.nt) {
             lo_runs++;
-            rc = tdm_cuda_memset(dy2, 0xff, (size_t)n * 4) || tdm_matmul_skinny(&d, dx, k, 1, dy2, n, TDM_MM_F32, &t1, st) ||
+            rc = tdm_dev_fill_bytes(dy2, (size_t)n * 4, 0, 0, 0xff, st) || tdm_matmul_skinny(&d, dx, k, 1, dy2, n, TDM_MM_F32, &t1, st) ||
                  tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy2, (size_t)n * 4);
             if (!rc && memcmp(ym, y1, (size_t)n * 4) != 0) lo_bad++;
         }
     }
     for (int m = 2; m <= 32 && !rc; m++) {
-        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
+        rc = tdm_dev_fill_bytes(dy, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
              tdm_stream_sync(st) || tdm_cuda_d2h(ym, dy, (size_t)m * n * 4);
         for (int r = 0; r < m && !rc; r++) {
             if (memcmp(ym + r * n, y1 + r * n, (size_t)n * 4) != 0) twin_bad++;
@@ -251,7 +281,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         }
         /* the default setting must give the table's bits */
         struct tdm_tile t = tdm_tile_default((enum tdm_mmk)tdm_mmk_for(fmt, m), n, k);
-        rc = rc || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &t, st);
+        rc = rc || tdm_dev_fill_bytes(dy2, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &t, st);
         int64_t diff = 0;
         rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 4, &diff, st);
         if (diff) table_bad++;
@@ -261,7 +291,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         tl.lo = other_geom((enum tdm_mmk)tdm_mmk_for(fmt, m), n, k, &t);
         if (m <= TDM_TILE_LO_ROWS_MAX && tl.lo.nt) {
             lo_runs++;
-            rc = rc || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &tl, st);
+            rc = rc || tdm_dev_fill_bytes(dy2, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_matmul_skinny(&d, dx, k, m, dy2, n, TDM_MM_F32, &tl, st);
             diff = 0;
             rc = rc || tdm_dev_count_diff(dy, dy2, (size_t)m * n * 4, &diff, st);
             if (diff) lo_bad++;
@@ -275,11 +305,15 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
      * per lane; off: staged; the one-row calls above ran the default, auto, which is per lane at
      * every row count, so off compares the two forms): every row its one-row call's bits */
     if (fmt == TDM_W_NVFP4) {
-        int direct_bad[2] = {0, 0};
+        int direct_bad[3] = {0, 0, 0};
         rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, y1, ym, dy2, direct_bad);
-        ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0, "%s: m = 1..16 staged (TANDEM_MM_DIRECT=off) and loaded per lane "
-           "(on): every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1],
+        ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0 && direct_bad[2] == 0, "%s: m = 1..16 staged "
+           "(TANDEM_MM_DIRECT=off), loaded per lane (on) and per lane from the blocked copy: every row equals the one-row "
+           "call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1], direct_bad[2],
            rc ? ": " : "", rc ? tdm_err() : "");
+        const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, 16);
+        ok(pk == 0, "%s: tdm_mm_pack_xb of 16 rows = the layout's index on the host (%lld elements differ)", label,
+           (long long)pk);
         /* four n8-tiles a warp (nt 4, built for tandem-sweep to time; per lane at most 8 rows, staged
          * at 9-16, TDM_MM_DIRECT): every row at 1..16 rows its one-row call's bits, where the setting
          * is valid for the shape */
@@ -288,11 +322,11 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         t4.wn = 2;
         t4.pf = 1;
         if (!rc && tdm_tile_check(TDM_MMK_NVFP4, n, k, &t4) == 0) {
-            int nt4_bad[2] = {0, 0};
+            int nt4_bad[3] = {0, 0, 0};
             rc = forms_vs_one_row(&d, dx, k, n, &t4, y1, ym, dy2, nt4_bad);
-            ok(!rc && nt4_bad[0] == 0 && nt4_bad[1] == 0, "%s: nt 4 (four n8-tiles a warp, wn 2) at m = 1..16, staged and "
-               "per lane: every row equals the one-row call bit for bit (%d, %d rows differ)%s%s", label, nt4_bad[0],
-               nt4_bad[1], rc ? ": " : "", rc ? tdm_err() : "");
+            ok(!rc && nt4_bad[0] == 0 && nt4_bad[1] == 0 && nt4_bad[2] == 0, "%s: nt 4 (four n8-tiles a warp, wn 2) at m = "
+               "1..16, staged, per lane and from the blocked copy: every row equals the one-row call bit for bit (%d, %d, %d "
+               "rows differ)%s%s", label, nt4_bad[0], nt4_bad[1], nt4_bad[2], rc ? ": " : "", rc ? tdm_err() : "");
         }
     }
     ok(!rc && table_bad == 0, "%s: the tile tables' setting gives the default setting's bits (%d row counts differ)", label, table_bad);
@@ -302,8 +336,8 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     for (int mi = 0; mi < 2 && !rc; mi++) {
         const int m = mi ? 32 : 5;
         tdm_graph g = NULL;
-        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_BF16, tiles, st) ||
-             tdm_stream_sync(st) || tdm_cuda_memset(dy2, 0xff, (size_t)m * n * 4) || tdm_graph_begin(st) ||
+        rc = tdm_dev_fill_bytes(dy, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_BF16, tiles, st) ||
+             tdm_stream_sync(st) || tdm_dev_fill_bytes(dy2, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_graph_begin(st) ||
              tdm_matmul(&d, dx, k, m, dy2, n, TDM_MM_BF16, tiles, st) || tdm_graph_end(st, &g) || tdm_graph_launch(g, st) ||
              tdm_graph_launch(g, st) || tdm_stream_sync(st);
         int64_t diff = 0;
@@ -317,7 +351,7 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
     /* the wide GEMM */
     for (int mi = 0; mi < 2; mi++) {
         const int m = mi ? 100 : 33;
-        rc = tdm_cuda_memset(dy, 0xff, (size_t)m * n * 4) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
+        rc = tdm_dev_fill_bytes(dy, (size_t)m * n * 4, 0, 0, 0xff, st) || tdm_matmul(&d, dx, k, m, dy, n, TDM_MM_F32, tiles, st) ||
              tdm_stream_sync(st) || tdm_cuda_d2h(y, dy, (size_t)m * n * 4);
         double worst = 0;
         int bad = rc ? -1 : check_ref(&hv, xf, m, y, 1, cols, ncols, &worst);
@@ -366,13 +400,21 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
         return;
     }
     uint16_t *ref = malloc(yb), *glu = malloc(yb), *one = malloc((size_t)n * 2);
-    int ran = 0, same = 0, twins = 0, fails = 0;
+    int ran = 0, same = 0, twins = 0, fails = 0, xb_ran = 0, xb_same = 0;
+    /* at 1..16 rows, also from x's blocked copy, writing y's: y the same bits, its copy = the packed y */
+    uint16_t *dxb = NULL, *dyb = NULL, *dyb2 = NULL;
+    const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2, ybb = (size_t)tdm_mm_xb_elems(n) * 2;
+    if (tdm_cuda_malloc((void **)&dxb, xbb + 16) || tdm_cuda_malloc((void **)&dyb, ybb + 16) ||
+        tdm_cuda_malloc((void **)&dyb2, ybb + 16)) {
+        ok(0, "%s: device memory: %s", label, tdm_err());
+        return;
+    }
     for (int m = 1; m <= R; m++) {
         if (!tdm_matmul_swiglu_ok(&g, &u, dx, k, m, tiles)) continue;
         ran++;
         if (tdm_dev_fill_bytes(dglu, yb, 99 + m, 0xff, 0, st) != 0 ||
             tdm_matmul(&g, dx, k, m, dg, n, TDM_MM_BF16, tiles, st) || tdm_matmul(&u, dx, k, m, du, n, TDM_MM_BF16, tiles, st) ||
-            tdm_silu_mul(dg, du, n, m, dref, st) || tdm_matmul_swiglu(&g, &u, dx, k, m, dglu, n, tiles, st) ||
+            tdm_silu_mul(dg, du, n, m, dref, NULL, st) || tdm_matmul_swiglu(&g, &u, dx, k, NULL, m, dglu, n, NULL, tiles, st) ||
             tdm_stream_sync(st) || tdm_cuda_d2h(ref, dref, (size_t)m * n * 2) || tdm_cuda_d2h(glu, dglu, (size_t)m * n * 2)) {
             fails++;
             printf("# %s m=%d: %s\n", label, m, tdm_err());
@@ -382,10 +424,25 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
         int rows_ok = 1;   /* each row against its own one-row call */
         for (int r = 0; r < m && rows_ok; r++)
             rows_ok = tdm_matmul_swiglu_ok(&g, &u, dx + r * k, k, 1, tiles) &&
-                      tdm_matmul_swiglu(&g, &u, dx + r * k, k, 1, dglu, n, tiles, st) == 0 && tdm_stream_sync(st) == 0 &&
+                      tdm_matmul_swiglu(&g, &u, dx + r * k, k, NULL, 1, dglu, n, NULL, tiles, st) == 0 && tdm_stream_sync(st) == 0 &&
                       tdm_cuda_d2h(one, dglu, (size_t)n * 2) == 0 && memcmp(one, glu + (size_t)r * n, (size_t)n * 2) == 0;
         twins += rows_ok;
+        if (m <= TDM_MM_XB_ROWS && xbb) {
+            xb_ran++;
+            int64_t d1 = -1, d2 = -1;
+            if (tdm_mm_pack_xb(dx, k, m, k, dxb, st) == 0 && tdm_dev_fill_bytes(dyb, ybb, 0, 0, 0, st) == 0 &&
+                tdm_dev_fill_bytes(dyb2, ybb, 0, 0, 0, st) == 0 && tdm_dev_fill_bytes(dglu, yb, 7 + m, 0xff, 0, st) == 0 &&
+                tdm_matmul_swiglu(&g, &u, dx, k, dxb, m, dglu, n, ybb ? dyb : NULL, tiles, st) == 0 &&
+                tdm_dev_count_diff(dglu, dref, (size_t)m * n * 2, &d1, st) == 0 &&
+                (!ybb || (tdm_mm_pack_xb(dglu, n, m, n, dyb2, st) == 0 && tdm_dev_count_diff(dyb, dyb2, ybb, &d2, st) == 0)))
+                xb_same += d1 == 0 && (!ybb || d2 == 0);
+            else
+                printf("# %s m=%d (blocked copies): %s\n", label, m, tdm_err());
+        }
     }
+    ok(xb_same == xb_ran && (xb_ran > 0 || !want_all), "%s: from x's blocked copy, writing y's: y = gate, up, tdm_silu_mul bit for bit and the "
+       "copy = y packed, at %d of %d row counts run", label, xb_same, xb_ran);
+    tdm_cuda_free(dxb); tdm_cuda_free(dyb); tdm_cuda_free(dyb2);
     ok(fails == 0 && same == ran, "%s: one SwiGLU product = gate, up, tdm_silu_mul bit for bit at %d of %d row counts run",
        label, same, ran);
     ok(twins == ran, "%s: every row = its one-row SwiGLU call at %d of %d row counts", label, twins, ran);
@@ -393,7 +450,7 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
        want_all ? R : 1);
     /* refused where it cannot run: shapes that differ */
     struct tdm_dweight half = tdm_dweight_rows(&u, 0, n / 2);
-    ok(!tdm_matmul_swiglu_ok(&g, &half, dx, k, 1, tiles) && tdm_matmul_swiglu(&g, &half, dx, k, 1, dglu, n, tiles, st) != 0,
+    ok(!tdm_matmul_swiglu_ok(&g, &half, dx, k, 1, tiles) && tdm_matmul_swiglu(&g, &half, dx, k, NULL, 1, dglu, n, NULL, tiles, st) != 0,
        "%s: gate and up of different shapes refused: %s", label, tdm_err());
     tdm_dweight_free(&g);
     tdm_dweight_free(&u);
@@ -430,9 +487,9 @@ static void run_pdl_chain(const char *label, enum tdm_wfmt fmt, int64_t n, int64
         tdm_cuda_set_pdl(run > 0);
         char *y = (char *)dy + (size_t)run * PAIRS * ybytes;
         tdm_graph g = NULL;
-        rc = tdm_cuda_memset(y, 0xff, PAIRS * ybytes) || (run == 2 && tdm_graph_begin(st));
+        rc = tdm_dev_fill_bytes(y, PAIRS * ybytes, 0, 0, 0xff, st) || (run == 2 && tdm_graph_begin(st));
         for (int p = 0; p < PAIRS && !rc; p++)
-            rc = tdm_add_rmsnorm(dh + (size_t)p * m * k, NULL, 0, dw, (int)k, m, 1e-6f, dxn, st) ||
+            rc = tdm_add_rmsnorm(dh + (size_t)p * m * k, NULL, 0, dw, (int)k, m, 1e-6f, dxn, NULL, st) ||
                  tdm_matmul(&d, dxn, k, m, y + p * ybytes, n, TDM_MM_BF16, tiles, st);
         if (run == 2) rc = rc || tdm_graph_end(st, &g) || tdm_graph_launch(g, st) || tdm_graph_launch(g, st);
         rc = rc || tdm_stream_sync(st);
