@@ -206,7 +206,9 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
     // load depth at most 8 rows. The load depth only orders the loads and the per-lane loads fetch
     // the same operands: the bits are the same.
-    const bool direct = w->fmt == TDM_W_NVFP4 && vec && TDM_MM_DIRECT(TDM_MMF_NVFP4, t.nt, mt) && tdm_mm_direct_rows(m);
+    const bool direct = w->fmt == TDM_W_NVFP4 && vec &&
+                        (a.xb ? TDM_MM_DIRECT_XB(TDM_MMF_NVFP4, t.nt, mt) : TDM_MM_DIRECT(TDM_MMF_NVFP4, t.nt, mt)) &&
+                        tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;

@@ -67,6 +67,9 @@
  * same at 1-8 rows and 1.4x slower at 16; inside the engine's rounds, NVFP4 faster at 1-16 rows
  * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). The forms fetch the same operands: the same bits. */
 #define TDM_MM_DIRECT(fmt, nt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= ((nt) <= 2 ? 1 : 0))
+/* The same from x's blocked copy (xb below): also at 17-32 rows with nt 2, the weights as the A
+ * operand there too (mm_skinny.cuh: XB, SWAP). */
+#define TDM_MM_DIRECT_XB(fmt, nt, mt) (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2))
 
 /* Whether the kernels are built for (fmt, nt, mt, pf). */
 TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)
@@ -149,8 +152,8 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 }
 
 /* ---- the blocked activation copy (xb) ------------------------------------------------------------
- * The per-lane NVFP4 form (mm_skinny.cuh: DA, 1-16 rows) reads, for each unit u of a slab, row g's
- * 16 bytes at lane chunk t: from a row-major x, 8 rows x 4 chunks 64 bytes apart touch 16 lines of
+ * The per-lane NVFP4 form (mm_skinny.cuh: DA; 1-16 rows, 1-32 from the copy) reads, for each unit
+ * u of a slab, row g's 16 bytes at lane chunk t: from a row-major x, 8 rows x 4 chunks 64 bytes apart touch 16 lines of
  * 128 bytes a load and use half of each 32-byte sector, and each unit is permuted in registers (4
  * PRMT). The xb copy holds the same values with every unit already permuted (tdm_mm_permute_unit)
  * and the units a warp loads together side by side: unit u of lane chunk t of row r of slab S at
@@ -158,10 +161,10 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * contiguous bytes and needs no permute. The kernels that write a product's input (the norms, the
  * attention output, SwiGLU) write this copy beside x when asked; it covers the full slabs of K
  * (k < 128 * (K / 128)); the last, partial slab is read from x. Room for TDM_MM_XB_ROWS rows
- * whatever the row count, so that the strides are constants. Measured on the H200 as a probe
- * (bench/NOTES.md, the blocked activation copy): a 27B token's NVFP4 products 7.95 -> 6.80 ms at 8
- * rows, 12.1 -> 9.7 at 16. */
-#define TDM_MM_XB_ROWS 16
+ * whatever the row count, so that the strides are constants. Measured on the H200 (bench/NOTES.md,
+ * the blocked activation copies): a 27B token's NVFP4 products 8.00 -> 6.6 ms at 8 rows, 12.1 ->
+ * 8.1 at 16. */
+#define TDM_MM_XB_ROWS 32
 /* Elements of an xb copy for K inputs. */
 TDM_HD int64_t tdm_mm_xb_elems(int64_t k) { return (int64_t)TDM_MM_XB_ROWS * (k / TDM_MM_SLAB_K) * TDM_MM_SLAB_K; }
 /* The element of an xb copy that holds row `row` (< TDM_MM_XB_ROWS), k (< 128 * (K / 128)). */

@@ -325,7 +325,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 {
     static_assert(!XB || DA, "the blocked copy is read by the per-lane form only");
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
-    static_assert(!DA || TDM_MM_DIRECT(FMT, NT, MTA), "per-lane activations are built for NVFP4 at 1-16 rows only (nt 4: 1-8)");
+    static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTA) : TDM_MM_DIRECT(FMT, NT, MTA)),
+                  "per-lane activations are built for NVFP4 at 1-16 rows (nt 4: 1-8), and from the blocked copy at nt 2 "
+                  "also at 17-32");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
     // SWAP (TDM_MM_SWAP; the per-lane NVFP4 form at most 8 rows, tiles in pairs): each mma takes the
@@ -335,9 +337,11 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // step for two tiles instead of two, and no zero rows 8-15 to build. Each product and its
     // kappa are those of the plain form, so the sums are too (t/gpu/matmul.t's twins compare every m
     // against one-row calls, and 17-32 rows run the plain form). At 9-16 rows from the blocked copy
-    // (TDM_MM_SWAP16) the same, with rows 8-15 a second mma into the pair's second accumulators.
+    // (TDM_MM_SWAP16) the same, with rows 8-15 a second mma into the pair's second accumulators; at
+    // 17-32 (from the copy only) rows 16-23 and 24-31 two more, into the pair's accumulators of the
+    // second 16-row tile.
     constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 &&
-                          (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))));
+                          (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))) || MTA == 2);
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
@@ -411,13 +415,13 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
     for (int h = 0; h < 2; h++)
         xo[h] = (uint32_t)(min(8 * h + g, a.m - 1) * a.ldx + (int64_t)s_begin * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t);
-    // XB: this lane's rows g and g + 8 (clamped as above) at its lane chunk of the chain's first slab
-    // in the blocked copy; unit u of slab i of the chain is 16 bytes at + i * XB_SLAB + u * XB_UNIT.
+    // XB: this lane's rows 16 mt + 8 h + g (clamped as above) at its lane chunk of the chain's first
+    // slab in the blocked copy; unit u of slab i of the chain is 16 bytes at + i * XB_SLAB + u * XB_UNIT.
     constexpr uint32_t XB_UNIT = TDM_MM_XB_ROWS * TDM_MM_CHUNK_K, XB_SLAB = TDM_MM_UNITS * XB_UNIT;
-    uint32_t xbo[2];
+    uint32_t xbo[2 * MT];
 #pragma unroll
-    for (int h = 0; h < 2; h++)
-        xbo[h] = (uint32_t)s_begin * XB_SLAB + (uint32_t)min(8 * h + g, a.m - 1) * TDM_MM_CHUNK_K + 8 * t;
+    for (int q = 0; q < 2 * MT; q++)
+        xbo[q] = (uint32_t)s_begin * XB_SLAB + (uint32_t)min(8 * q + g, a.m - 1) * TDM_MM_CHUNK_K + 8 * t;
     (void)xbo;
     auto permute = [&](uint4 v) -> uint4 {
         uint32_t in[4] = {v.x, v.y, v.z, v.w}, out[4];
@@ -579,8 +583,13 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         for (int u = 0; u < TDM_MM_UNITS; u++) {
             // per lane (not staged): unit u of activation row 16 mt + 8 h + g, permuted
             auto unit = [&](int mt, int h) -> uint4 {
-                if constexpr (MODE == 2 && XB)   // the blocked copy: permuted already
-                    return __ldg(reinterpret_cast<const uint4 *>(a.xb + (xbo[h] + (uint32_t)i * XB_SLAB + u * XB_UNIT)));
+                if constexpr (MODE == 2 && XB) {   // the blocked copy: permuted already
+                    // At 17-32 rows the four row offsets are xbo[0] plus constants, unclamped: rows past m
+                    // read what the copy holds there (room for 32 rows), and their results are never
+                    // summed or stored. Three registers fewer (with clamps the plain form spilled at 128).
+                    const uint32_t o = MT == 2 ? xbo[0] + (16 * mt + 8 * h) * TDM_MM_CHUNK_K : xbo[2 * mt + h];
+                    return __ldg(reinterpret_cast<const uint4 *>(a.xb + (o + (uint32_t)i * XB_SLAB + u * XB_UNIT)));
+                }
                 else if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
                     return permute(__ldg(reinterpret_cast<const uint4 *>(
                         a.x + (xo[h] + (uint32_t)i * TDM_MM_SLAB_K + 8 * u))));
@@ -588,18 +597,19 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                     return permute(load_unit(16 * mt + 8 * h + g, kbase + 8 * u));
             };
             if constexpr (SWAP) {   // the weights as A, this lane's activation row g as B (see SWAP)
-                const uint4 p0 = unit(0, 0), p1 = LO8 ? p0 : unit(0, 1);
 #pragma unroll
                 for (int np = 0; np < NT; np += 2) {
                     uint32_t b0[4], b1[4];
                     bregs<FMT>(ch[np], u, sa[np], sb[np], b0);
                     bregs<FMT>(ch[np + 1], u, sa[np + 1], sb[np + 1], b1);
-                    mma_bf16(acc[np][0], b0[0], b1[0], b0[1], b1[1], p0.x, p0.y);
-                    mma_bf16(acc[np][0], b0[2], b1[2], b0[3], b1[3], p0.z, p0.w);
-                    if constexpr (!LO8) {   // activation rows 8-15 into the pair's second accumulators
-                        mma_bf16(acc[np + 1][0], b0[0], b1[0], b0[1], b1[1], p1.x, p1.y);
-                        mma_bf16(acc[np + 1][0], b0[2], b1[2], b0[3], b1[3], p1.z, p1.w);
-                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 16 mt + 8 h + g
+                            const uint4 p = unit(mt, h);   // into accumulators [np + h][mt]
+                            mma_bf16(acc[np + h][mt], b0[0], b1[0], b0[1], b1[1], p.x, p.y);
+                            mma_bf16(acc[np + h][mt], b0[2], b1[2], b0[3], b1[3], p.z, p.w);
+                        }
                 }
             } else {
                 uint4 aq[MT][2];   // the A quads of steps 2u and 2u + 1
@@ -706,13 +716,15 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
             for (int np = 0; np < NT; np += 2)
 #pragma unroll
-                for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 8 h + 2t, + 1
-                    const int c = wn * 8 * NT + 8 * np + g, r = 8 * h + 2 * t;
-                    mine[r * rstride + c] = acc[np + h][0][0];
-                    mine[(r + 1) * rstride + c] = acc[np + h][0][1];
-                    mine[r * rstride + c + 8] = acc[np + h][0][2];
-                    mine[(r + 1) * rstride + c + 8] = acc[np + h][0][3];
-                }
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 16 mt + 8 h + 2t, + 1
+                        const int c = wn * 8 * NT + 8 * np + g, r = 16 * mt + 8 * h + 2 * t;
+                        mine[r * rstride + c] = acc[np + h][mt][0];
+                        mine[(r + 1) * rstride + c] = acc[np + h][mt][1];
+                        mine[r * rstride + c + 8] = acc[np + h][mt][2];
+                        mine[(r + 1) * rstride + c + 8] = acc[np + h][mt][3];
+                    }
         } else
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -825,10 +837,10 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
 {
+    if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT))
+        if (direct && a.xb) return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
     if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
-        if (direct)
-            return a.xb ? launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st)
-                        : launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
+        if (direct && !a.xb) return launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
     return launch_glu<FMT, NT, MT, PF, false, false>(a, wn, cs, smem, st);
 }
 

@@ -4,7 +4,10 @@
 # needed), for both targets (sm_90, sm_121a):
 #   - no skinny matrix kernel (kernels/*_skinny.cu) and no decode attention kernel uses a stack
 #     frame or spills to local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
-#     spills nothing, and a change that makes one spill fails here;
+#     spills nothing, and a change that makes one spill fails here. One exception, measured: the
+#     17-32-row form that reads the blocked copy (NVFP4 nt 2, pf 1, the plain form, sm_90) stores
+#     and loads 4 bytes at its 128-register cap; up to 8 bytes pass for it alone (bench/NOTES.md,
+#     the blocked copy at 17-32 rows);
 #   - the one-row decode's instantiations (NVFP4 nt 2, at most 8 rows, pf 1 and 3, the activations
 #     staged, loaded per lane (TANDEM_MM_DIRECT) and loaded per lane from the blocked copy
 #     (TANDEM_MM_XB); the plain and the SwiGLU form of each) use at
@@ -30,10 +33,13 @@ HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]ELb[01
 hot=$(grep -cE "$HOT" "$tmp")
 echo "1..$((n + 3))"
 t=0
+XB32=_ZN6tdm_mm13skinny_kernelILi3ELi2ELi2ELi1ELb1ELb0ELb1ELb1EEE
 while read -r o arch f r s l; do
     t=$((t + 1))
     if [ "$s" = 0 ] && [ "$l" = 0 ]; then
         echo "ok $t - $o $arch $f: $r registers, no stack, no spills"
+    elif [ "$arch" = sm_90 ] && [ "${f#$XB32}" != "$f" ] && [ "$l" -le 8 ] && [ "$s" -le 8 ]; then
+        echo "ok $t - $o $arch $f: $r registers, stack $s, spilled bytes $l (the measured exception)"
     else
         echo "not ok $t - $o $arch $f: $r registers, stack $s, spilled bytes $l"
     fi

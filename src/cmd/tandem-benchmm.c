@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "  --no-baseline    skip cuBLAS and cuBLASLt\n"
             "  --no-token       skip the whole-token lines\n"
             "  --no-xb          our kernels read the activations as written at every row count (by default\n"
-            "                   NVFP4 at 1-16 rows reads their blocked copy, packed once before the timing,\n"
+            "                   NVFP4 at 1-32 rows reads their blocked copy, packed once before the timing,\n"
             "                   as the engine's kernels write it beside x: kernels/mm_layout.h)\n"
             "  --json FILE      every measurement as JSON\n"
             "  -h, --help       this text\n"
@@ -62,7 +62,7 @@ struct call {
 
 static int use_xb = 1;    /* --no-xb clears */
 /* x's blocked copy for m rows of k into xb (room for tdm_mm_xb_elems(k)), where our kernels read
- * one (1-16 rows, --no-xb not given); returns xb, or NULL for none. */
+ * one (1-32 rows, --no-xb not given); returns xb, or NULL for none. */
 static const uint16_t *pack_xb(const uint16_t *x, int64_t m, int64_t k, uint16_t *xb)
 {
     if (!use_xb || m > TDM_MM_XB_ROWS || tdm_mm_xb_elems(k) == 0) return NULL;
@@ -274,7 +274,7 @@ int main(int argc, char **argv)
            "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n"
            "# lt-fp8 = cuBLASLt FP8 (e4m3 activations): b = block scales (128x128 weight, 1x128 activation), t = per-tensor\n"
            "#          scales where cuBLASLt has no block-scaled algorithm for the shape\n");
-    printf("# nvfp4 at 1-16 rows reads %s\n", use_xb ? "x's blocked copy (packed once before the timing, as the engine's kernels "
+    printf("# nvfp4 at 1-32 rows reads %s\n", use_xb ? "x's blocked copy (packed once before the timing, as the engine's kernels "
                                                         "write it beside x)" : "x as written (--no-xb)");
     printf("%-15s %-26s %11s %5s | %8s %7s %5s %8s | %8s %7s %5s | %8s %8s %8s | %6s\n", "model", "projection", "N,K", "rows",
            "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");

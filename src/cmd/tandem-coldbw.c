@@ -42,7 +42,7 @@ static void usage(FILE *f)
 struct mm_ctx {
     struct tdm_wset *ws;
     const uint16_t *x;
-    const uint16_t *xb;   /* x's blocked copy (NVFP4 at 1-16 rows), or NULL */
+    const uint16_t *xb;   /* x's blocked copy (NVFP4 at 1-32 rows), or NULL */
     void *y;
     int64_t m;
     const struct tdm_tiles *tiles;
@@ -177,7 +177,7 @@ int main(int argc, char **argv)
         if (tdm_cuda_malloc((void **)&mc.x, (size_t)(rows * k * 2)) != 0 || tdm_cuda_malloc(&mc.y, (size_t)(rows * n * 2)) != 0)
             tdm_die_check(prog);
         if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
-        /* NVFP4 at 1-16 rows reads x's blocked copy, as the engine's kernels write it beside x */
+        /* NVFP4 at 1-32 rows reads x's blocked copy, as the engine's kernels write it beside x */
         if (fmt == TDM_W_NVFP4 && rows <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k) &&
             (tdm_cuda_malloc((void **)&mc.xb, (size_t)tdm_mm_xb_elems(k) * 2) != 0 ||
              tdm_mm_pack_xb(mc.x, k, rows, k, (uint16_t *)mc.xb, st) != 0 || tdm_stream_sync(st) != 0))

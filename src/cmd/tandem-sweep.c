@@ -146,7 +146,7 @@ struct run {
     int64_t m;
     const struct tdm_tile *tile;
     struct tdm_wset *ws;   /* timing: rotate over its copies */
-    uint16_t *xbuf;        /* timing NVFP4: room for x's blocked copy (time_rows packs it at 1-16 rows), or NULL */
+    uint16_t *xbuf;        /* timing NVFP4: room for x's blocked copy (time_rows packs it at 1-32 rows), or NULL */
     const uint16_t *xb;    /* the copy the call reads, or NULL */
 };
 
@@ -173,7 +173,7 @@ static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows
     *score = 0;
     for (int ri = 0; ri < nrows; ri++) {
         r->m = rows[ri];
-        /* NVFP4 at 1-16 rows reads x's blocked copy, as the engine's kernels write it beside x */
+        /* NVFP4 at 1-32 rows reads x's blocked copy, as the engine's kernels write it beside x */
         const int64_t k = r->ws->w[0].k;
         r->xb = NULL;
         if (r->xbuf && r->m <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k)) {

@@ -493,7 +493,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
             tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",
-            e->mm_xb ? "blocked product inputs at 1-16 rows" : "no blocked product inputs (TANDEM_MM_XB=off)");
+            e->mm_xb ? "blocked product inputs at 1-32 rows" : "no blocked product inputs (TANDEM_MM_XB=off)");
     return e;
 fail:
     tdm_engine_free(e);

@@ -52,7 +52,7 @@ const struct tdm_setting_def tdm_settings[] = {
      "every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
      "row threshold), off at none; the same operands, so the same bits"},
     {"TANDEM_MM_XB", "on", "on|off",
-     "CUDA engine: on has the kernels that write a product's input at 1-16 rows (the norms, the GDN gated "
+     "CUDA engine: on has the kernels that write a product's input at 1-32 rows (the norms, the GDN gated "
      "norm, attention's output, SiLU x up) also write its blocked copy, from which the NVFP4 products that "
      "load their activations per lane read them: 8 rows a load in 512 contiguous bytes and no permute "
      "(kernels/mm_layout.h); the same values, so the same bits; off reads every input as written (the "

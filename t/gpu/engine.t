@@ -132,7 +132,7 @@ for fmt in bf16 fp8 nvfp4; do
     t "27B layer shapes, $fmt: the products reading x as written (TANDEM_MM_XB=off), graphed and eager, give the blocked copies' logits bit for bit; the engine's line says which" \
       "TANDEM_MM_XB=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu10.st >/dev/null 2>$tmp/err.xb &&
        TANDEM_MM_XB=off TANDEM_CUDA_GRAPH=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu11.st >/dev/null 2>>$tmp/err.xb &&
-       grep -q '; blocked product inputs at 1-16 rows' $tmp/err.one && grep -q 'no blocked product inputs (TANDEM_MM_XB=off)' $tmp/err.xb &&
+       grep -q '; blocked product inputs at 1-32 rows' $tmp/err.one && grep -q 'no blocked product inputs (TANDEM_MM_XB=off)' $tmp/err.xb &&
        cmp -s $tmp/gpu.st $tmp/gpu10.st && cmp -s $tmp/gpu.st $tmp/gpu11.st || { sed 's/^/# /' $tmp/err.one $tmp/err.xb; false; }"
     rm -rf "$M27"
 done

@@ -38,8 +38,8 @@
  *         experts taking none): act, y and the combination with the per-pair kernels' bounds above,
  *         and the whole MoE output against the reference's chain with a relative error <= 1e-2;
  *   blocked copies (mm_layout.h: xb): add_rmsnorm, the gated norm, attention (chain and tree) and
- *     SiLU x up at 1, 7 and 16 rows with their blocked copy: the output the same bits as without,
- *     the copy equal to the output laid out by tdm_mm_xb_index; 17 rows refused;
+ *     SiLU x up at 1, 7, 16 and 32 rows with their blocked copy: the output the same bits as without,
+ *     the copy equal to the output laid out by tdm_mm_xb_index; 33 rows refused;
  *   twins: for M = 2..32, an M-row call equals M one-row calls made in sequence, bit for bit, on
  *     every output (and the state after M tokens for the conv and the recurrence; for the MoE
  *     experts the products, the experts' outputs and the sums); every element written; attention
@@ -2141,7 +2141,7 @@ static int want_attn = 1, want_rest = 1;
  * blocked copies (mm_layout.h: xb): the kernels that write a product's input (add_rmsnorm,
  * the gated norm, attention's output, chain and tree, SiLU x up) write its blocked copy as well
  * when asked: the copy equals their output laid out by tdm_mm_xb_index, and the output is the
- * same bits as without the copy, at 1, 7 and 16 rows; 17 rows with a copy are refused.
+ * same bits as without the copy, at 1, 7, 16 and 32 rows; 33 rows with a copy are refused.
  */
 /* Elements of the copy dxb that differ from dout [M][K] laid out by tdm_mm_xb_index. */
 static int64_t xb_diff(const uint16_t *dout, const uint16_t *dxb, int M, int64_t K)
@@ -2177,12 +2177,12 @@ static void blocked_ok(const char *label, const char *what, int M, int same, int
 static void test_blocked(const struct shape *s)
 {
     const int H = s->c.hidden, Hv = s->c.gdn_v_heads, Dv = s->c.gdn_v_dim, I = s->c.intermediate;
-    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, P = 300, ctx = P + 16 + 1;
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, P = 300, ctx = P + TDM_MM_XB_ROWS + 1;
     const size_t HvDv = (size_t)Hv * Dv, HqD = (size_t)Hq * D, ldqg = 2 * HqD, kvrow = (size_t)Hkv * D;
     size_t wmax = H > (int)HvDv ? (size_t)H : HvDv;
     if (ldqg > wmax) wmax = ldqg;
     if ((size_t)I > wmax) wmax = I;
-    const size_t nmax = 16 * wmax;   /* the widest input of 16 rows */
+    const size_t nmax = (size_t)TDM_MM_XB_ROWS * wmax;   /* the widest input of the most rows a copy holds */
     uint16_t *h = hal(nmax * 2), *a = hal(nmax * 2), *b = hal(nmax * 2);
     float *f = hal(nmax * 4), *w = hal(wmax * 4);
     rand_bf16(a, f, nmax, 3.0f);
@@ -2202,12 +2202,12 @@ static void test_blocked(const struct shape *s)
     up(dkc, kc, (size_t)ctx * kvrow * 2);
     rand_bf16(kc, kf, (size_t)ctx * kvrow, 2.0f);
     up(dvc, kc, (size_t)ctx * kvrow * 2);
-    float *scratch = dal(tdm_attn_scratch_bytes(16, Hq, D, ctx));
+    float *scratch = dal(tdm_attn_scratch_bytes(TDM_MM_XB_ROWS, Hq, D, ctx));
     int32_t par[R], *dpar = dal(R * 4);
     make_tree(0, par);
     up(dpar, par, R * 4);
-    const int Ms[3] = {1, 7, 16};
-    for (int j = 0; j < 3; j++) {
+    const int Ms[4] = {1, 7, 16, TDM_MM_XB_ROWS};
+    for (int j = 0; j < 4; j++) {
         const int M = Ms[j];
         int same;
         /* add_rmsnorm (h = h + y in place: reset before each run) */
@@ -2244,8 +2244,8 @@ static void test_blocked(const struct shape *s)
             blocked_ok(s->name, "silu_mul", M, same, xb_diff(d1, dxb, M, I));
         }
     }
-    ok(tdm_add_rmsnorm(dh, db, H, dw, H, 17, s->c.rms_eps, d1, dxb, st) != 0, "%s: a blocked copy of 17 rows refused: %s",
-       s->name, tdm_err());
+    ok(tdm_add_rmsnorm(dh, db, H, dw, H, TDM_MM_XB_ROWS + 1, s->c.rms_eps, d1, dxb, st) != 0,
+       "%s: a blocked copy of %d rows refused: %s", s->name, TDM_MM_XB_ROWS + 1, tdm_err());
     tdm_cuda_free(dh); tdm_cuda_free(da); tdm_cuda_free(db); tdm_cuda_free(d0); tdm_cuda_free(d1); tdm_cuda_free(dxb);
     tdm_cuda_free(dw); tdm_cuda_free(dkc); tdm_cuda_free(dvc); tdm_cuda_free(scratch); tdm_cuda_free(dpar);
     free(h); free(a); free(b); free(f); free(w); free(kc); free(kf);

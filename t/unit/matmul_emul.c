@@ -227,13 +227,14 @@ struct emul_case {
 };
 
 /* Whether the kernel feeds the weights as the mma's A operand (mm_skinny.cuh: SWAP, the per-lane
- * NVFP4 form at most 8 rows, and at 9-16 rows from the blocked copy, tiles in pairs): A = two
- * n8-tiles' B registers, B = the activation row's unit (rows 8-15 a second mma into the pair's second
- * accumulators), C transposed. The emulation of that form reads the full slabs' units from a blocked
- * copy (mm_layout.h: xb) built element by element with tdm_mm_xb_index, at the kernel's addresses. */
+ * NVFP4 form at most 8 rows, and at 9-32 rows from the blocked copy with nt 2, tiles in pairs): A =
+ * two n8-tiles' B registers, B = the activation row's unit (each further 8 rows another mma: rows
+ * 16 mt + 8 h into the pair's accumulators [np + h][mt]), C transposed. The emulation of that form
+ * reads the full slabs' units from a blocked copy (mm_layout.h: xb) built element by element with
+ * tdm_mm_xb_index, at the kernel's addresses. */
 static int swap_form(const struct emul_case *c, int m)
 {
-    return c->fmt == TDM_W_NVFP4 && c->tile.nt % 2 == 0 && (m <= 8 || (m <= 16 && c->tile.nt == 2));
+    return c->fmt == TDM_W_NVFP4 && c->tile.nt % 2 == 0 && (m <= 8 || c->tile.nt == 2);
 }
 
 /* Runs the kernel's work split for m rows (swap: the A-operand form, where swap_form allows it);
@@ -262,7 +263,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
             for (int wk = 0; wk < WK; wk++)
                 for (int wn = 0; wn < WN; wn++) {
                     const int chain = rank * WK + wk, wcol = bx * cols + wn * 8 * NT;
-                    double acc[4][2][16][8];   /* swap: acc[np][0] holds the pair np, np + 1 (C transposed) */
+                    double acc[4][2][16][8];   /* swap: acc[np + h][mt] holds the pair np, np + 1 for rows 16 mt + 8 h.. (C transposed) */
                     memset(acc, 0, sizeof acc);
                     for (int i = 0; i < L; i++) {
                         const int slab = chain * L + i;
@@ -296,11 +297,13 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                         bregs(fmt, words[np][lane], scnv[np][lane], u, b0[lane]);
                                         bregs(fmt, words[np + 1][lane], scnv[np + 1][lane], u, b1[lane]);
                                     }
-                                    for (int h = 0; h < (m <= 8 ? 1 : 2); h++)   /* activation rows 8h + g */
+                                    for (int mt = 0; mt < MT; mt++)
+                                    for (int h = 0; h < (m <= 8 ? 1 : 2); h++)   /* activation rows 16 mt + 8 h + g */
                                     for (int st = 0; st < 2; st++) {
                                         uint32_t areg[32][4], breg[32][2];
                                         for (int lane = 0; lane < 32; lane++) {
-                                            int g = lane >> 2, t = lane & 3, row = 8 * h + g < m ? 8 * h + g : m - 1;
+                                            int g = lane >> 2, t = lane & 3, row = 16 * mt + 8 * h + g;
+                                            if (row >= m) row = m - 1;
                                             uint32_t xu[4];   /* the full slabs from the blocked copy, as the kernel reads it */
                                             const uint32_t *u0 = &units[4 * tdm_mm_apos(row, t, u)];
                                             if (slab < kf / TDM_MM_SLAB_K) {
@@ -314,7 +317,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                                             breg[lane][0] = u0[2 * st];           /* activation row 8h + g, kappa lo */
                                             breg[lane][1] = u0[2 * st + 1];       /* kappa hi */
                                         }
-                                        mma(acc[np + h][0], areg, breg);
+                                        mma(acc[np + h][mt], areg, breg);
                                     }
                                 }
                             continue;
@@ -353,15 +356,16 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                         }
                     }
                     /* the epilogue's fragment stores: lane (g,t) holds C[g][2t..], C[g+8][2t..]; swap: the
-                     * weight row g of tiles np and np + 1 for activation rows 8h + 2t, 8h + 2t + 1 */
+                     * weight row g of tiles np and np + 1 for activation rows 16 mt + 8 h + 2t, + 1 */
                     if (swap)
                         for (int np = 0; np < NT; np += 2)
+                            for (int mt = 0; mt < MT; mt++)
                             for (int h = 0; h < (m <= 8 ? 1 : 2); h++)
                                 for (int lane = 0; lane < 32; lane++) {
-                                    int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * np + g, r = 8 * h + 2 * t;
+                                    int g = lane >> 2, t = lane & 3, col = wn * 8 * NT + 8 * np + g, r = 16 * mt + 8 * h + 2 * t;
                                     for (int e = 0; e < 2; e++) {
-                                        part[((size_t)chain * ROWS + r + e) * cols + col] = acc[np + h][0][g][2 * t + e];
-                                        part[((size_t)chain * ROWS + r + e) * cols + col + 8] = acc[np + h][0][g + 8][2 * t + e];
+                                        part[((size_t)chain * ROWS + r + e) * cols + col] = acc[np + h][mt][g][2 * t + e];
+                                        part[((size_t)chain * ROWS + r + e) * cols + col + 8] = acc[np + h][mt][g + 8][2 * t + e];
                                     }
                                 }
                     else

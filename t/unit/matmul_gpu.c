@@ -165,8 +165,8 @@ static struct tdm_tile_geom other_geom(enum tdm_mmk kk, int64_t n, int64_t k, co
 
 /* NVFP4 at m = 1..16 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off),
  * per lane (on) and per lane from x's blocked copy (tdm_mm_pack_xb; the copy's own poisoned
- * elements past m rows are never read): in bad[0..2] the rows that differ from the one-row calls'
- * outputs y1 (FP32, n a row). Nonzero when a call fails. */
+ * elements past m rows are never read; with the tables also m = 17..32): in bad[0..2] the rows that
+ * differ from the one-row calls' outputs y1 (FP32, n a row). Nonzero when a call fails. */
 static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int64_t k, int64_t n,
                             const struct tdm_tile *t, const float *y1, float *ym, void *dy, int bad[3])
 {
@@ -174,7 +174,7 @@ static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int
     const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2;
     int rc = tdm_cuda_malloc((void **)&dxb, xbb + 16);
     for (int f = 0; f < 3 && !rc; f++)
-        for (int m = 1; m <= 16 && !rc; m++) {
+        for (int m = 1; m <= (f == 2 && !t ? 32 : 16) && !rc; m++) {
             const uint16_t *xb = f == 2 && xbb ? dxb : NULL;
             if (xb) rc = tdm_dev_fill_bytes(dxb, xbb, 7 + m, 0xff, 0, st) || tdm_mm_pack_xb(dx, k, m, k, dxb, st);
             tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
@@ -308,11 +308,11 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         int direct_bad[3] = {0, 0, 0};
         rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, y1, ym, dy2, direct_bad);
         ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0 && direct_bad[2] == 0, "%s: m = 1..16 staged "
-           "(TANDEM_MM_DIRECT=off), loaded per lane (on) and per lane from the blocked copy: every row equals the one-row "
-           "call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1], direct_bad[2],
+           "(TANDEM_MM_DIRECT=off), loaded per lane (on) and per lane from the blocked copy (and it at 17..32): every row "
+           "equals the one-row call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1], direct_bad[2],
            rc ? ": " : "", rc ? tdm_err() : "");
-        const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, 16);
-        ok(pk == 0, "%s: tdm_mm_pack_xb of 16 rows = the layout's index on the host (%lld elements differ)", label,
+        const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, TDM_MM_XB_ROWS);
+        ok(pk == 0, "%s: tdm_mm_pack_xb of 32 rows = the layout's index on the host (%lld elements differ)", label,
            (long long)pk);
         /* four n8-tiles a warp (nt 4, built for tandem-sweep to time; per lane at most 8 rows, staged
          * at 9-16, TDM_MM_DIRECT): every row at 1..16 rows its one-row call's bits, where the setting
