@@ -117,7 +117,7 @@ __device__ __forceinline__ void xb_put(uint16_t *xb, int row, int64_t k, int64_t
 }
 // Eight consecutive elements (row, k0 .. k0 + 7; k0 a multiple of 8), as four words low half first,
 // into the blocked copy xb as one permuted 16-byte unit, where xb is not NULL and k0 lies in a full
-// slab of K (32-bit offsets: a copy holds at most 16 x 2^27 elements).
+// slab of K (32-bit offsets: K below 2^26).
 __device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, uint32_t K, const uint32_t (&w)[4])
 {
     if (!xb || k0 >= K / TDM_MM_SLAB_K * TDM_MM_SLAB_K) return;

@@ -55,9 +55,10 @@ int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int6
 
 /* tdm_matmul with x's blocked copy xb beside it (NULL: none): the copy that the kernel which wrote x
  * wrote as well, in mm_layout.h's xb layout (tdm_mm_xb_elems(k) elements, 16-byte aligned), for
- * m <= TDM_MM_XB_ROWS. The NVFP4 products that load their activations per lane (tdm_mm_direct_rows)
- * read their full slabs from it: the same values, so the same bits, with 4x fewer L1 lines a load
- * and no permute. The other forms read x. */
+ * m <= TDM_MM_XB_ROWS. The NVFP4 products that load their activations per lane (tdm_mm_direct_rows;
+ * at 17-32 rows, where the setting has nt 2, only from a copy) read their full slabs from it: the
+ * same values, so the same bits, with 4x fewer L1 lines a load and no permute. The other forms
+ * read x. */
 int tdm_matmul_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
                   int64_t ldy, enum tdm_mm_out out, const struct tdm_tiles *tiles, void *stream);
 /* Writes x's blocked copy (m <= TDM_MM_XB_ROWS rows of k; the full slabs of K) into xb: for callers

@@ -185,7 +185,7 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
         const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
         yrow[j] = v;
         if (!yb) continue;
-        if (units) xs[j] = __uint_as_float(v);   // only this lane reads xs[j], and it has
+        if (units) xs[j] = __uint_as_float(v);   // xs[j] is read by this lane only, just above
         else xb_put(yb, r, (int64_t)hd * Dv + j, (int64_t)Hv * Dv, v);
     }
     if (yb && units) {
