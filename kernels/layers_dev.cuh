@@ -127,13 +127,13 @@ __device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, 
                         8 * ((k0 / TDM_MM_CHUNK_K) % 4);
     *reinterpret_cast<uint4 *>(xb + at) = make_uint4(p[0], p[1], p[2], p[3]);
 }
-// The host's check of a producer's blocked copy: NULL, or M <= TDM_MM_XB_ROWS rows at a 16-byte
-// aligned address (0), else -1 with tdm_err().
+// The host's check of a blocked copy that a kernel writes or a product reads: NULL, or M <=
+// TDM_MM_XB_ROWS rows at a 16-byte aligned address (0), else -1 with tdm_err().
 inline int xb_refused(const char *who, const void *xb, int M)
 {
     if (xb && (M > TDM_MM_XB_ROWS || (uintptr_t)xb % 16))
-        return tdm_errf("%s: a blocked copy of the output serves 1..%d rows from a 16-byte aligned address (%d rows)",
-                        who, TDM_MM_XB_ROWS, M);
+        return tdm_errf("%s: a blocked copy serves 1..%d rows from a 16-byte aligned address (%d rows)", who,
+                        TDM_MM_XB_ROWS, M);
     return 0;
 }
 

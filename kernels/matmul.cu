@@ -135,9 +135,7 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
         return tdm_errf("%s: %" PRId64 " rows of stride %" PRId64 ": past 2^32 elements", who, m, ldx);
     if (ldy < w->n) return tdm_errf("%s: ldy %" PRId64 " < n %" PRId64, who, ldy, w->n);
     if (out != TDM_MM_BF16 && out != TDM_MM_F32) return tdm_errf("%s: unknown output type", who);
-    if (xb && (m > TDM_MM_XB_ROWS || (uintptr_t)xb % 16))
-        return tdm_errf("%s: a blocked activation copy serves 1..%d rows from a 16-byte aligned address (%" PRId64 " rows)",
-                        who, TDM_MM_XB_ROWS, m);
+    if (tdm_ly::xb_refused(who, xb, (int)m)) return -1;
     memset(a, 0, sizeof *a);
     a->w = (const uint8_t *)w->w;
     a->scale = (const uint8_t *)w->scale;
@@ -312,9 +310,7 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
                         gate ? gate->k : 0, m);
     tdm_mm::SkinnyArgs a;
     if (make_args(gate, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, "matmul (SwiGLU)") != 0) return -1;
-    if (yb && (m > TDM_MM_XB_ROWS || (uintptr_t)yb % 16))
-        return tdm_errf("matmul (SwiGLU): a blocked output copy serves 1..%d rows from a 16-byte aligned address (%" PRId64
-                        " rows)", TDM_MM_XB_ROWS, m);
+    if (tdm_ly::xb_refused("matmul (SwiGLU)", yb, (int)m)) return -1;
     a.yb = yb;
     if (tdm_tile_check(kk, gate->n, gate->k, &t) != 0)
         return tdm_err_prefix("matmul (SwiGLU): %s %" PRId64 ",%" PRId64, tdm_mmk_name(kk), gate->n, gate->k);

@@ -6,16 +6,17 @@
 //   A warp owns NT n8-tiles (8*NT weight rows) and one chain of K. In a slab of 128 k each lane
 //   loads its 32-k chunk of its weight row with 16-byte loads and decodes it in registers straight
 //   into B operand registers: no trip through shared memory. 1-16 rows cost one mma per weight
-//   tile and step, 17-32 rows two, over the same decoded B registers. At most 8 rows (and at 9-16
+//   tile and step, 17-32 rows two, over the same decoded B registers. At most 8 rows (and at 9-32
 //   from the blocked copy) the per-lane NVFP4 form feeds a pair of tiles' decoded registers as one
 //   A operand instead, with the activation row as B (SWAP: one mma a pair and step; the same
 //   products and sums).
 // - Activations (fast path: full slabs, aligned data): NVFP4 at 1-16 rows has each lane load the
 //   16-byte units of its own A registers straight from global memory (L1-cached) and permute them
 //   in registers (TDM_MM_DIRECT), or, where the kernel that wrote x also wrote its blocked copy
-//   (mm_layout.h: xb), loads them from there side by side and already permuted (XB). Otherwise
-//   the CTA stages them CH slabs at a time into shared memory with cp.async (double-buffered), then permutes each chunk once into the mma A
-//   quads of every (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma. The
+//   (mm_layout.h: xb), loads them from there side by side and already permuted (XB; from the copy
+//   also at 17-32 rows). Otherwise the CTA stages them CH slabs at a time into shared memory with
+//   cp.async (double-buffered), then permutes each chunk once into the mma A quads of every
+//   (step, 16-row tile, lane), so the K loop reads one 16-byte quad per mma. The
 //   weights stream PF slabs ahead in a register ring. The partial last slab and unaligned data take
 //   the checked path (per-lane global loads with checks): the same operands, so the same bits. (v1
 //   staged with a barrier per slab; v2 read per lane from global memory at 164 registers; v3-v6
@@ -51,7 +52,7 @@ struct SkinnyArgs {
     int64_t row0;            // first stored row of the view
     const uint16_t *x;       // BF16 activations [m][ldx]
     int64_t ldx;
-    const uint16_t *xb;      // NULL, or x's blocked copy (mm_layout.h: xb; m <= 16), read by the XB form
+    const uint16_t *xb;      // NULL, or x's blocked copy (mm_layout.h: xb; m <= 32), read by the XB form
     int m;                   // rows, 1..32
     void *y;                 // BF16 or F32 output [m][ldy]
     int64_t ldy;
@@ -67,7 +68,7 @@ struct SkinnyArgs {
     const uint8_t *w_up, *scale_up;
     int64_t row0_up;
     float out_scale_up;
-    uint16_t *yb;            // SwiGLU: NULL, or where y's blocked copy goes as well (m <= 16)
+    uint16_t *yb;            // SwiGLU: NULL, or where y's blocked copy goes as well (m <= 32)
 };
 
 // ---- small device pieces ------------------------------------------------------------------------
@@ -336,7 +337,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // B (B registers 0 and 1 are the A registers 0 and 2 of row g: the unit as permuted). One mma a
     // step for two tiles instead of two, and no zero rows 8-15 to build. Each product and its
     // kappa are those of the plain form, so the sums are too (t/gpu/matmul.t's twins compare every m
-    // against one-row calls, and 17-32 rows run the plain form). At 9-16 rows from the blocked copy
+    // against one-row calls, and 17-32 rows from x run the plain form). At 9-16 rows from the blocked copy
     // (TDM_MM_SWAP16) the same, with rows 8-15 a second mma into the pair's second accumulators; at
     // 17-32 (from the copy only) rows 16-23 and 24-31 two more, into the pair's accumulators of the
     // second 16-row tile.
@@ -415,8 +416,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
     for (int h = 0; h < 2; h++)
         xo[h] = (uint32_t)(min(8 * h + g, a.m - 1) * a.ldx + (int64_t)s_begin * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t);
-    // XB: this lane's rows 16 mt + 8 h + g (clamped as above) at its lane chunk of the chain's first
-    // slab in the blocked copy; unit u of slab i of the chain is 16 bytes at + i * XB_SLAB + u * XB_UNIT.
+    // XB: this lane's rows 16 mt + 8 h + g (clamped as above; at 17-32 rows see unit() below) at its
+    // lane chunk of the chain's first slab in the blocked copy; unit u of slab i of the chain is 16
+    // bytes at + i * XB_SLAB + u * XB_UNIT.
     constexpr uint32_t XB_UNIT = TDM_MM_XB_ROWS * TDM_MM_CHUNK_K, XB_SLAB = TDM_MM_UNITS * XB_UNIT;
     uint32_t xbo[2 * MT];
 #pragma unroll
