@@ -299,15 +299,28 @@ constexpr int MIN_BLOCKS = 2;
 // registers they took 1.38 waves over the 132 SMs and the token 11.8 ms, at 94 one wave and 9.2
 // (bench/NOTES.md, the register cliff). Held to 96 where that costs no spill (ptxas -v, sm_90):
 // NVFP4 nt 2 at pf 1 and 1-16 rows or pf 3 and at most 8 rows, FP8 nt 1 at pf 1 and 1-16 rows
-// (84-102 unbounded); the rest to the MIN_BLOCKS bound.
+// (84-102 unbounded); the 17-32-row per-lane forms to TDM_MM_XB32_REGS (96, with a few spilled
+// bytes: see there); the rest to the MIN_BLOCKS bound.
 // The per-lane activation forms (DA) spill at 96 on sm_121a (GB10, never run here; the cliff was
 // measured on the H200 only), so there they get the MIN_BLOCKS bound.
+// TDM_MM_XB32_REGS: the register cap of the 17-32-row per-lane forms (NVFP4 from the blocked copy,
+// MTA 2) on sm_90; 0 the MIN_BLOCKS bound (128). At 128 a scheduler holds 4 warps, and the 27B's
+// large shapes at 17-32 rows ran 363 CTAs of 6 warps on 264 slots (1.37 waves; ncu on 17408x5120 at
+// 32 rows: 2.6 warps a scheduler active, 0.31 instructions a cycle). At 96 (the default) 5 warps, 3
+// such CTAs a SM, one wave; ptxas spills 40 + 44 bytes in the plain form and 12 + 24 in the SwiGLU
+// form (t/kernel-resources.t names the exception). Measured on the H200 (bench/NOTES.md, the 17-32-row
+// forms at 96 registers), with the wide table re-swept for it: a 27B token's products at 17 / 24 / 32
+// rows 13.7 / 14.1 / 14.6 -> 12.7 / 13.1 / 13.5 ms. A build-time knob for A/B runs.
+#ifndef TDM_MM_XB32_REGS
+#define TDM_MM_XB32_REGS 96
+#endif
 template <int FMT, int NT, int MTA, int PF, bool DA>
 constexpr int skinny_regs()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
     if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
 #endif
+    if (TDM_MM_XB32_REGS && DA && MTA == 2) return TDM_MM_XB32_REGS;
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
