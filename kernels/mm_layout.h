@@ -167,6 +167,8 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 #define TDM_MM_XB_ROWS 32
 /* Elements of an xb copy for K inputs. */
 TDM_HD int64_t tdm_mm_xb_elems(int64_t k) { return (int64_t)TDM_MM_XB_ROWS * (k / TDM_MM_SLAB_K) * TDM_MM_SLAB_K; }
+/* Whether m rows of K inputs have an xb copy to read: 1..TDM_MM_XB_ROWS rows, and a full slab of K. */
+TDM_HD int tdm_mm_xb_serves(int64_t m, int64_t k) { return m >= 1 && m <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k) > 0; }
 /* The element of an xb copy that holds row `row` (< TDM_MM_XB_ROWS), k (< 128 * (K / 128)). */
 TDM_HD int64_t tdm_mm_xb_index(int row, int64_t k)
 {

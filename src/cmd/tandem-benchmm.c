@@ -65,7 +65,7 @@ static int use_xb = 1;    /* --no-xb clears */
  * one (1-32 rows, --no-xb not given); returns xb, or NULL for none. */
 static const uint16_t *pack_xb(const uint16_t *x, int64_t m, int64_t k, uint16_t *xb)
 {
-    if (!use_xb || m > TDM_MM_XB_ROWS || tdm_mm_xb_elems(k) == 0) return NULL;
+    if (!use_xb || !tdm_mm_xb_serves(m, k)) return NULL;
     if (tdm_mm_pack_xb(x, k, m, k, xb, st) != 0 || tdm_stream_sync(st) != 0) tdm_die_check(prog);
     return xb;
 }

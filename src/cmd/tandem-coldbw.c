@@ -178,7 +178,7 @@ int main(int argc, char **argv)
             tdm_die_check(prog);
         if (tdm_dev_fill_bf16((uint16_t *)mc.x, (size_t)(rows * k), 5, 1.0f, st) != 0) tdm_die_check(prog);
         /* NVFP4 at 1-32 rows reads x's blocked copy, as the engine's kernels write it beside x */
-        if (fmt == TDM_W_NVFP4 && rows <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k) &&
+        if (fmt == TDM_W_NVFP4 && tdm_mm_xb_serves(rows, k) &&
             (tdm_cuda_malloc((void **)&mc.xb, (size_t)tdm_mm_xb_elems(k) * 2) != 0 ||
              tdm_mm_pack_xb(mc.x, k, rows, k, (uint16_t *)mc.xb, st) != 0 || tdm_stream_sync(st) != 0))
             tdm_die_check(prog);

@@ -176,7 +176,7 @@ static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows
         /* NVFP4 at 1-32 rows reads x's blocked copy, as the engine's kernels write it beside x */
         const int64_t k = r->ws->w[0].k;
         r->xb = NULL;
-        if (r->xbuf && r->m <= TDM_MM_XB_ROWS && tdm_mm_xb_elems(k)) {
+        if (r->xbuf && tdm_mm_xb_serves(r->m, k)) {
             if (tdm_mm_pack_xb(r->x, k, r->m, k, r->xbuf, st) != 0) return -1;
             r->xb = r->xbuf;
         }
