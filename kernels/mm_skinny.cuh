@@ -283,6 +283,13 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 // same bits (the twins pass); from x, a 27B token's products 1.4 % faster at 12 and 16 rows, and nt
 // 2 at pf 1 spilled 4 bytes at its 96-register cap; from the blocked copy (as a probe), 9.66 ->
 // 8.47 ms at 16 rows.
+// TDM_MM_FLAT (1, the default, or 0): the per-lane form's K loop at most 8 rows and pf 1 in whole
+// groups of the ring's depth, its loads unpredicated (see the loop). Measured on the H200
+// (bench/NOTES.md, the K loop without predicates): a 27B token's products at 1 / 2 / 8 rows 6.17 /
+// 6.17 / 6.31 -> 5.84 / 5.84 / 5.97 ms. A build-time knob for A/B runs.
+#ifndef TDM_MM_FLAT
+#define TDM_MM_FLAT 1
+#endif
 #ifndef TDM_MM_SWAP16
 #define TDM_MM_SWAP16 2
 #endif
@@ -680,7 +687,22 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         if (p < Lf) load_fast(ring[p], p);
     tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
     if constexpr (DA) {
-        for (int i0 = 0; i0 < Lf; i0 += D) {
+        // TDM_MM_FLAT (at most 8 rows, pf 1): first the whole groups of D slabs with no per-slab
+        // test and every load unpredicated (past the chain's fast slabs it reloads the last one,
+        // whose registers are never used), then the rest as before. ncu on pf 3 (bench/NOTES.md)
+        // had the warps wait at the loop's top branch for the ring's predicated loads. The same
+        // operands and order, so the same bits. At 9-16 rows and at pf 3 the two loops spilled.
+        int i0 = 0;
+        if constexpr (TDM_MM_FLAT && LO8 && PF == 1) {
+            for (; i0 + D <= Lf; i0 += D) {
+#pragma unroll
+                for (int j = 0; j < D; j++) {
+                    load_fast(ring[(j + PF) % D], min(i0 + j + PF, Lf - 1));
+                    compute(ring[j], i0 + j, 0u, std::integral_constant<int, 2>());
+                }
+            }
+        }
+        for (; i0 < Lf; i0 += D) {
 #pragma unroll
             for (int j = 0; j < D; j++) {
                 const int i = i0 + j;
