@@ -290,11 +290,6 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 #ifndef TDM_MM_FLAT
 #define TDM_MM_FLAT 1
 #endif
-// TDM_MM_FLAT1 (0, the default, or 1): the same at 9-16 rows and pf 1 in a one-loop form (see the loop);
-// compiled without spills, not yet measured. A build-time knob for A/B runs.
-#ifndef TDM_MM_FLAT1
-#define TDM_MM_FLAT1 0
-#endif
 #ifndef TDM_MM_SWAP16
 #define TDM_MM_SWAP16 2
 #endif
@@ -707,17 +702,11 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                 }
             }
         }
-        // TDM_MM_FLAT1 (9-16 rows, a knob for A/B runs, off): one loop, every load unpredicated and only
-        // a last, partial group's compute tested (the two loops above spilled there).
-        constexpr bool ONE = TDM_MM_FLAT1 && MTA == 1 && PF == 1;
         for (; i0 < Lf; i0 += D) {
 #pragma unroll
             for (int j = 0; j < D; j++) {
                 const int i = i0 + j;
-                if (ONE) {
-                    load_fast(ring[(j + PF) % D], min(i + PF, Lf - 1));
-                    if (i < Lf) compute(ring[j], i, 0u, std::integral_constant<int, 2>());
-                } else if (i < Lf) {
+                if (i < Lf) {
                     if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
                     compute(ring[j], i, 0u, std::integral_constant<int, 2>());
                 }
