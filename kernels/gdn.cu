@@ -291,6 +291,38 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
     if (warp == 0) o_t[(size_t)h * Dv + j] = f2bf(sum_in_warp_order(sm.red[par], lane));
 }
 
+// TANDEM_GDN_FUSED_NORM (layers.h: struct tdm_gdn_gnorm): after a block has written its 32 columns
+// of o for every row, the last of value head h's Dv/32 blocks to finish runs the gated norm of
+// (row, h) for the M rows, warp w the rows w, w + nw, ..., each through gated_norm_head as
+// gated_norm_kernel does, in the block's q scratch (free now). The counter only picks the block:
+// every block's o is written and fenced before its increment, and the last block fences before it
+// reads o past L1; then it zeroes the counter for the next launch. No value depends on which block
+// is last.
+template <int DK>
+__device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_gnorm &gn, const uint16_t *o, int M,
+                                                int Hv, int Dv, int h)
+{
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __threadfence();   // this thread's o stores, before the block's increment
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(gn.count + h, 1) == (int)gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int nw = min(REC_WARPS, (int)(sizeof(sm.qn) / sizeof(float)) / Dv);   // >= 1 (the launcher's check)
+    if (warp < nw) {
+        float *xs = &sm.qn[0][0] + (size_t)warp * Dv;
+        for (int r = warp; r < M; r += nw) {
+            const uint16_t *orow = o + ((size_t)r * Hv + h) * Dv;
+            for (int c = lane; c < Dv; c += 32) xs[c] = bf2f(__ldcg(orow + c));
+            gated_norm_head(xs, gn.z + (size_t)r * gn.ldz + (size_t)h * Dv, gn.w, Dv, gn.eps,
+                            gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane);
+        }
+    }
+    if (threadIdx.x == 0) gn.count[h] = 0;
+}
+
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
 // column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
 // M tokens, each run through recur_prep and recur_apply. Only the two sums over Dk differ from the CPU's serial
@@ -318,7 +350,7 @@ template <int ROWS, bool TREE>
 __global__ void __launch_bounds__(REC_WARPS * 32)
 recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
              const float *dt_bias, const float *S, float *S_out, const int32_t *parent, int M, int Hk, int Hv, int Dv,
-             uint16_t *o, tdm_gdn_pend pend, float *S_pend)
+             uint16_t *o, tdm_gdn_pend pend, float *S_pend, tdm_gdn_gnorm gn)
 {
     constexpr int Dk = ROWS * REC_WARPS;
     constexpr int NT = TREE ? TDM_TREE_MAX : 1;  // the factor store, only for trees
@@ -385,10 +417,12 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
             recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, o + (size_t)t * Hv * Dv, TREE ? fu[t] : nullptr);
         }
     }
-    if (TREE || !S_out) return;  // a verify: the state stays as loaded (or as the pending rows left it)
-    float *So = S_out + (size_t)h * Dk * Dv;
+    if (!TREE && S_out) {  // (a verify: the state stays as loaded, or as the pending rows left it)
+        float *So = S_out + (size_t)h * Dk * Dv;
 #pragma unroll
-    for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
+        for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
+    }
+    if (gn.count && M > 0) gated_norm_tail<Dk>(sm, gn, o, M, Hv, Dv, h);
 }
 
 // ---- the chunked delta rule (tdm_gdn_recur_chunked; layers.h has the equations) ----------------
@@ -851,17 +885,17 @@ template <bool TREE>
 static void recur_go(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                      int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out,
                      const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o, const tdm_gdn_pend &pend,
-                     float *S_pend)
+                     float *S_pend, const tdm_gdn_gnorm &gn)
 {
     if (Dk == 128)
         recur_kernel<16, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o, pend, S_pend);
+                                                                Hk, Hv, Dv, o, pend, S_pend, gn);
     else if (Dk == 64)
         recur_kernel<8, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                               Hk, Hv, Dv, o, pend, S_pend);
+                                                               Hk, Hv, Dv, o, pend, S_pend, gn);
     else
         recur_kernel<32, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o, pend, S_pend);
+                                                                Hk, Hv, Dv, o, pend, S_pend, gn);
 }
 
 // parent not NULL: the tree form (S_out must be NULL; M <= TDM_TREE_MAX). pend NULL: no pending
@@ -870,7 +904,7 @@ static void recur_go(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint
 static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                         int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out,
                         const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o,
-                        const struct tdm_gdn_pend *pend, float *S_pend, void *stream)
+                        const struct tdm_gdn_pend *pend, float *S_pend, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (M < 0 || Hk <= 0 || Hv <= 0 || Hv % Hk || (Dk != 64 && Dk != 128 && Dk != 256) || Dv <= 0 || Dv % 32 ||
         ldb < Hv || lda < Hv || (parent && (M > TDM_TREE_MAX || S_out)))
@@ -881,68 +915,77 @@ static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b,
         return tdm_errf("%s: bad pending rows: d_n, qkv, b, a %s, ldb %lld, lda %lld (at least Hv %d)", who,
                         pend->d_n && pend->qkv && pend->b && pend->a ? "given" : "not all given", (long long)pend->ldb,
                         (long long)pend->lda, Hv);
+    if (gn) {
+        const int scratch = Dk == 64 ? rec_tb<64>() * 64 : Dk == 128 ? rec_tb<128>() * 128 : rec_tb<256>() * 256;
+        if (!gn->z || !gn->w || !gn->y || !gn->count || gn->ldz < (int64_t)Hv * Dv || Dv > scratch || !o)
+            return tdm_errf("%s: bad gated norm: z, w, y, count, o %s, ldz %lld (at least Hv Dv %lld), Dv %d (at most %d "
+                            "at Dk %d)", who, gn->z && gn->w && gn->y && gn->count && o ? "given" : "not all given",
+                            (long long)gn->ldz, (long long)Hv * Dv, Dv, scratch, Dk);
+        if (xb_refused(who, gn->yb, M)) return -1;
+    }
     if (M == 0 && !pend) return 0;
     const tdm_gdn_pend none = {NULL, NULL, NULL, 0, 0, NULL}, &pv = pend ? *pend : none;
+    const tdm_gdn_gnorm gnone = {NULL, 0, NULL, 0.0f, NULL, NULL, NULL}, &gv = gn ? *gn : gnone;
     float *sp = pend ? S_pend : NULL;
     dim3 grid(Hv, Dv / 32);
     cudaStream_t st = (cudaStream_t)stream;
-    if (parent) recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o, pv, sp);
-    else recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o, pv, sp);
+    if (parent) recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o, pv, sp, gv);
+    else recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o, pv, sp, gv);
     TDM_LAUNCH_CHECK();
     return 0;
 }
 
 extern "C" int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                              const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                             uint16_t *o, void *stream)
+                             uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     return recur_launch("tdm_gdn_recur", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, NULL, M, Hk, Hv, Dk, Dv, o, NULL, NULL,
-                        stream);
+                        gn, stream);
 }
 
 extern "C" int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                                     const float *A_log, const float *dt_bias, const float *S, int M, int Hk, int Hv, int Dk,
-                                    int Dv, uint16_t *o, void *stream)
+                                    int Dv, uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     return recur_launch("tdm_gdn_recur_verify", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, NULL, M, Hk, Hv, Dk, Dv, o,
-                        NULL, NULL, stream);
+                        NULL, NULL, gn, stream);
 }
 
 extern "C" int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                                   const float *A_log, const float *dt_bias, const float *S, const int32_t *parent, int M,
-                                  int Hk, int Hv, int Dk, int Dv, uint16_t *o, void *stream)
+                                  int Hk, int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (!parent) return tdm_errf("tdm_gdn_recur_tree: parent is NULL");
     return recur_launch("tdm_gdn_recur_tree", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o,
-                        NULL, NULL, stream);
+                        NULL, NULL, gn, stream);
 }
 
 extern "C" int tdm_gdn_recur_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                                   const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                                  uint16_t *o, const struct tdm_gdn_pend *pend, void *stream)
+                                  uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (!pend) return tdm_errf("tdm_gdn_recur_pend: pend is NULL");
     return recur_launch("tdm_gdn_recur_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, S, NULL, M, Hk, Hv, Dk, Dv, o, pend,
-                        NULL, stream);
+                        NULL, gn, stream);
 }
 
 extern "C" int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                                          int64_t lda, const float *A_log, const float *dt_bias, float *S, int M, int Hk,
-                                         int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, void *stream)
+                                         int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (!pend) return tdm_errf("tdm_gdn_recur_verify_pend: pend is NULL");
     return recur_launch("tdm_gdn_recur_verify_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, NULL, M, Hk, Hv, Dk, Dv,
-                        o, pend, S, stream);
+                        o, pend, S, gn, stream);
 }
 
 extern "C" int tdm_gdn_recur_tree_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                                        const float *A_log, const float *dt_bias, float *S, const int32_t *parent, int M,
                                        int Hk, int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend,
-                                       void *stream)
+                                       const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (!parent || !pend) return tdm_errf("tdm_gdn_recur_tree_pend: parent or pend is NULL");
     return recur_launch("tdm_gdn_recur_tree_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv,
-                        o, pend, S, stream);
+                        o, pend, S, gn, stream);
 }
 
 extern "C" int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv)
@@ -1007,7 +1050,7 @@ extern "C" int tdm_gdn_recur_chunked(const uint16_t *qkv, const uint16_t *b, int
     const int rc = Dk == 128 ? chunked_go<128>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o)
                    : Dk == 64 ? chunked_go<64>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o)
                               : chunked_go<256>(st, qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dv, scratch, o);
-    if (rc) return tdm_gdn_recur(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dk, Dv, o, stream);
+    if (rc) return tdm_gdn_recur(qkv, b, ldb, a, lda, A_log, dt_bias, S, M, Hk, Hv, Dk, Dv, o, NULL, stream);
     TDM_LAUNCH_CHECK();
     return 0;
 }

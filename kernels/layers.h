@@ -104,6 +104,23 @@ int64_t tdm_gdn_conv_bytes(int M, int C, int K);
 int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K,
                          uint16_t *y, void *stream);
 
+/* The GDN gated norm inside the recurrence (TANDEM_GDN_FUSED_NORM): every recurrence launcher below
+ * but the chunked one takes gn, NULL or tdm_gdn_gated_norm's arguments, and then also gives y (and
+ * yb) for its M rows, the bits tdm_gdn_gated_norm(o, z, ldz, w, M, Hv, Dv, eps, y, yb) would give
+ * after it: the last of a value head's Dv/32 blocks to finish (a completion counter a head orders
+ * them; it sums nothing, so no value depends on which block is last) reads the head's o back and
+ * runs that kernel's per-(row, head) device code. count: Hv int32 of device memory, zero before the
+ * first launch; each launch leaves it zero (launches that share it must not run concurrently).
+ * Dv <= rec_tb * Dk floats of the block's scratch (Dk 64: 512; 128 and 256: 1024). */
+struct tdm_gdn_gnorm {
+    const uint16_t *z;
+    int64_t ldz;
+    const float *w;
+    float eps;
+    uint16_t *y, *yb;
+    int32_t *count;
+};
+
 /* Gates, FP32 L2 norms of q and k (the reference's order) and the delta rule for M tokens of one
  * sequence in order (ref: tdm_ref_gdn_token): qkv [M][C] (the conv output), b and a [M][Hv] (row
  * strides ldb, lda), A_log and dt_bias [Hv]; S [Hv][Dk][Dv] FP32, updated; o [M][Hv][Dv] =
@@ -113,7 +130,7 @@ int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_
  * Hk. */
 int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                   const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                  uint16_t *o, void *stream);
+                  uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream);
 int64_t tdm_gdn_recur_bytes(int M, int Hk, int Hv, int Dk, int Dv);
 
 /* The chunked form of tdm_gdn_recur for a prompt chunk (prefill; not a twin: checked by agreement,
@@ -160,7 +177,7 @@ int tdm_gdn_conv_verify(const uint16_t *x, int64_t ldx, const float *w, const ui
                         uint16_t *y, void *stream);
 int tdm_gdn_recur_verify(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                          const float *A_log, const float *dt_bias, const float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                         uint16_t *o, void *stream);
+                         uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream);
 
 /* The verify forms over the nodes of a tree (see Trees above; ref: gdn_verify): node r's conv
  * output reads its own ancestors' inputs and, past the root, the committed state, and its
@@ -176,7 +193,7 @@ int tdm_gdn_conv_tree(const uint16_t *x, int64_t ldx, const float *w, const uint
                       int C, int K, uint16_t *y, void *stream);
 int tdm_gdn_recur_tree(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                        const float *A_log, const float *dt_bias, const float *S, const int32_t *parent, int M, int Hk,
-                       int Hv, int Dk, int Dv, uint16_t *o, void *stream);
+                       int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream);
 
 /* Deferred commit (speculative.md; the CUDA engine's TANDEM_GDN_DEFER): a round's commit only
  * records its accepted rows; the next pass applies them to each GDN layer's states as it loads
@@ -214,13 +231,13 @@ int tdm_gdn_conv_pending(const uint16_t *x, int64_t ldx, const float *w, uint16_
                          int K, uint16_t *y, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount, void *stream);
 int tdm_gdn_recur_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                        const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                       uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
+                       uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream);
 int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                               const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
-                              uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
+                              uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream);
 int tdm_gdn_recur_tree_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                             const float *A_log, const float *dt_bias, float *S, const int32_t *parent, int M, int Hk,
-                            int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, void *stream);
+                            int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream);
 
 /* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
 

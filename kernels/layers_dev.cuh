@@ -127,6 +127,34 @@ __device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, 
                         8 * ((k0 / TDM_MM_CHUNK_K) % 4);
     *reinterpret_cast<uint4 *>(xb + at) = make_uint4(p[0], p[1], p[2], p[3]);
 }
+// The GDN gated norm (tdm_ref_gated_norm, the sum in tdm_dot's order) of row r, value head hd, by
+// one warp: xs [Dv] (this warp's) holds the head's o as floats on entry (BF16 values: the first
+// ->bf16 is done) and is scratch after; zrow, yrow the head's z and y; yb the blocked copy or NULL.
+// gated_norm_kernel and the recurrence's fused tail (gdn.cu) both run this: the same bits.
+__device__ __forceinline__ void gated_norm_head(float *xs, const uint16_t *zrow, const float *w, int Dv, float eps,
+                                                uint16_t *yrow, uint16_t *yb, int r, int hd, int Hv, int lane)
+{
+    __syncwarp();
+    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
+    const bool units = Dv % 8 == 0;   // the blocked copy in 16-byte units from xs (else element by element)
+    for (int j = lane; j < Dv; j += 32) {
+        const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
+        yrow[j] = v;
+        if (!yb) continue;
+        if (units) xs[j] = __uint_as_float(v);   // xs[j] is read by this lane only, just above
+        else xb_put(yb, r, (int64_t)hd * Dv + j, (int64_t)Hv * Dv, v);
+    }
+    if (yb && units) {
+        __syncwarp();
+        for (int q = lane; q < Dv / 8; q += 32) {
+            uint32_t u[4];
+            for (int i = 0; i < 4; i++)
+                u[i] = __float_as_uint(xs[8 * q + 2 * i]) | __float_as_uint(xs[8 * q + 2 * i + 1]) << 16;
+            xb_put_unit(yb, r, (uint32_t)(hd * Dv + 8 * q), (uint32_t)(Hv * Dv), u);
+        }
+    }
+    __syncwarp();   // xs is free for the warp's next head
+}
 // The host's check of a blocked copy that a kernel writes or a product reads: NULL, or M <=
 // TDM_MM_XB_ROWS rows at a 16-byte aligned address (0), else -1 with tdm_err().
 inline int xb_refused(const char *who, const void *xb, int M)

@@ -177,26 +177,7 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     const uint16_t *zrow = z + (size_t)r * ldz + (size_t)hd * Dv;
     float *xs = buf[warp];
     for (int j = lane; j < Dv; j += 32) xs[j] = bf2f(orow[j]);  // o is BF16 already: the first ->bf16
-    __syncwarp();
-    const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
-    uint16_t *yrow = y + (size_t)r * Hv * Dv + (size_t)hd * Dv;
-    const bool units = Dv % 8 == 0;   // the blocked copy in 16-byte units from xs (else element by element)
-    for (int j = lane; j < Dv; j += 32) {
-        const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
-        yrow[j] = v;
-        if (!yb) continue;
-        if (units) xs[j] = __uint_as_float(v);   // xs[j] is read by this lane only, just above
-        else xb_put(yb, r, (int64_t)hd * Dv + j, (int64_t)Hv * Dv, v);
-    }
-    if (yb && units) {
-        __syncwarp();
-        for (int q = lane; q < Dv / 8; q += 32) {
-            uint32_t u[4];
-            for (int i = 0; i < 4; i++)
-                u[i] = __float_as_uint(xs[8 * q + 2 * i]) | __float_as_uint(xs[8 * q + 2 * i + 1]) << 16;
-            xb_put_unit(yb, r, (uint32_t)(hd * Dv + 8 * q), (uint32_t)(Hv * Dv), u);
-        }
-    }
+    gated_norm_head(xs, zrow, w, Dv, eps, y + (size_t)r * Hv * Dv + (size_t)hd * Dv, yb, r, hd, Hv, lane);
 }
 
 // One warp per (row, head); heads 0..Hq-1 are the queries, Hq..Hq+Hkv-1 the keys (and values).

@@ -55,7 +55,7 @@ t "--settings lists TANDEM_BACKEND with its default" \
   "build/san/bin/tandem-run --settings | grep -q '^TANDEM_BACKEND  *auto  *default'"
 t "--settings shows a value from the environment" \
   "TANDEM_PREFILL_CHUNK=7 build/san/bin/tandem-run --settings | grep -q '^TANDEM_PREFILL_CHUNK  *7  *env'"
-for sw in TANDEM_ATTN_PREFILL TANDEM_GDN_PREFILL TANDEM_MOE_GROUPED TANDEM_CONCURRENT TANDEM_PDL TANDEM_MM_XB; do
+for sw in TANDEM_ATTN_PREFILL TANDEM_GDN_PREFILL TANDEM_MOE_GROUPED TANDEM_CONCURRENT TANDEM_PDL TANDEM_MM_XB TANDEM_GDN_FUSED_NORM; do
 t "--settings lists $sw (on by default); a value other than on or off exits 2" \
   "build/san/bin/tandem-run --settings | grep -q '^$sw  *on  *default' &&
    $sw=maybe build/san/bin/tandem-run --settings >/dev/null 2>&1; [ \$? -eq 2 ]"

@@ -83,6 +83,7 @@ struct tdm_engine {
     uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
     float *attn_scratch;
     float *gdn_scratch;                     /* the chunked delta rule's (TANDEM_GDN_PREFILL; NULL: off) */
+    int32_t *gn_count;                      /* TANDEM_GDN_FUSED_NORM: the recurrence's gated-norm counters (NULL: off) */
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     /* the blocked copies (kernels/mm_layout.h: xb) of xn, gn, att and g at 1..TDM_MM_XB_ROWS rows,
      * written by the kernels that write those and read by the NVFP4 products (tdm_matmul_xb);
@@ -364,6 +365,10 @@ static int alloc_act(struct tdm_engine *e)
     for (int i = 0; i < c->n_layers; i++) n_gdn += c->mixer[i] == TDM_MIXER_GDN;
     if (n_gdn && e->prow > ROWS && strcmp(tdm_setting("TANDEM_GDN_PREFILL"), "off") != 0)
         A(gdn_scratch, tdm_gdn_recur_chunked_scratch_bytes(e->prow, c->gdn_v_heads), "GDN prefill scratch");
+    if (n_gdn && strcmp(tdm_setting("TANDEM_GDN_FUSED_NORM"), "off") != 0) {
+        A(gn_count, (size_t)c->gdn_v_heads * sizeof(int32_t), "GDN gated-norm counters");
+        if (tdm_cuda_memset(e->gn_count, 0, (size_t)c->gdn_v_heads * sizeof(int32_t)) != 0) return -1;
+    }
     if (I) {
         A(g, R * I * 2, "MLP activations");
         A(u, R * I * 2, "MLP activations");
@@ -607,6 +612,9 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
+    /* the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm), but after the chunked one */
+    const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M), e->gn_count};
+    const struct tdm_gdn_gnorm *gn = e->gn_count && !prefill ? &gnf : NULL;
     const uint16_t *xnb = blocked(e->xn_b, M);
     int bad = d->grouped ? tdm_matmul_xb(&d->qkvz, e->xn, H, xnb, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                                tdm_matmul_xb(&d->ba, e->xn, H, xnb, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)
@@ -621,20 +629,21 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
                        gdn_conv(e, d, x, M, p, prefill)))
         return -1;
     if ((p == PASS_TREE ? (pend ? tdm_gdn_recur_tree_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M,
-                                                          Hk, Hv, Dk, Dv, e->o, pend, st)
+                                                          Hk, Hv, Dk, Dv, e->o, pend, gn, st)
                                 : tdm_gdn_recur_tree(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, e->d_parent, M, Hk,
-                                                     Hv, Dk, Dv, e->o, st))
+                                                     Hv, Dk, Dv, e->o, gn, st))
          : verify ? (pend ? tdm_gdn_recur_verify_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
-                                                      e->o, pend, st)
+                                                      e->o, pend, gn, st)
                           : tdm_gdn_recur_verify(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o,
-                                                 st))
+                                                 gn, st))
          : prefill ? (pend && tdm_gdn_recur_pend(NULL, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, 0, Hk, Hv, Dk, Dv, NULL,
-                                                 pend, st)) ||
+                                                 pend, NULL, st)) ||
                          tdm_gdn_recur_chunked(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv,
                                                e->gdn_scratch, e->o, st)
-         : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, st)
-                : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, st)) ||
-        tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, blocked(e->gn_b, M), st) ||
+         : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, gn, st)
+                : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, gn, st)) ||
+        (!gn && tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, blocked(e->gn_b, M),
+                                   st)) ||
         tdm_matmul_xb(&d->out, e->gn, (int64_t)Hv * Dv, blocked(e->gn_b, M), M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
@@ -782,7 +791,7 @@ static int commit_launches(struct tdm_engine *e, int j)
         if (d->mixer != TDM_MIXER_GDN) continue;
         const struct gates g = gates_of(d, d->round_g, ROWS, Hv);
         if (tdm_gdn_conv(d->round_x, C, d->conv_w, d->conv_state, j, C, c->conv_kernel, e->cv, e->st) ||
-            tdm_gdn_recur(e->cv, g.b, g.ld, g.a, g.ld, d->A_log, d->dt_bias, d->S, j, Hk, Hv, Dk, Dv, e->o, e->st))
+            tdm_gdn_recur(e->cv, g.b, g.ld, g.a, g.ld, d->A_log, d->dt_bias, d->S, j, Hk, Hv, Dk, Dv, e->o, NULL, e->st))
             return -1;
     }
     return 0;
@@ -1109,7 +1118,7 @@ static int apply_pending(struct tdm_engine *e)
         if (tdm_gdn_conv_pending(d->round_x, C, d->conv_w, d->conv_state, e->d_pend, C, c->conv_kernel, e->pcv, d->round_g,
                                  e->pg, (int64_t)ROWS * 2 * Hv, e->st) != 0 ||
             tdm_gdn_recur_pend(NULL, pg.b, pg.ld, pg.a, pg.ld, d->A_log, d->dt_bias, d->S, 0, Hk, Hv, Dk, Dv, NULL, &pd,
-                               e->st) != 0)
+                               NULL, e->st) != 0)
             return -1;
     }
     e->pend = 0;

@@ -27,6 +27,11 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs a prefill chunk's GDN layers (past 32 rows) through the prefill kernels (the conv "
      "parallel over tokens, the same bits; the chunked delta rule, the same function in another summation "
      "order); off runs them token by token as decode does"},
+    {"TANDEM_GDN_FUSED_NORM", "on", "on|off",
+     "CUDA engine: on has a GDN layer's recurrence kernel also run its gated norm (the last block of each value "
+     "head to finish normalises the head's rows, with the gated-norm kernel's device code: the same bits), one "
+     "launch and one kernel boundary less a layer; a prefill chunk's chunked recurrence keeps the separate "
+     "kernel; off launches the gated-norm kernel after every recurrence (the older path, for comparison)"},
     {"TANDEM_GDN_FUSE_BA", "on", "on|off",
      "CUDA engine: on runs qwen3_5's in_proj_b and in_proj_a as one product per GDN layer (one [2Hv, H] "
      "weight, b's rows then a's) where the two concatenate exactly (same format and k; NVFP4 the same "

@@ -56,6 +56,10 @@
  *     and the state after the j rows written), tdm_gdn_recur_pend (o and the state after j + 8
  *     rows; with no rows of its own the state after j), tdm_gdn_recur_tree_pend on an 8-node tree
  *     with back-ups (o, state after j), and the verify form from a graph captured at another count;
+ *   the gated norm inside the recurrence (TANDEM_GDN_FUSED_NORM): each of the six recurrence forms
+ *     at M = 1, 8, 32 (the pending ones with 5 rows) equals the form then tdm_gdn_gated_norm, bit
+ *     for bit (o, y, y's blocked copy, the state), the counters zero after; its twins; no counters
+ *     refused;
  *   trees (the *_tree launchers, layers.h) on five trees of 32 nodes (a chain, branching 4,3,2,1, a
  *     star, a random depth-first tree, a chain of 20 with siblings under node 9), rows sharing
  *     inputs: every node's outputs equal the chain kernels run on its root-to-node path, bit for
@@ -601,13 +605,26 @@ static void test_conv(const struct shape *s)
 /* ================================================================================================
  * GDN recurrence
  */
-struct rec_ctx { uint16_t *dqkv, *db, *da, *dO; float *dA, *ddt, *dS, *S0; int Hk, Hv, Dk, Dv, C; };
+struct rec_ctx {
+    uint16_t *dqkv, *db, *da, *dO;
+    float *dA, *ddt, *dS, *S0;
+    int Hk, Hv, Dk, Dv, C;
+    const struct tdm_gdn_gnorm *gn;   /* the gated norm inside (rows from 0; its blocked copy not used), or NULL */
+};
 static int rec_launch(void *p, int r0, int m, int devpos)
 {
     struct rec_ctx *c = p;
     (void)devpos;
+    struct tdm_gdn_gnorm g;
+    if (c->gn) {
+        g = *c->gn;
+        g.z += (size_t)r0 * g.ldz;
+        g.y += (size_t)r0 * c->Hv * c->Dv;
+        g.yb = NULL;
+    }
     return tdm_gdn_recur(c->dqkv + (size_t)r0 * c->C, c->db + (size_t)r0 * c->Hv, c->Hv, c->da + (size_t)r0 * c->Hv, c->Hv,
-                         c->dA, c->ddt, c->dS, m, c->Hk, c->Hv, c->Dk, c->Dv, c->dO + (size_t)r0 * c->Hv * c->Dv, st);
+                         c->dA, c->ddt, c->dS, m, c->Hk, c->Hv, c->Dk, c->Dv, c->dO + (size_t)r0 * c->Hv * c->Dv,
+                         c->gn ? &g : NULL, st);
 }
 static void rec_reset(void *p)
 {
@@ -636,7 +653,7 @@ static void test_recur(const struct shape *s)
     for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
     for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
     struct rec_ctx c = {dal((size_t)R * C * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2), dal(R * no * 2),
-                        dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C};
+                        dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C, NULL};
     up(c.dqkv, qkv, (size_t)R * C * 2);
     up(c.db, b, (size_t)R * Hv * 2);
     up(c.da, a, (size_t)R * Hv * 2);
@@ -676,7 +693,7 @@ static void test_recur(const struct shape *s)
     float *Sv = hal(nS * 4);
     rec_reset(&c);
     poison(c.dO, R * no * 2);
-    if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, st) != 0)
+    if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, NULL, st) != 0)
         bail("tdm_gdn_recur_verify");
     down(ov, c.dO, R * no * 2);
     down(Sv, c.dS, nS * 4);
@@ -707,20 +724,20 @@ static void test_recur(const struct shape *s)
             for (int r = 0; r < j; r++)
                 if (rec_launch(&c, r, 1, 0) != 0) bail("tdm_gdn_recur, one row");
             down(Sj, c.dS, nS * 4);
-            if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+            if (tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, NULL, st) != 0)
                 bail("tdm_gdn_recur_verify");
             down(or_, dov, (size_t)M * no * 2);
-            if (tdm_gdn_recur_tree(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+            if (tdm_gdn_recur_tree(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, NULL, st) != 0)
                 bail("tdm_gdn_recur_tree");
             down(otr, dov, (size_t)M * no * 2);
-            if (tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, st) != 0)
+            if (tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, NULL, st) != 0)
                 bail("tdm_gdn_recur");
             down(SjM, c.dS, nS * 4);
             up(dn, &j32, 4);
             /* the verify form */
             rec_reset(&c);
             poison(dov, (size_t)M * no * 2);
-            if (tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) != 0)
+            if (tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, NULL, st) != 0)
                 bail("tdm_gdn_recur_verify_pend");
             down(op, dov, (size_t)M * no * 2);
             down(Sp, c.dS, nS * 4);
@@ -730,13 +747,13 @@ static void test_recur(const struct shape *s)
             /* the forward form, with and without rows of its own */
             rec_reset(&c);
             poison(dov, (size_t)M * no * 2);
-            if (tdm_gdn_recur_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) != 0)
+            if (tdm_gdn_recur_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, NULL, st) != 0)
                 bail("tdm_gdn_recur_pend");
             down(op, dov, (size_t)M * no * 2);
             down(Sp, c.dS, nS * 4);
             int same = memcmp(op, or_, (size_t)M * no * 2) == 0 && memcmp(Sp, SjM, nS * 4) == 0;
             rec_reset(&c);
-            if (tdm_gdn_recur_pend(NULL, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 0, Hk, Hv, Dk, Dv, NULL, &pd, st) != 0)
+            if (tdm_gdn_recur_pend(NULL, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 0, Hk, Hv, Dk, Dv, NULL, &pd, NULL, st) != 0)
                 bail("tdm_gdn_recur_pend, no rows");
             down(Sp, c.dS, nS * 4);
             ok(same && memcmp(Sp, Sj, nS * 4) == 0,
@@ -745,7 +762,7 @@ static void test_recur(const struct shape *s)
             /* the tree form */
             rec_reset(&c);
             poison(dov, (size_t)M * no * 2);
-            if (tdm_gdn_recur_tree_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, &pd,
+            if (tdm_gdn_recur_tree_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, dpar, M, Hk, Hv, Dk, Dv, dov, &pd, NULL,
                                         st) != 0)
                 bail("tdm_gdn_recur_tree_pend");
             down(op, dov, (size_t)M * no * 2);
@@ -759,7 +776,7 @@ static void test_recur(const struct shape *s)
                 up(dn, &other, 4);
                 rec_reset(&c);
                 rc = tdm_graph_begin(st) ||
-                     tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, st) ||
+                     tdm_gdn_recur_verify_pend(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, M, Hk, Hv, Dk, Dv, dov, &pd, NULL, st) ||
                      tdm_graph_end(st, &g);
                 up(dn, &j32, 4);
             }
@@ -782,6 +799,136 @@ static void test_recur(const struct shape *s)
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS);
     free(qkv); free(b); free(a); free(o); free(qkvf); free(bf_); free(af); free(A); free(dt); free(S0); free(S); free(Sg);
     free(oref); free(scratch);
+}
+
+/* ---- the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm) ----
+ * Every recurrence form with gn against the same form without it, then tdm_gdn_gated_norm: o, y,
+ * y's blocked copy (where Hv Dv has a full slab), and the state, bit for bit, at M = 1, 8 and 32,
+ * the pending forms with 5 pending rows; the counters zero after every launch; the fused forward's
+ * twins (M rows against M one-row calls: o, y and the state); a launch without counters refused. */
+enum { RF_FWD, RF_VERIFY, RF_TREE, RF_PEND, RF_VPEND, RF_TPEND, RF_FORMS };
+static const char *const rf_names[RF_FORMS] = {"forward", "verify", "tree", "forward with pending rows",
+                                               "verify with pending rows", "tree with pending rows"};
+static int rec_form(const struct rec_ctx *c, int f, int M, const int32_t *dpar, const struct tdm_gdn_pend *pd,
+                    const struct tdm_gdn_gnorm *gn)
+{
+    const int Hk = c->Hk, Hv = c->Hv, Dk = c->Dk, Dv = c->Dv;
+    switch (f) {
+    case RF_FWD: return tdm_gdn_recur(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, M, Hk, Hv, Dk, Dv, c->dO, gn, st);
+    case RF_VERIFY:
+        return tdm_gdn_recur_verify(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, M, Hk, Hv, Dk, Dv, c->dO, gn, st);
+    case RF_TREE:
+        return tdm_gdn_recur_tree(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, dpar, M, Hk, Hv, Dk, Dv, c->dO, gn,
+                                  st);
+    case RF_PEND:
+        return tdm_gdn_recur_pend(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, M, Hk, Hv, Dk, Dv, c->dO, pd, gn, st);
+    case RF_VPEND:
+        return tdm_gdn_recur_verify_pend(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, M, Hk, Hv, Dk, Dv, c->dO, pd,
+                                         gn, st);
+    default:
+        return tdm_gdn_recur_tree_pend(c->dqkv, c->db, Hv, c->da, Hv, c->dA, c->ddt, c->dS, dpar, M, Hk, Hv, Dk, Dv, c->dO,
+                                       pd, gn, st);
+    }
+}
+
+static void test_recur_fused(const struct shape *s)
+{
+    const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
+    const int C = tdm_gdn_conv_dim(&s->c);
+    const size_t nS = (size_t)Hv * Dk * Dv, no = (size_t)Hv * Dv, nxb = (size_t)tdm_mm_xb_elems((int64_t)no);
+    char label[160];
+    snprintf(label, sizeof label, "%s gdn_recur with the gated norm inside, Hk %d Hv %d Dk %d Dv %d", s->name, Hk, Hv, Dk,
+             Dv);
+    uint16_t *qkv = hal((size_t)R * C * 2), *b = hal((size_t)R * Hv * 2), *a = hal((size_t)R * Hv * 2);
+    uint16_t *z = hal(R * no * 2);
+    float *qkvf = hal((size_t)R * C * 4), *bf_ = hal((size_t)R * Hv * 4), *af = hal((size_t)R * Hv * 4);
+    float *zf = hal(R * no * 4), *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *w = hal(Dv * 4);
+    rand_bf16(qkv, qkvf, (size_t)R * C, 1.0f);
+    share_rows(qkv, qkvf, C);
+    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
+    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
+    rand_bf16(z, zf, R * no, 4.0f);
+    share_rows(z, zf, no);
+    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
+    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    for (int i = 0; i < Dv; i++) w[i] = bfv(1.0f + frand() * 0.5f);
+    struct rec_ctx c = {dal((size_t)R * C * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2), dal(R * no * 2),
+                        dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C, NULL};
+    uint16_t *dz = dal(R * no * 2), *dy = dal(R * no * 2), *dyb = nxb ? dal(nxb * 2) : NULL;
+    float *dw = dal(Dv * 4);
+    int32_t *dcount = dal((size_t)Hv * 4), *dn = dal(4), *dpar = dal(R * 4);
+    int32_t par[R], *cnt = hal((size_t)Hv * 4);
+    for (int t = 0; t < R; t++) par[t] = t ? (t - 1) / 2 : -1;   /* a binary tree, depth first enough for the check */
+    const int32_t npend = 5;
+    up(c.dqkv, qkv, (size_t)R * C * 2);
+    up(c.db, b, (size_t)R * Hv * 2);
+    up(c.da, a, (size_t)R * Hv * 2);
+    up(c.dA, A, Hv * 4);
+    up(c.ddt, dt, Hv * 4);
+    up(dz, z, R * no * 2);
+    up(dw, w, Dv * 4);
+    up(dpar, par, sizeof par);
+    up(dn, &npend, 4);
+    if (tdm_cuda_memset(dcount, 0, (size_t)Hv * 4) != 0) bail("memset");
+    const struct tdm_gdn_pend pd = {c.dqkv + (size_t)8 * C, c.db + 8 * Hv, c.da + 8 * Hv, Hv, Hv, dn};
+    const struct tdm_gdn_gnorm gn = {dz, (int64_t)no, dw, s->c.rms_eps, dy, NULL, dcount};
+    const size_t bo = R * no * 2, bxb = nxb * 2;
+    unsigned char *ref[4], *got[4];
+    const size_t bytes[4] = {bo, bo, bxb ? bxb : 1, nS * 4};
+    for (int i = 0; i < 4; i++) { ref[i] = hal(bytes[i]); got[i] = hal(bytes[i]); }
+    const int ms[3] = {1, 8, R};
+    int runs = 0, differ = 0, counted = 0, rc = 0;
+    char what[160] = "";
+    for (int f = 0; f < RF_FORMS && !rc; f++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            const int M = ms[k];
+            struct tdm_gdn_gnorm g = gn;
+            g.yb = M <= TDM_MM_XB_ROWS ? dyb : NULL;
+            for (int fused = 0; fused < 2 && !rc; fused++) {
+                unsigned char **out = fused ? got : ref;
+                rec_reset(&c);
+                poison(c.dO, bo);
+                poison(dy, bo);
+                if (dyb) poison(dyb, bxb);
+                rc = rec_form(&c, f, M, dpar, &pd, fused ? &g : NULL) ||
+                     (!fused && tdm_gdn_gated_norm(c.dO, dz, (int64_t)no, dw, M, Hv, Dv, s->c.rms_eps, dy, g.yb, st));
+                if (rc) break;
+                down(out[0], c.dO, bo);
+                down(out[1], dy, bo);
+                if (dyb) down(out[2], dyb, bxb);
+                down(out[3], c.dS, nS * 4);
+            }
+            if (rc) break;
+            down(cnt, dcount, (size_t)Hv * 4);
+            for (int h = 0; h < Hv; h++) counted += cnt[h] != 0;
+            runs++;
+            for (int i = 0; i < 4; i++)
+                if ((i != 2 || dyb) && memcmp(ref[i], got[i], bytes[i])) {
+                    if (!differ++)
+                        snprintf(what, sizeof what, ": first %s at M = %d (%s)", rf_names[f], M,
+                                 i == 0 ? "o" : i == 1 ? "y" : i == 2 ? "y's blocked copy" : "the state");
+                }
+        }
+    ok(!rc && differ == 0 && counted == 0,
+       "%s: the six recurrence forms (forward, verify, tree; each also with 5 pending rows) at M = 1, 8, 32 give the o, y, "
+       "y's blocked copy and state of the form then tdm_gdn_gated_norm, bit for bit (%d of %d runs differ%s), the "
+       "counters zero after each (%d not)%s%s", label, differ, runs, what, counted, rc ? ": " : "", rc ? tdm_err() : "");
+    /* the fused forward's twins */
+    c.gn = &gn;
+    struct twin t = {rec_launch, rec_reset, &c, 2, {{c.dO, no * 2, 0}, {dy, no * 2, 0}}, c.dS, nS * 4, 0, NULL, 0};
+    twin_test(label, &t);
+    c.gn = NULL;
+    struct tdm_gdn_gnorm nocount = gn;
+    nocount.count = NULL;
+    rc = tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 1, Hk, Hv, Dk, Dv, c.dO, &nocount, st);
+    ok(rc != 0 && strstr(tdm_err(), "gated norm") != NULL, "%s: a gated norm without counters is refused: %s", label,
+       rc ? tdm_err() : "accepted");
+    for (int i = 0; i < 4; i++) { free(ref[i]); free(got[i]); }
+    tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
+    tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS); tdm_cuda_free(dz); tdm_cuda_free(dy); tdm_cuda_free(dyb);
+    tdm_cuda_free(dw); tdm_cuda_free(dcount); tdm_cuda_free(dn); tdm_cuda_free(dpar);
+    free(qkv); free(b); free(a); free(z); free(qkvf); free(bf_); free(af); free(zf); free(A); free(dt); free(S0); free(w);
+    free(cnt);
 }
 
 /* ================================================================================================
@@ -922,7 +1069,7 @@ static void test_recur_chunked(const struct shape *s, int M)
     poison(dO1, M * no * 2);
     poison(dO2, M * no * 2);
     poison(dscr, scb);
-    if (tdm_gdn_recur(dqkv, db, Hv, da, Hv, dA, ddt, dS1, M, Hk, Hv, Dk, Dv, dO1, st) != 0) bail("tdm_gdn_recur");
+    if (tdm_gdn_recur(dqkv, db, Hv, da, Hv, dA, ddt, dS1, M, Hk, Hv, Dk, Dv, dO1, NULL, st) != 0) bail("tdm_gdn_recur");
     if (tdm_gdn_recur_chunked(dqkv, db, Hv, da, Hv, dA, ddt, dS2, M, Hk, Hv, Dk, Dv, dscr, dO2, st) != 0)
         bail("tdm_gdn_recur_chunked");
     down(o1, dO1, M * no * 2);
@@ -1239,7 +1386,7 @@ static int recur_tree_launch(void *p)
 {
     struct gtree_ctx *c = p;
     return tdm_gdn_recur_tree(c->dqkv, c->db, c->Hv, c->da, c->Hv, c->dA, c->ddt, c->dS, c->dpar, R, c->Hk, c->Hv, c->Dk,
-                              c->Dv, c->dO, st);
+                              c->Dv, c->dO, NULL, st);
 }
 
 static void test_gdn_tree(const struct shape *s)
@@ -1288,7 +1435,7 @@ static void test_gdn_tree(const struct shape *s)
     up(c.db, b, (size_t)R * Hv * 2);
     up(c.da, a, (size_t)R * Hv * 2);
     if (tdm_gdn_conv_verify(c.dx, C, c.dw, c.dst, R, C, K, c.dy, st) != 0 ||
-        tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, st) != 0)
+        tdm_gdn_recur_verify(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, R, Hk, Hv, Dk, Dv, c.dO, NULL, st) != 0)
         bail("verify forms");
     down(chain_y, c.dy, nx * 2);
     down(chain_o, c.dO, R * no * 2);
@@ -1324,7 +1471,7 @@ static void test_gdn_tree(const struct shape *s)
             up(dpb, pb, (size_t)n * Hv * 2);
             up(dpa, pa, (size_t)n * Hv * 2);
             if (tdm_gdn_conv_verify(dpx, C, c.dw, c.dst, n, C, K, dpy, st) != 0 ||
-                tdm_gdn_recur_verify(dpq, dpb, Hv, dpa, Hv, c.dA, c.ddt, c.dS, n, Hk, Hv, Dk, Dv, dpo, st) != 0)
+                tdm_gdn_recur_verify(dpq, dpb, Hv, dpa, Hv, c.dA, c.ddt, c.dS, n, Hk, Hv, Dk, Dv, dpo, NULL, st) != 0)
                 bail("verify forms on a path");
             down(cy, dpy + (size_t)d * C, (size_t)C * 2);
             down(co_, dpo + (size_t)d * no, no * 2);
@@ -2285,6 +2432,7 @@ int main(int argc, char **argv)
         test_qk(s, 3000);
         test_conv(s);
         test_recur(s);
+        test_recur_fused(s);
         test_gdn_tree(s);
         if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
