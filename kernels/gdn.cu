@@ -971,7 +971,8 @@ extern "C" int tdm_gdn_recur_pend(const uint16_t *qkv, const uint16_t *b, int64_
 
 extern "C" int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
                                          int64_t lda, const float *A_log, const float *dt_bias, float *S, int M, int Hk,
-                                         int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream)
+                                         int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend,
+                                         const struct tdm_gdn_gnorm *gn, void *stream)
 {
     if (!pend) return tdm_errf("tdm_gdn_recur_verify_pend: pend is NULL");
     return recur_launch("tdm_gdn_recur_verify_pend", qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, NULL, M, Hk, Hv, Dk, Dv,

@@ -237,7 +237,8 @@ int tdm_gdn_recur_verify_pend(const uint16_t *qkv, const uint16_t *b, int64_t ld
                               uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream);
 int tdm_gdn_recur_tree_pend(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                             const float *A_log, const float *dt_bias, float *S, const int32_t *parent, int M, int Hk,
-                            int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend, const struct tdm_gdn_gnorm *gn, void *stream);
+                            int Hv, int Dk, int Dv, uint16_t *o, const struct tdm_gdn_pend *pend,
+                            const struct tdm_gdn_gnorm *gn, void *stream);
 
 /* ---- decode attention (kernels/attn.cu) ----------------------------------------------------- */
 

@@ -612,7 +612,8 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
-    /* the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm), but after the chunked one */
+    /* the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm); a prefill chunk's chunked
+     * recurrence has no such form, so the gated-norm kernel runs after it */
     const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M), e->gn_count};
     const struct tdm_gdn_gnorm *gn = e->gn_count && !prefill ? &gnf : NULL;
     const uint16_t *xnb = blocked(e->xn_b, M);
