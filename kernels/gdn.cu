@@ -11,6 +11,7 @@ using namespace tdm_ly;
 namespace {
 
 constexpr int CONV_THREADS = 256;
+constexpr int CONV_TB = 16;   // tokens a batch: conv_kernel's loads in flight together, the prefill form's block
 
 // One output of the conv from its window (win[K - 1] the token's own input): tdm_ref_gdn_conv's
 // sum in tap order and its roundings, bf16(silu(bf16(acc))). Every conv kernel ends a token here.
@@ -43,11 +44,22 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
     for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
 #pragma unroll
     for (int j = 0; j < K - 1; j++) win[j] = bf2f(state[(size_t)j * C + c]);
-    for (int t = 0; t < M; t++) {
-        win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
-        y[(size_t)t * C + c] = conv_out<K>(wk, win);
+    // The tokens' inputs CONV_TB at a time, all loaded before the first of them is used: the loads of
+    // a batch are in flight together (x and y may alias as far as the compiler knows, so one load a
+    // token after each store was one memory latency a token in series). The same values into the
+    // same sums in the same order: the same bits.
+    for (int t0 = 0; t0 < M; t0 += CONV_TB) {
+        float in[CONV_TB];
 #pragma unroll
-        for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+        for (int u = 0; u < CONV_TB; u++) in[u] = t0 + u < M ? bf2f(x[(size_t)(t0 + u) * ldx + c]) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < CONV_TB; u++) {
+            if (t0 + u >= M) break;
+            win[K - 1] = in[u];
+            y[(size_t)(t0 + u) * C + c] = conv_out<K>(wk, win);
+#pragma unroll
+            for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+        }
     }
     if (!state_out) return;  // a verify: the round's entry state stays for the commit
 #pragma unroll
@@ -58,7 +70,6 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
 // x (or, before token 0, from the state) — the window conv_kernel has at that token, since its
 // shifts only move values — then conv_kernel's sum and roundings per token. The state is left to
 // conv_state_kernel, launched after this one: other blocks of the channel still read it here.
-constexpr int CONV_TB = 16;
 
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
@@ -98,7 +109,7 @@ conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
     }
 }
 
-// The tree form (layers.h, Trees): thread c per channel, node t's window built along its path —
+// The tree form (layers.h, Trees): thread (channel c, node t = the grid row), t's window built along its path —
 // tap j holds the input of t's ancestor at depth s = depth(t) - (K - 1) + j, or for s < 0 the
 // committed state's row K - 1 + s — which is the window conv_kernel has at the last token of that
 // path fed as a chain (its shifts only move values). The sum and roundings are conv_kernel's.
@@ -115,7 +126,8 @@ conv_tree_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t 
     float wk[K];
 #pragma unroll
     for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
-    for (int t = 0; t < M; t++) {
+    {
+        const int t = blockIdx.y;   // one node a grid row: the nodes' loads in flight together
         const int d = tree_depth(par, t);
         float win[K];
         int at = t;  // the node whose input tap j takes, walking up from t
@@ -852,7 +864,7 @@ extern "C" int tdm_gdn_conv_tree(const uint16_t *x, int64_t ldx, const float *w,
         return tdm_errf("tdm_gdn_conv_tree: bad shape M %d (at most %d), C %d, K %d (2..4), ldx %lld, parent %s", M,
                         TDM_TREE_MAX, C, K, (long long)ldx, parent ? "given" : "NULL");
     if (M == 0) return 0;
-    const int blocks = (C + CONV_THREADS - 1) / CONV_THREADS;
+    const dim3 blocks((C + CONV_THREADS - 1) / CONV_THREADS, M);
     cudaStream_t st = (cudaStream_t)stream;
     if (K == 4) conv_tree_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, parent, M, C, y);
     else if (K == 3) conv_tree_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, parent, M, C, y);
