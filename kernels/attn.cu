@@ -52,20 +52,29 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
 //     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j;
 //   the chunk: m = max_w m_w; l = sum_w exp(m_w - m) l_w and o[d] = sum_w exp(m_w - m) o_w[d], over
 //     the sub-chunks the row sees, w ascending.
-// Nothing depends on M, on the group a row falls in or on which thread serves it. The K and V
-// rows are loaded for every row of a group (the rows of a chain share them, through L1).
+// Nothing depends on M, on the group a row falls in or on which thread serves it. A chain's rows
+// see nested prefixes of the same cache rows, so a warp loads each K and V row once for the
+// group's rows and runs their sums side by side.
 //
 // TREE (parent not NULL; layers.h, Trees): row r is a node at depth d, position p = p0 + d, and
 // the positions it sees are a virtual sequence: p' < p0 is cache row p', p0 + i is the cache row
-// p0 + path[i] of its ancestor at depth i (path[d] = r). Everything else is the chain's code over
-// that sequence, so the chunks, the scores' order and every sum are those of the path as a chain.
+// p0 + path[i] of its ancestor at depth i (path[d] = r). The rows' paths differ, so a warp walks
+// them one at a time, each with the chain's operations over its sequence: the chunks, the scores'
+// order and every sum are those of the path as a chain.
 constexpr int SUB = CH / ATT_WARPS;  // positions a warp: one a lane in the softmax
 static_assert(SUB == 32, "a sub-chunk is one position a lane");
 // Rows a group, a block each (the partials of 4 rows of 256 dims fill 32 KB). One row a block
 // (walking no rows in series) was measured and lost at 8 and 32 rows on the H200 (bench/NOTES.md,
 // the A/B of one row a block), so 4 it is.
 constexpr int RG = 4;
-constexpr int JB = 8;                // positions a warp loads before it uses them
+constexpr int JB = 8;                // positions a warp loads before it uses them (a tree's row)
+// A chain's group: positions a warp loads before it uses them for the group's rows (at 256 dims
+// 8 took 147 registers, one block a SM; 4 takes 123, two)
+#ifndef TDM_ATTN_JC256
+#define TDM_ATTN_JC256 4
+#endif
+template <int DPL>
+__host__ __device__ constexpr int jb_chain() { return DPL == 8 ? TDM_ATTN_JC256 : 8; }
 
 template <int DPL, bool TREE>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
@@ -104,61 +113,143 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
             if constexpr (TREE) row = row < p0 ? row : p0 + path[i][row - p0];
             return row;
         };
-        // the lane's dims of JB cache rows from position j0 of row i's walk, loaded before any is used
-        auto load_rows = [&](const uint16_t *cache, int i, int j0, int wn, float(&x)[JB][DPL]) {
+        // the lane's dims of a batch of cache rows (x's length) from position j0 of row i's walk,
+        // loaded before any is used
+        auto load_rows = [&](const uint16_t *cache, int i, int j0, int wn, auto &x) {
+            constexpr int NB = sizeof(x) / sizeof(x[0]);
 #pragma unroll
-            for (int b = 0; b < JB; b++)
+            for (int b = 0; b < NB; b++)
                 load_bf16<DPL>(cache + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, x[b]);
         };
+        // a row at a time: a tree (a node's path is its own cache rows), and a group of one row (at
+        // 256 dims the chain form's batches are half as long: twice the round trips, and a one-row
+        // step measured 1 % slower with them)
+        if (TREE || nr == 1) {
 #pragma unroll
-        for (int i = 0; i < RG; i++) {
-            const int wn = max(0, min(SUB, pr[i] + 1 - ws));  // warp-uniform: positions row i sees here
-            float m = -INFINITY, l = 0.0f;
-            float o[DPL];
+            for (int i = 0; i < RG; i++) {
+                const int wn = max(0, min(SUB, pr[i] + 1 - ws));  // warp-uniform: positions row i sees here
+                float m = -INFINITY, l = 0.0f;
+                float o[DPL];
 #pragma unroll
-            for (int e = 0; e < DPL; e++) o[e] = 0.0f;
-            if (wn > 0) {
-                float qr[DPL];
-                load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
-                float *ps = sc[i] + warp * SUB;
-                for (int j0 = 0; j0 < wn; j0 += JB) {
-                    float kr[JB][DPL];
-                    load_rows(kc, i, j0, wn, kr);
+                for (int e = 0; e < DPL; e++) o[e] = 0.0f;
+                if (wn > 0) {
+                    float qr[DPL];
+                    load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
+                    float *ps = sc[i] + warp * SUB;
+                    for (int j0 = 0; j0 < wn; j0 += JB) {
+                        float kr[JB][DPL];
+                        load_rows(kc, i, j0, wn, kr);
 #pragma unroll
-                    for (int b = 0; b < JB; b++) {
-                        float d = 0.0f;
+                        for (int b = 0; b < JB; b++) {
+                            float d = 0.0f;
 #pragma unroll
-                        for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[e], kr[b][e], d);
-                        d = __fmul_rn(warp_sum(d), scale);
-                        if (lane == 0 && j0 + b < wn) ps[j0 + b] = d;
+                            for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[e], kr[b][e], d);
+                            d = __fmul_rn(warp_sum(d), scale);
+                            if (lane == 0 && j0 + b < wn) ps[j0 + b] = d;
+                        }
+                    }
+                    __syncwarp();
+                    const float s = lane < wn ? ps[lane] : -INFINITY;
+                    m = warp_max(s);
+                    const float e = lane < wn ? expf(__fsub_rn(s, m)) : 0.0f;
+                    if (lane < wn) ps[lane] = e;
+                    l = warp_sum(e);
+                    __syncwarp();
+                    for (int j0 = 0; j0 < wn; j0 += JB) {
+                        float vr[JB][DPL];
+                        load_rows(vc, i, j0, wn, vr);
+#pragma unroll
+                        for (int b = 0; b < JB; b++) {
+                            if (j0 + b < wn) {
+                                const float pb = bfr(ps[j0 + b]);
+#pragma unroll
+                                for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
+                            }
+                        }
+                    }
+                }
+                if (lane == 0) {
+                    wml[i][warp][0] = m;
+                    wml[i][warp][1] = l;
+                }
+#pragma unroll
+                for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[e];
+            }
+        } else {
+            // a chain of 2..RG rows: row i sees the positions up to p0 + r0 + i, so the group's rows
+            // see nested prefixes of the warp's sub-chunk, and the warp loads each K and V row once
+            // for all of them and runs their sums side by side. Each row's operations and their order
+            // are the per-row form's, so a row's bits do not depend on the form its group takes.
+            constexpr int JC = jb_chain<DPL>();
+            int wn[RG], wmax = 0;  // warp-uniform: positions row i sees here
+#pragma unroll
+            for (int i = 0; i < RG; i++) wn[i] = max(0, min(SUB, pr[i] + 1 - ws)), wmax = max(wmax, wn[i]);
+            float o[RG][DPL];
+#pragma unroll
+            for (int i = 0; i < RG; i++)
+#pragma unroll
+                for (int e = 0; e < DPL; e++) o[i][e] = 0.0f;
+            float m[RG], l[RG];
+#pragma unroll
+            for (int i = 0; i < RG; i++) m[i] = -INFINITY, l[i] = 0.0f;
+            if (wmax > 0) {
+                float qr[RG][DPL];
+#pragma unroll
+                for (int i = 0; i < RG; i++)
+                    if (wn[i] > 0) load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr[i]);
+                for (int j0 = 0; j0 < wmax; j0 += JC) {
+                    float kr[JC][DPL];
+                    load_rows(kc, 0, j0, wmax, kr);
+#pragma unroll
+                    for (int i = 0; i < RG; i++) {
+                        if (j0 >= wn[i]) continue;
+#pragma unroll
+                        for (int b = 0; b < JC; b++) {
+                            float d = 0.0f;
+#pragma unroll
+                            for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[i][e], kr[b][e], d);
+                            d = __fmul_rn(warp_sum(d), scale);
+                            if (lane == 0 && j0 + b < wn[i]) sc[i][warp * SUB + j0 + b] = d;
+                        }
                     }
                 }
                 __syncwarp();
-                const float s = lane < wn ? ps[lane] : -INFINITY;
-                m = warp_max(s);
-                const float e = lane < wn ? expf(__fsub_rn(s, m)) : 0.0f;
-                if (lane < wn) ps[lane] = e;
-                l = warp_sum(e);
+#pragma unroll
+                for (int i = 0; i < RG; i++) {
+                    if (wn[i] == 0) continue;
+                    float *ps = sc[i] + warp * SUB;
+                    const float s = lane < wn[i] ? ps[lane] : -INFINITY;
+                    m[i] = warp_max(s);
+                    const float e = lane < wn[i] ? expf(__fsub_rn(s, m[i])) : 0.0f;
+                    if (lane < wn[i]) ps[lane] = e;
+                    l[i] = warp_sum(e);
+                }
                 __syncwarp();
-                for (int j0 = 0; j0 < wn; j0 += JB) {
-                    float vr[JB][DPL];
-                    load_rows(vc, i, j0, wn, vr);
+                for (int j0 = 0; j0 < wmax; j0 += JC) {
+                    float vr[JC][DPL];
+                    load_rows(vc, 0, j0, wmax, vr);
 #pragma unroll
-                    for (int b = 0; b < JB; b++) {
-                        if (j0 + b < wn) {
-                            const float pb = bfr(ps[j0 + b]);
+                    for (int i = 0; i < RG; i++) {
 #pragma unroll
-                            for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
+                        for (int b = 0; b < JC; b++) {
+                            if (j0 + b < wn[i]) {
+                                const float pb = bfr(sc[i][warp * SUB + j0 + b]);
+#pragma unroll
+                                for (int e2 = 0; e2 < DPL; e2++) o[i][e2] = __fmaf_rn(pb, vr[b][e2], o[i][e2]);
+                            }
                         }
                     }
                 }
             }
-            if (lane == 0) {
-                wml[i][warp][0] = m;
-                wml[i][warp][1] = l;
-            }
 #pragma unroll
-            for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[e];
+            for (int i = 0; i < RG; i++) {
+                if (lane == 0) {
+                    wml[i][warp][0] = m[i];
+                    wml[i][warp][1] = l[i];
+                }
+#pragma unroll
+                for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[i][e];
+            }
         }
         __syncthreads();
         // the chunk's partial of each row that sees it: the sub-chunks it sees, w ascending
