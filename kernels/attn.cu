@@ -69,9 +69,14 @@ static_assert(SUB == 32, "a sub-chunk is one position a lane");
 constexpr int RG = 4;
 constexpr int JB = 8;                // positions a warp loads before it uses them (a tree's row)
 // A chain's group: positions a warp loads before it uses them for the group's rows (at 256 dims
-// 8 took 147 registers, one block a SM; 4 takes 123, two)
+// 8 took 147 registers on sm_90, one block a SM; 4 takes 123, two; sm_121a's ptxas stops at 128
+// registers and spilled at 4, so 2 there: the batch changes no sum)
 #ifndef TDM_ATTN_JC256
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define TDM_ATTN_JC256 2
+#else
 #define TDM_ATTN_JC256 4
+#endif
 #endif
 template <int DPL>
 __host__ __device__ constexpr int jb_chain() { return DPL == 8 ? TDM_ATTN_JC256 : 8; }
