@@ -17,7 +17,8 @@ small="--hidden 128 --vocab 512 --intermediate 256 --head-dim 32 --rotary-dim 16
        --gdn-key-heads 2 --gdn-value-heads 4 --gdn-key-dim 32 --gdn-value-dim 32"
 # shellcheck disable=SC2086
 $MK -o "$tmp/m" $small 2>"$tmp/err" && $MK -o "$tmp/d" $small --seed 7 --layers 2 --attn-every 2 --no-mtp 2>>"$tmp/err" &&
-    $MK -o "$tmp/nomtp" $small --no-mtp 2>>"$tmp/err" || { echo "Bail out! tandem-mkmodel failed"; exit 1; }
+    $MK -o "$tmp/nomtp" $small --no-mtp 2>>"$tmp/err" && $MK -o "$tmp/tie" $small --tie --no-mtp 2>>"$tmp/err" ||
+    { echo "Bail out! tandem-mkmodel failed"; exit 1; }
 printf '5 17 99 3 250 7 400 42 8 9 10 11 5 17 99 3\n' >"$tmp/p.tok"
 
 if build/san/t/spec "$tmp/m" >"$tmp/tap" 2>&1; then
@@ -54,6 +55,23 @@ t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-run --spec mtp gives the plain tokens; the 
    [ \$(build/san/t/json_get $tmp/q.json drafter.format) = '\"nvfp4\"' ] &&
    [ \$(build/san/t/json_get $tmp/q.json drafter.bytes_per_draft) -eq 147456 ] &&
    $RUN -m $tmp/m -p $tmp/p.tok -n 4 --spec mtp >/dev/null 2>$tmp/err && grep -q '^# drafter: the MTP layer, as stored: .* read 0.5 MB' $tmp/err"
+t "TANDEM_HEAD_FORMAT=nvfp4: tandem-run says so and --json records the head's bytes; --spec mtp gives its plain tokens" \
+  "TANDEM_HEAD_FORMAT=nvfp4 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --json $tmp/h.json >$tmp/hplain 2>$tmp/err &&
+   grep -q '^# head: requantized to NVFP4 (TANDEM_HEAD_FORMAT): 0.0 MB a token (0.1 MB as stored)' $tmp/err &&
+   [ \$(build/san/t/json_get $tmp/h.json head.format) = '\"nvfp4\"' ] &&
+   [ \$(build/san/t/json_get $tmp/h.json head.bytes) -eq 36864 ] && [ \$(build/san/t/json_get $tmp/h.json head.bytes_stored) -eq 131072 ] &&
+   TANDEM_HEAD_FORMAT=nvfp4 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp >$tmp/out 2>$tmp/err && cmp -s $tmp/out $tmp/hplain &&
+   $RUN -m $tmp/m -p $tmp/p.tok -n 2 --json $tmp/s.json >/dev/null 2>$tmp/err && ! grep -q '^# head:' $tmp/err &&
+   [ \$(build/san/t/json_get $tmp/s.json head.format) = '\"stored\"' ] && [ \$(build/san/t/json_get $tmp/s.json head.bytes) -eq 131072 ]"
+# (near: within 0.3 relative L2; the random model's top-1 may flip even where logits_cmp calls a row clear)
+t "TANDEM_HEAD_FORMAT=nvfp4 with tied embeddings: the head a requantized copy, the lookup as stored (prompt logits near the stored head's)" \
+  "$RUN -m $tmp/tie -p $tmp/p.tok -n 0 --dump-logits $tmp/ta.st >/dev/null 2>$tmp/err &&
+   TANDEM_HEAD_FORMAT=nvfp4 $RUN -m $tmp/tie -p $tmp/p.tok -n 0 --dump-logits $tmp/tb.st >/dev/null 2>>$tmp/err &&
+   ! cmp -s $tmp/ta.st $tmp/tb.st && { build/san/t/logits_cmp $tmp/tb.st $tmp/ta.st 0.3 >$tmp/cmp; sed 's/^/#   /' $tmp/cmp;
+   awk '/relative error/ { e = \$6 } END { exit !(e != \"\" && e + 0 < 0.3) }' $tmp/cmp; }"
+t "TANDEM_HEAD_FORMAT=fp4: exit 2, one line naming the setting" \
+  "TANDEM_HEAD_FORMAT=fp4 $RUN -m $tmp/m -p $tmp/p.tok -n 4 >/dev/null 2>$tmp/err; [ \$? -eq 2 ] &&
+   [ \$(wc -l <$tmp/err) -eq 1 ] && grep -q 'TANDEM_HEAD_FORMAT=fp4' $tmp/err"
 t "TANDEM_DRAFT_FORMAT=fp4: exit 2, one line naming the setting" \
   "TANDEM_DRAFT_FORMAT=fp4 $RUN -m $tmp/m -p $tmp/p.tok -n 4 --spec mtp >/dev/null 2>$tmp/err; [ \$? -eq 2 ] &&
    [ \$(wc -l <$tmp/err) -eq 1 ] && grep -q 'TANDEM_DRAFT_FORMAT=fp4' $tmp/err"
@@ -65,6 +83,8 @@ t "tandem-exactcheck passes on mtp, ngram and a draft model, chain and tree (exi
    grep -q '\"verdict\": \"pass\"' $tmp/ec.json"
 t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-exactcheck --spec mtp passes (chain and tree identical to one-token decode)" \
   "TANDEM_DRAFT_FORMAT=nvfp4 $ec --spec mtp >$tmp/outq 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/outq) -eq 2 ]"
+t "TANDEM_HEAD_FORMAT=nvfp4: tandem-exactcheck --spec mtp passes (chain and tree identical to one-token decode)" \
+  "TANDEM_HEAD_FORMAT=nvfp4 $ec --spec mtp >$tmp/outh 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/outh) -eq 2 ]"
 t "tandem-exactcheck: twins checked bit for bit (text and JSON)" \
   "grep -q '^twins forward rows  M=2..6: identical' $tmp/out && grep -q '^twins chain verify  M=2..6: identical' $tmp/out &&
    grep -q '\"case\": \"chain verify\"' $tmp/ec.json"

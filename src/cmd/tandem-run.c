@@ -126,6 +126,14 @@ static void count_fmt(void *ctx, const char *what, const struct tdm_qweight *w)
     ((struct fmt_bytes *)ctx)->b[w->fmt] += tdm_qweight_bytes(w);
 }
 
+/* The head's format and the bytes it reads a token (TANDEM_HEAD_FORMAT), for --json. */
+static json_t *head_json(const struct tdm_model *m)
+{
+    const int64_t now = tdm_qweight_bytes(&m->head);
+    return json_pack("{s:s, s:I, s:I}", "format", m->head_bytes_stored ? "nvfp4" : "stored", "bytes", (json_int_t)now,
+                     "bytes_stored", (json_int_t)(m->head_bytes_stored ? m->head_bytes_stored : now));
+}
+
 /* --spec: speculative rounds on so->backend (spec.h); tokens to stdout, statistics to stderr. */
 static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const char *draft_dir, const int32_t *prompt,
                     int n_prompt, int n_new, const char *dump_path, const char *json_path, const char *model_dir)
@@ -176,6 +184,7 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
             json_object_set_new(rec, "drafter", json_pack("{s:s, s:I, s:I}", "format", draft_q ? "nvfp4" : "stored",
                                                           "bytes_per_draft", (json_int_t)mt->draft_bytes_now,
                                                           "bytes_per_draft_stored", (json_int_t)mt->draft_bytes));
+        json_object_set_new(rec, "head", head_json(m));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
         if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }
@@ -293,6 +302,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "# projection weights:");
     for (int f = 0; f < TDM_W_COUNT; f++)
         if (fb.b[f]) fprintf(stderr, " %s %.1f MB", tdm_wfmt_name((enum tdm_wfmt)f), fb.b[f] / 1e6);
+    if (m->head_bytes_stored)
+        fprintf(stderr, "\n# head: requantized to NVFP4 (TANDEM_HEAD_FORMAT): %.1f MB a token (%.1f MB as stored)",
+                tdm_qweight_bytes(&m->head) / 1e6, m->head_bytes_stored / 1e6);
     fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, tdm_now_ms() - t0);
 
     if (so.kind != TDM_SPEC_OFF) {
@@ -390,6 +402,7 @@ int main(int argc, char **argv)
         json_object_set_new(rec, "step_bytes", json_pack("{s:I, s:I, s:I, s:I}", "weights", (json_int_t)sb.weights,
                                                           "gdn_state", (json_int_t)sb.gdn_state, "kv", (json_int_t)sb.kv,
                                                           "total", (json_int_t)sb.total));
+        json_object_set_new(rec, "head", head_json(m));
         char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         json_decref(rec);
         if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }

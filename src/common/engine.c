@@ -449,8 +449,8 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (!(e->final_norm = up_f32(e, m->final_norm, (size_t)c->hidden, "norm", -1))) goto fail;
     if (up_w(e, &m->head, &e->head, "lm_head", -1) != 0) goto fail;
     e->embed_f32 = m->embed.fmt == TDM_W_F32;
-    if (c->tie_embeddings && !e->embed_f32 && m->head.row0 == 0) {
-        e->embed = e->head.w; /* the head is the embedding, already uploaded */
+    if (c->tie_embeddings && !e->embed_f32 && m->head.w == m->embed.w && m->head.row0 == 0) {
+        e->embed = e->head.w; /* the head is the embedding, already uploaded (not when requantized) */
     } else {
         const size_t eb = (size_t)tdm_qweight_bytes(&m->embed);
         void *p = dalloc(e, eb, &e->mem.weights, "embed_tokens");

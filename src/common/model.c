@@ -307,23 +307,49 @@ static int64_t draft_bytes(struct tdm_model *m)
 /* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's BF16 and F32 weights of draft_weights() requantized to
  * NVFP4 where k is a multiple of 16, the head as a copy (model.h: has_head). The main model and an
  * MoE MTP layer's experts, router and shared expert keep their stored formats. */
+/* *w requantized to NVFP4 in place (tdm_qweight_to_nvfp4 on up to 16 threads) when it is BF16 or F32
+ * with k a multiple of the group; the new matrix is the model's. 1 when it was, 0 when not, -1 on
+ * failure (tdm_err). */
+static int requant_nvfp4(struct tdm_model *m, struct tdm_qweight *w)
+{
+    if ((w->fmt != TDM_W_BF16 && w->fmt != TDM_W_F32) || w->k % TDM_NVFP4_GROUP) return 0;
+    long threads = sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads > 16) threads = 16;
+    struct tdm_qweight q;
+    void *buf;
+    if (tdm_qweight_to_nvfp4(w, &q, &buf, (int)threads) != 0 || !adopt(m, buf)) return -1;
+    *w = q;
+    return 1;
+}
+
 static int draft_nvfp4(struct tdm_model *m)
 {
     struct tdm_mtp *t = &m->mtp;
-    long threads = sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads > 16) threads = 16;
     t->head = m->head;
     t->has_head = 1;   /* requantized in place below, or left as the model's */
     struct tdm_qweight *w[9];
-    for (int i = 0, n = draft_weights(m, w); i < n; i++) {
-        if ((w[i]->fmt != TDM_W_BF16 && w[i]->fmt != TDM_W_F32) || w[i]->k % TDM_NVFP4_GROUP) continue;
-        struct tdm_qweight q;
-        void *buf;
-        if (tdm_qweight_to_nvfp4(w[i], &q, &buf, (int)threads) != 0 || !adopt(m, buf))
-            return tdm_err_prefix("%s: TANDEM_DRAFT_FORMAT=nvfp4", m->dir);
-        *w[i] = q;
-    }
+    for (int i = 0, n = draft_weights(m, w); i < n; i++)
+        if (requant_nvfp4(m, w[i]) < 0) return tdm_err_prefix("%s: TANDEM_DRAFT_FORMAT=nvfp4", m->dir);
     t->has_head = t->head.fmt != m->head.fmt;
+    return 0;
+}
+
+/* TANDEM_HEAD_FORMAT=nvfp4: the model's BF16 or F32 head requantized to NVFP4 (a new matrix, so a
+ * tied embedding keeps its format for the lookup); a head stored quantized is kept. The drafter's
+ * requantized head (draft_nvfp4) is the same function of the same rows, so the two share it. */
+static int head_nvfp4(struct tdm_model *m)
+{
+    const int64_t stored = tdm_qweight_bytes(&m->head);
+    struct tdm_mtp *t = &m->mtp;
+    if (m->has_mtp && t->has_head && t->head.fmt == TDM_W_NVFP4) {   /* the drafter's copy of a BF16 or F32 head */
+        m->head = t->head;
+        t->has_head = 0;
+    } else {
+        const int r = requant_nvfp4(m, &m->head);
+        if (r <= 0) return r < 0 ? tdm_err_prefix("%s: TANDEM_HEAD_FORMAT=nvfp4", m->dir) : 0;
+    }
+    m->head_bytes_stored = stored;
+    if (m->has_mtp) t->draft_bytes_now = draft_bytes(m);
     return 0;
 }
 
@@ -374,6 +400,7 @@ struct tdm_model *tdm_model_load(const char *dir)
         if (strcmp(tdm_setting("TANDEM_DRAFT_FORMAT"), "nvfp4") == 0 && draft_nvfp4(m) != 0) goto fail;
         t->draft_bytes_now = draft_bytes(m);
     }
+    if (strcmp(tdm_setting("TANDEM_HEAD_FORMAT"), "nvfp4") == 0 && head_nvfp4(m) != 0) goto fail;
     return m;
 fail:
     tdm_model_free(m);

@@ -70,6 +70,9 @@ struct tdm_model {
     struct tdm_layer *layers;         /* [L] */
     int has_mtp;
     struct tdm_mtp mtp;
+    /* TANDEM_HEAD_FORMAT=nvfp4 (tdm_model_load): head holds an NVFP4 requantization of the stored
+     * BF16 or F32 head, and head_bytes_stored what the stored head reads (0: head is as stored). */
+    int64_t head_bytes_stored;
     int nowned, capowned;
     void **owned;                     /* everything allocated at load */
 };

@@ -136,6 +136,20 @@ for fmt in bf16 fp8 nvfp4; do
        cmp -s $tmp/gpu.st $tmp/gpu10.st && cmp -s $tmp/gpu.st $tmp/gpu11.st || { sed 's/^/# /' $tmp/err.one $tmp/err.xb; false; }"
     rm -rf "$M27"
 done
+# TANDEM_HEAD_FORMAT=nvfp4 (the head requantized at load): the engine against the CPU reference with
+# the same requantized head, on the 27B's untied head and on a tiny model with tied embeddings (the
+# engine must then upload the embedding for the lookup apart from the head).
+MH=$tmp/mh; MT=$tmp/mt; : >"$tmp/err.h"
+t "TANDEM_HEAD_FORMAT=nvfp4: the engine's prompt and step logits against the CPU reference's (27B shapes in BF16, and tied embeddings)" \
+  "bin/tandem-mkmodel -o $MH --shape qwen3.8-27b --layer-types GA --vocab 4096 --no-mtp 2>$tmp/err &&
+   bin/tandem-mkmodel -o $MT --tie --no-mtp 2>>$tmp/err && hok=1 || hok=0
+   for M in $MH $MT; do
+     TANDEM_HEAD_FORMAT=nvfp4 bin/tandem-run -m \$M --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/hc.st >$tmp/hc.tok 2>>$tmp/err &&
+     TANDEM_HEAD_FORMAT=nvfp4 $RUN -m \$M -p $tmp/p27.tok --force $tmp/hc.tok --dump-logits $tmp/hg.st >/dev/null 2>>$tmp/err.h &&
+     grep -q '^# head: requantized to NVFP4' $tmp/err.h &&
+     build/t/logits_cmp $tmp/hg.st $tmp/hc.st 2e-2 >$tmp/cmp || hok=0; sed 's/^/#   /' $tmp/cmp 2>/dev/null;
+   done; [ \$hok -eq 1 ] || { sed 's/^/# /' $tmp/err $tmp/err.h; false; }"
+rm -rf "$MH" "$MT"
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of
 # 128, 512 experts of width 512, top-10, shared expert 512), two layers (GDN with the MoE MLP,
 # attention with the dense MLP 5120 through mlp_only_layers: the experts are 1.6 G parameters a

@@ -258,6 +258,62 @@ static void draft_format_tests(const char *dir, const struct tdm_model *m)
     tdm_model_free(q);
 }
 
+/* TANDEM_HEAD_FORMAT=nvfp4: the model's BF16 head requantized at load (model.c: head_nvfp4); the
+ * reference's logits read it (near the stored head's, not equal; the same loose bound as above),
+ * the embedding and the layers stay as stored, and with TANDEM_DRAFT_FORMAT=nvfp4 as well the
+ * drafter shares the model's head, which is the bits of the head requantized alone. */
+static int same_qweight(const struct tdm_qweight *a, const struct tdm_qweight *b)
+{
+    if (a->fmt != b->fmt || a->n != b->n || a->k != b->k || a->scale2 != b->scale2) return 0;
+    const size_t wb = a->fmt == TDM_W_NVFP4 ? (size_t)a->n * a->k / 2 : (size_t)tdm_qweight_bytes(a);
+    return memcmp(a->w, b->w, wb) == 0 && (a->fmt != TDM_W_NVFP4 || memcmp(a->scale, b->scale, (size_t)a->n * a->k / 16) == 0);
+}
+
+static void head_format_tests(const char *dir, const struct tdm_model *m)
+{
+    setenv("TANDEM_HEAD_FORMAT", "nvfp4", 1);
+    struct tdm_model *q = tdm_model_load(dir);
+    setenv("TANDEM_DRAFT_FORMAT", "nvfp4", 1);
+    struct tdm_model *qd = tdm_model_load(dir);
+    unsetenv("TANDEM_HEAD_FORMAT");
+    struct tdm_model *d = tdm_model_load(dir);   /* the drafter requantized alone */
+    unsetenv("TANDEM_DRAFT_FORMAT");
+    if (!q || !qd || !d) {
+        ok(0, "TANDEM_HEAD_FORMAT=nvfp4: load: %s", tdm_err());
+        tdm_model_free(q); tdm_model_free(qd); tdm_model_free(d);
+        return;
+    }
+    const int64_t stored = tdm_qweight_bytes(&m->head);
+    ok(m->head.fmt == TDM_W_BF16 && q->head.fmt == TDM_W_NVFP4 && q->head_bytes_stored == stored && !m->head_bytes_stored &&
+           tdm_qweight_bytes(&q->head) < stored / 3 && same_qweight(&q->embed, &m->embed) &&
+           same_qweight(&q->layers[0].mlp.down, &m->layers[0].mlp.down) && !q->mtp.has_head,
+       "TANDEM_HEAD_FORMAT=nvfp4: the head is NVFP4 (%lld bytes, %lld stored), the embedding and the layers as stored",
+       (long long)tdm_qweight_bytes(&q->head), (long long)stored);
+    ok(qd->head.fmt == TDM_W_NVFP4 && !qd->mtp.has_head && d->mtp.has_head && same_qweight(&qd->head, &q->head) &&
+           same_qweight(&d->mtp.head, &q->head) && qd->mtp.draft_bytes_now == d->mtp.draft_bytes_now &&
+           qd->mtp.draft_bytes == m->mtp.draft_bytes,
+       "with TANDEM_DRAFT_FORMAT=nvfp4 too, the drafter shares the model's requantized head (the same bits as either alone)");
+    const int V = m->cfg.vocab;
+    float *la = malloc((size_t)NP * V * sizeof(float)), *lb = malloc((size_t)NP * V * sizeof(float));
+    const struct tdm_model *mm[2] = {m, q};
+    float *lg[2] = {la, lb};
+    for (int k = 0; k < 2; k++) {
+        struct tdm_ref *r = tdm_ref_new(mm[k], 128);
+        tdm_ref_forward(r, prompt, NP, 0, lg[k], NULL, NULL);
+        tdm_ref_free(r);
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < (size_t)NP * V; i++) {
+        num += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
+        den += (double)la[i] * la[i];
+    }
+    const double rel = sqrt(num / (den > 0 ? den : 1));
+    ok(!same_bits(la, lb, (size_t)NP * V) && rel < 0.5,
+       "the requantized head's prompt logits: relative L2 distance %.3f to the stored head's (< 0.5)", rel);
+    free(la); free(lb);
+    tdm_model_free(q); tdm_model_free(qd); tdm_model_free(d);
+}
+
 static void engine_tests(const struct tdm_model *m)
 {
     const int V = m->cfg.vocab, N = 24;
@@ -361,6 +417,7 @@ int main(int argc, char **argv)
     verify_tests(m);
     mtp_rewind_tests(m);
     draft_format_tests(argv[1], m);
+    head_format_tests(argv[1], m);
     engine_tests(m);
     tdm_model_free(m);
     return done_testing();
