@@ -71,8 +71,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "the model's head (lm_head, or the embedding when tied): stored reads it as the checkpoint stores it; nvfp4 "
      "requantizes a BF16 or F32 head to NVFP4 at load (the embedding keeps its format for the lookup), about a "
      "quarter of the bytes the head reads a step (the 27B's BF16 head: 2.5 GB of a ~15 GB step). It changes the "
-     "logits by NVFP4's rounding of the head (an opt-in: the checkpoint's outputs are the stored head's); "
-     "speculative output still equals one-token decode under it, and a head stored quantized is kept"},
+     "logits by NVFP4's rounding of the head (an opt-in: on the tiny fixtures next-token agreement with "
+     "transformers fell from 95-100 % to 72-88 %; measure it with tandem-prefillcheck --ref first); speculative "
+     "output still equals one-token decode under it, and a head stored quantized is kept"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "
