@@ -139,13 +139,13 @@ done
 # TANDEM_HEAD_FORMAT=nvfp4 (the head requantized at load): the engine against the CPU reference with
 # the same requantized head, on the 27B's untied head and on a tiny model with tied embeddings (the
 # engine must then upload the embedding for the lookup apart from the head).
-MH=$tmp/mh; MT=$tmp/mt; : >"$tmp/err.h"
+MH=$tmp/mh; MT=$tmp/mt
 t "TANDEM_HEAD_FORMAT=nvfp4: the engine's prompt and step logits against the CPU reference's (27B shapes in BF16, and tied embeddings)" \
   "bin/tandem-mkmodel -o $MH --shape qwen3.8-27b --layer-types GA --vocab 4096 --no-mtp 2>$tmp/err &&
    bin/tandem-mkmodel -o $MT --tie --no-mtp 2>>$tmp/err && hok=1 || hok=0
-   for M in $MH $MT; do
+   for M in $MH $MT; do rm -f $tmp/cmp
      TANDEM_HEAD_FORMAT=nvfp4 bin/tandem-run -m \$M --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/hc.st >$tmp/hc.tok 2>>$tmp/err &&
-     TANDEM_HEAD_FORMAT=nvfp4 $RUN -m \$M -p $tmp/p27.tok --force $tmp/hc.tok --dump-logits $tmp/hg.st >/dev/null 2>>$tmp/err.h &&
+     TANDEM_HEAD_FORMAT=nvfp4 $RUN -m \$M -p $tmp/p27.tok --force $tmp/hc.tok --dump-logits $tmp/hg.st >/dev/null 2>$tmp/err.h &&
      grep -q '^# head: requantized to NVFP4' $tmp/err.h &&
      build/t/logits_cmp $tmp/hg.st $tmp/hc.st 2e-2 >$tmp/cmp || hok=0; sed 's/^/#   /' $tmp/cmp 2>/dev/null;
    done; [ \$hok -eq 1 ] || { sed 's/^/# /' $tmp/err $tmp/err.h; false; }"
