@@ -304,9 +304,6 @@ static int64_t draft_bytes(struct tdm_model *m)
     return b;
 }
 
-/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's BF16 and F32 weights of draft_weights() requantized to
- * NVFP4 where k is a multiple of 16, the head as a copy (model.h: has_head). The main model and an
- * MoE MTP layer's experts, router and shared expert keep their stored formats. */
 /* *w requantized to NVFP4 in place (tdm_qweight_to_nvfp4 on up to 16 threads) when it is BF16 or F32
  * with k a multiple of the group; the new matrix is the model's. 1 when it was, 0 when not, -1 on
  * failure (tdm_err). */
@@ -322,6 +319,9 @@ static int requant_nvfp4(struct tdm_model *m, struct tdm_qweight *w)
     return 1;
 }
 
+/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's BF16 and F32 weights of draft_weights() requantized to
+ * NVFP4 where k is a multiple of 16, the head as a copy (model.h: has_head). The main model and an
+ * MoE MTP layer's experts, router and shared expert keep their stored formats. */
 static int draft_nvfp4(struct tdm_model *m)
 {
     struct tdm_mtp *t = &m->mtp;
