@@ -126,23 +126,21 @@ conv_tree_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t 
     float wk[K];
 #pragma unroll
     for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
-    {
-        const int t = blockIdx.y;   // one node a grid row: the nodes' loads in flight together
-        const int d = tree_depth(par, t);
-        float win[K];
-        int at = t;  // the node whose input tap j takes, walking up from t
+    const int t = blockIdx.y;   // one node a grid row: the nodes' loads in flight together
+    const int d = tree_depth(par, t);
+    float win[K];
+    int at = t;  // the node whose input tap j takes, walking up from t
 #pragma unroll
-        for (int j = K - 1; j >= 0; j--) {
-            const int s = d - (K - 1) + j;
-            if (s >= 0) {
-                win[j] = bf2f(x[(size_t)at * ldx + c]);
-                at = par[at];
-            } else {
-                win[j] = bf2f(state[(size_t)(K - 1 + s) * C + c]);
-            }
+    for (int j = K - 1; j >= 0; j--) {
+        const int s = d - (K - 1) + j;
+        if (s >= 0) {
+            win[j] = bf2f(x[(size_t)at * ldx + c]);
+            at = par[at];
+        } else {
+            win[j] = bf2f(state[(size_t)(K - 1 + s) * C + c]);
         }
-        y[(size_t)t * C + c] = conv_out<K>(wk, win);
     }
+    y[(size_t)t * C + c] = conv_out<K>(wk, win);
 }
 
 constexpr int UNGROUP_THREADS = 256;
