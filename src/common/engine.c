@@ -612,8 +612,9 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
     const int prefill = p == PASS_FORWARD && M > ROWS && e->gdn_scratch;
-    /* the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm); a prefill chunk's chunked
-     * recurrence has no such form, so the gated-norm kernel runs after it */
+    /* the gated norm's arguments: inside the recurrence (layers.h: struct tdm_gdn_gnorm), or for the
+     * gated-norm kernel after it (TANDEM_GDN_FUSED_NORM off, and a prefill chunk's chunked recurrence,
+     * which has no fused form) */
     const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M), e->gn_count};
     const struct tdm_gdn_gnorm *gn = e->gn_count && !prefill ? &gnf : NULL;
     const uint16_t *xnb = blocked(e->xn_b, M);
@@ -643,8 +644,7 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
                                                e->gdn_scratch, e->o, st)
          : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, gn, st)
                 : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, gn, st)) ||
-        (!gn && tdm_gdn_gated_norm(e->o, e->z, (int64_t)Hv * Dv, d->gnorm, M, Hv, Dv, c->rms_eps, e->gn, blocked(e->gn_b, M),
-                                   st)) ||
+        (!gn && tdm_gdn_gated_norm(e->o, gnf.z, gnf.ldz, gnf.w, M, Hv, Dv, gnf.eps, gnf.y, gnf.yb, st)) ||
         tdm_matmul_xb(&d->out, e->gn, (int64_t)Hv * Dv, blocked(e->gn_b, M), M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
