@@ -38,6 +38,37 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
     }
 }
 
+// The warp sums of NB lane partials p[0..NB) at once (NB = 2^L, 2..32): at each of the first L
+// butterfly offsets (16, 8, ...) a lane keeps the half of its values whose position bit matches its
+// own lane bit and adds the partner's copy of that half, then the remaining offsets are butterflies
+// of one value. Every sum is the butterfly's own (the same pairs at each offset, in the same order:
+// warp_sum's bits), NB positions for NB - 1 + 5 - L shuffles instead of 5 NB. Lane l ends with
+// position l >> (5 - L) (its bits at offsets 16, 8, ... read high to low), the same value in the
+// 2^(5-L) lanes that share it.
+template <int NB>
+__host__ __device__ constexpr int log2_of() { return NB <= 1 ? 0 : 1 + log2_of<NB / 2>(); }
+template <int NB>
+__device__ __forceinline__ float warp_sums_transposed(float (&p)[NB], int lane)
+{
+    static_assert(NB >= 2 && NB <= 32 && (NB & (NB - 1)) == 0, "NB a power of two, 2..32");
+    constexpr int L = log2_of<NB>();
+#pragma unroll
+    for (int lev = 0; lev < L; lev++) {
+        const int h = (NB >> lev) / 2, s = 16 >> lev;
+        const bool hi = lane & s;
+#pragma unroll
+        for (int k = 0; k < NB / 2; k++) {
+            if (k >= h) break;
+            const float send = hi ? p[k] : p[k + h], keep = hi ? p[k + h] : p[k];
+            p[k] = __fadd_rn(keep, __shfl_xor_sync(FULL, send, s));
+        }
+    }
+    float v = p[0];
+#pragma unroll
+    for (int s = 16 >> L; s > 0; s /= 2) v = __fadd_rn(v, __shfl_xor_sync(FULL, v, s));
+    return v;
+}
+
 // Block (chunk c, query head h, z), rows in groups of RG (group g = rows [g RG, g RG + RG), in
 // block z = g mod gridDim.z: the groups run side by side, not one after another in one block, so a
 // 16-row verify takes about as long as 4 rows); warp w takes the SUB positions
@@ -46,8 +77,8 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
 // in series: ~110 us a 27B layer at 4096 positions). A row at position p sees the sub-chunk's
 // positions up to p; sub-chunks past p are skipped, and chunks that start after p too (the
 // combine never reads them). Lane l holds dims [l DPL, l DPL + DPL). Per row, in this order:
-//   s_j = (q . k_j) * scale: lane-serial FMAs over its dims, then xor butterflies (the same bits in
-//     every lane), kept in shared memory;
+//   s_j = (q . k_j) * scale: lane-serial FMAs over its dims, then xor butterflies (warp_sum's sums,
+//     a batch of positions at once: warp_sums_transposed), kept in shared memory;
 //   per sub-chunk w: m_w = max_j s_j (exact in any order); l_w = sum_j exp(s_j - m_w), one
 //     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j;
 //   the chunk: m = max_w m_w; l = sum_w exp(m_w - m) l_w and o[d] = sum_w exp(m_w - m) o_w[d], over
@@ -142,16 +173,17 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
                     float *ps = sc[i] + warp * SUB;
                     for (int j0 = 0; j0 < wn; j0 += JB) {
-                        float kr[JB][DPL];
+                        float kr[JB][DPL], d[JB];
                         load_rows(kc, i, j0, wn, kr);
 #pragma unroll
                         for (int b = 0; b < JB; b++) {
-                            float d = 0.0f;
+                            d[b] = 0.0f;
 #pragma unroll
-                            for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[e], kr[b][e], d);
-                            d = __fmul_rn(warp_sum(d), scale);
-                            if (lane == 0 && j0 + b < wn) ps[j0 + b] = d;
+                            for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[e], kr[b][e], d[b]);
                         }
+                        const float sv = __fmul_rn(warp_sums_transposed<JB>(d, lane), scale);
+                        const int b = lane >> (5 - log2_of<JB>());
+                        if (lane % (32 / JB) == 0 && j0 + b < wn) ps[j0 + b] = sv;
                     }
                     __syncwarp();
                     const float s = lane < wn ? ps[lane] : -INFINITY;
@@ -208,14 +240,16 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 #pragma unroll
                     for (int i = 0; i < RG; i++) {
                         if (j0 >= wn[i]) continue;
+                        float d[JC];
 #pragma unroll
                         for (int b = 0; b < JC; b++) {
-                            float d = 0.0f;
+                            d[b] = 0.0f;
 #pragma unroll
-                            for (int e = 0; e < DPL; e++) d = __fmaf_rn(qr[i][e], kr[b][e], d);
-                            d = __fmul_rn(warp_sum(d), scale);
-                            if (lane == 0 && j0 + b < wn[i]) sc[i][warp * SUB + j0 + b] = d;
+                            for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[i][e], kr[b][e], d[b]);
                         }
+                        const float sv = __fmul_rn(warp_sums_transposed<JC>(d, lane), scale);
+                        const int b = lane >> (5 - log2_of<JC>());
+                        if (lane % (32 / JC) == 0 && j0 + b < wn[i]) sc[i][warp * SUB + j0 + b] = sv;
                     }
                 }
                 __syncwarp();
