@@ -123,7 +123,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
     const int p0 = d_pos0 ? *d_pos0 : pos0;
     const int start = c * CH, ws = start + warp * SUB;  // the chunk's and the warp's first position
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
-    __shared__ float sc[RG][CH];                    // per row: the scores, then exp(s - m_w)
+    __shared__ float sc[RG][CH];                    // per row: the scores, then bf16(exp(s - m_w))
     __shared__ float wml[RG][ATT_WARPS][2];         // per row and sub-chunk: m_w, l_w
     __shared__ float wo[RG][ATT_WARPS][D];          // per row and sub-chunk: o_w
     __shared__ int32_t path[TREE ? RG : 1][TREE ? TDM_TREE_MAX : 1];  // per row: its path
@@ -189,7 +189,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     const float s = lane < wn ? ps[lane] : -INFINITY;
                     m = warp_max(s);
                     const float e = lane < wn ? expf(__fsub_rn(s, m)) : 0.0f;
-                    if (lane < wn) ps[lane] = e;
+                    if (lane < wn) ps[lane] = bfr(e);   // the V sum's weight, rounded once a position
                     l = warp_sum(e);
                     __syncwarp();
                     for (int j0 = 0; j0 < wn; j0 += JB) {
@@ -198,7 +198,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 #pragma unroll
                         for (int b = 0; b < JB; b++) {
                             if (j0 + b < wn) {
-                                const float pb = bfr(ps[j0 + b]);
+                                const float pb = ps[j0 + b];
 #pragma unroll
                                 for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
                             }
@@ -260,7 +260,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     const float s = lane < wn[i] ? ps[lane] : -INFINITY;
                     m[i] = warp_max(s);
                     const float e = lane < wn[i] ? expf(__fsub_rn(s, m[i])) : 0.0f;
-                    if (lane < wn[i]) ps[lane] = e;
+                    if (lane < wn[i]) ps[lane] = bfr(e);
                     l[i] = warp_sum(e);
                 }
                 __syncwarp();
@@ -272,7 +272,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 #pragma unroll
                         for (int b = 0; b < JC; b++) {
                             if (j0 + b < wn[i]) {
-                                const float pb = bfr(sc[i][warp * SUB + j0 + b]);
+                                const float pb = sc[i][warp * SUB + j0 + b];
 #pragma unroll
                                 for (int e2 = 0; e2 < DPL; e2++) o[i][e2] = __fmaf_rn(pb, vr[b][e2], o[i][e2]);
                             }
