@@ -3,6 +3,7 @@
 #include "matmul.h"
 #include "cuda_check.h"
 #include "device.h"
+#include "pdl.cuh"
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -120,6 +121,15 @@ __global__ void rows_read_kernel(const uint8_t *w, int64_t n, int64_t rowbytes, 
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+// A kernel that does nothing but take part in the launch order (programmatic where TANDEM_PDL is
+// on): one thread bumps a counter after the wait, so each launch depends on the one before.
+__global__ void floor_kernel(uint64_t *sink)
+{
+    tdm_pdl::release();
+    tdm_pdl::wait();
+    if (blockIdx.x == 0 && threadIdx.x == 0) sink[1] += 1;
+}
+
 int sm_count()
 {
     static int n = 0;
@@ -203,6 +213,12 @@ extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int
     default: return tdm_errf("tdm_dev_read_rows: depth %d: expected 1, 2, 4 or 8", depth);
     }
     TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_dev_launch_floor(uint64_t *sink, int blocks, void *stream)
+{
+    TDM_CUDA_TRY(tdm_pdl::launch(floor_kernel, dim3((unsigned)blocks), dim3(128), 0, (cudaStream_t)stream, sink));
     return 0;
 }
 

@@ -137,6 +137,10 @@ int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream);
  * and g + 8 a 64-byte slab, depth (1, 2, 4 or 8) slabs in flight. n a multiple of 16, rowbytes of
  * 64. */
 int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, uint64_t *sink, void *stream);
+/* A kernel of `blocks` blocks of 128 threads that only waits for the kernel before it and bumps
+ * sink[1] (a programmatic launch where TANDEM_PDL is on): a launch's floor in a chain of dependent
+ * kernels. */
+int tdm_dev_launch_floor(uint64_t *sink, int blocks, void *stream);
 /* Copy of `bytes` from src to dst with 16-byte loads and stores. */
 int tdm_dev_copy(void *dst, const void *src, size_t bytes, void *stream);
 

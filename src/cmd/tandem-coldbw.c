@@ -22,7 +22,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: %s [options]\n"
             "Memory bandwidth over a working set at least 8x the GPU's L2 (rotating buffers):\n"
-            "streaming read and copy, and optionally a matrix kernel's bytes read over its time.\n"
+            "streaming read and copy, a launch's floor (a kernel that only waits for the one before\n"
+            "it, 64 in a CUDA graph, programmatic unless TANDEM_PDL=off), and optionally a matrix\n"
+            "kernel's bytes read over its time.\n"
             "  --mib N        size of each of the 4 rotating buffers in MiB (default: 8x L2, at least 512)\n"
             "  --reps N       timed repeats; the median is reported (default 20)\n"
             "  --kernel F     also time the matrix kernel for weights in format F: nvfp4, fp8 or bf16\n"
@@ -68,6 +70,15 @@ static int rows_call(void *p, int i, void *stream)
     struct rows_ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     return tdm_dev_read_rows(w->w, w->n, w->k / 2, c->chains, c->depth, c->sink, stream);
+}
+
+/* The launch floor: a kernel that only waits for the one before it (sink: 16 bytes of device memory). */
+struct floor_ctx { uint64_t *sink; int blocks; };
+static int floor_call(void *p, int i, void *stream)
+{
+    (void)i;
+    struct floor_ctx *c = p;
+    return tdm_dev_launch_floor(c->sink, c->blocks, stream);
 }
 
 /* One line of the table: what was timed, the bytes it moved, the median time, the rate. */
@@ -157,6 +168,12 @@ int main(int argc, char **argv)
     table_line("read", (double)each, read_ms);
     table_line("copy (read + write)", 2.0 * each, copy_ms);
     for (int i = 0; i < 4; i++) tdm_cuda_free(bc.buf[i]);
+    /* what a kernel in a chain of dependent launches costs when it does nothing: one block a SM,
+     * 64 launches in a CUDA graph (programmatic where TANDEM_PDL is on) */
+    struct floor_ctx fc = {.sink = bc.sink, .blocks = info.sm_count};
+    double floor_ms;
+    if (tdm_time_calls(floor_call, &fc, 64, (int)reps, 1, st, &floor_ms) != 0) tdm_die_check(prog);
+    table_line(tdm_cuda_pdl() ? "launch floor (graph, programmatic)" : "launch floor (graph, plain)", 0.0, floor_ms);
 
     json_t *rec = json_object();
     json_object_set_new(rec, "device", json_string(info.name));
@@ -166,6 +183,7 @@ int main(int argc, char **argv)
     json_object_set_new(rec, "reps", json_integer(reps));
     json_object_set_new(rec, "read", json_pack("{s:I, s:f, s:f}", "bytes", (json_int_t)each, "ms", read_ms, "gbps", read_gbps));
     json_object_set_new(rec, "copy", json_pack("{s:I, s:f, s:f}", "bytes", (json_int_t)(2 * each), "ms", copy_ms, "gbps", copy_gbps));
+    json_object_set_new(rec, "launch_floor", json_pack("{s:b, s:f}", "programmatic", tdm_cuda_pdl(), "ms", floor_ms));
 
     if (kernel) {
         char arch[32];

@@ -1,9 +1,8 @@
 #!/bin/sh
-# tandem-coldbw on the GPU, small buffers and few repeats: the read and copy lines, the NVFP4
-# kernel's lines (eager, graphed, on one copy) and its weight reads alone at 1, 2, 4 and 8 slabs
-# in flight; the JSON record
-# holds each with a positive rate; a shape whose K is not a multiple of 128 prints no reads-alone
-# lines. Skips without a CUDA device.
+# tandem-coldbw on the GPU, small buffers and few repeats: the read, copy and launch-floor lines,
+# the NVFP4 kernel's lines (eager, graphed, on one copy) and its weight reads alone at 1, 2, 4 and
+# 8 slabs in flight; the JSON record holds each with a positive rate; a shape whose K is not a
+# multiple of 128 prints no reads-alone lines. Skips without a CUDA device.
 CB=bin/tandem-coldbw
 JG=build/t/json_get
 . t/gpu-skip.sh
@@ -12,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 $CB --mib 64 --reps 3 --kernel nvfp4 --shape 2048,4096 --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
 rc=$?
 skip_without_device $rc "$tmp/c.err"
-echo "1..7"
+echo "1..8"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/c.err" "$tmp/c.out"; fi; }
 pos() { v=$($JG "$1" "$2") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
@@ -20,6 +19,8 @@ t "exit 0" "[ $rc -eq 0 ]"
 t "read, copy, eager and graphed kernel lines" \
   "grep -q '^read ' $tmp/c.out && grep -q '^copy ' $tmp/c.out && grep -q '^nvfp4 2048x4096 m=1 eager' $tmp/c.out &&
    grep -q '^nvfp4 2048x4096 m=1 graph' $tmp/c.out"
+t "the launch floor's line (programmatic), and its time in the JSON record" \
+  "grep -q '^launch floor (graph, programmatic)' $tmp/c.out && pos $tmp/c.json launch_floor.ms"
 t "the one-copy line, and its time in the JSON record" \
   "grep -q '^nvfp4 2048x4096 m=1 one copy' $tmp/c.out && pos $tmp/c.json kernel.one_copy_ms"
 t "four reads-alone lines, depth 1 2 4 8" \
