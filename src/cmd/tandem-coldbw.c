@@ -84,7 +84,7 @@ static int floor_call(void *p, int i, void *stream)
 /* One line of the table: what was timed, the bytes it moved, the median time, the rate. */
 static void table_line(const char *name, double bytes, double ms)
 {
-    printf("%-34s %14.0f %12.4f %10.1f\n", name, bytes, ms, bytes / ms / 1e6);
+    printf("%-34s %14.0f %12.5f %10.1f\n", name, bytes, ms, bytes / ms / 1e6);
 }
 
 struct buf_ctx {
