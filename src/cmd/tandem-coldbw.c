@@ -216,10 +216,10 @@ int main(int argc, char **argv)
         one.copies = 1;
         struct mm_ctx mc1 = mc;
         mc1.ws = &one;
-        double warm_ms;
-        if (tdm_time_calls(mm_call, &mc1, ws.copies, (int)reps, 1, st, &warm_ms) != 0) tdm_die_check(prog);
+        double one_copy_ms;
+        if (tdm_time_calls(mm_call, &mc1, ws.copies, (int)reps, 1, st, &one_copy_ms) != 0) tdm_die_check(prog);
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld one copy", kernel, n, k, rows);
-        table_line(name, bytes, warm_ms);
+        table_line(name, bytes, one_copy_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
          * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic */
@@ -242,7 +242,7 @@ int main(int argc, char **argv)
                                       "k", (json_int_t)k, "rows", (int)rows, "bytes", bytes, "copies", ws.copies, "eager_ms",
                                       eager_ms, "eager_gbps", bytes / eager_ms / 1e6, "graph_ms", graph_ms, "graph_gbps",
                                       bytes / graph_ms / 1e6));
-        json_object_set_new(json_object_get(rec, "kernel"), "one_copy_ms", json_real(warm_ms));
+        json_object_set_new(json_object_get(rec, "kernel"), "one_copy_ms", json_real(one_copy_ms));
         json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
         tdm_cuda_free((void *)mc.xb);
