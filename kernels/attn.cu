@@ -112,6 +112,40 @@ constexpr int JB = 8;                // positions a warp loads before it uses th
 template <int DPL>
 __host__ __device__ constexpr int jb_chain() { return DPL == 8 ? TDM_ATTN_JC256 : 8; }
 
+// The steps of a row's walk over a sub-chunk, shared by the per-row and the chain forms (so a row's
+// operations and their order are the same in both). ps: the row's scores in the warp's sub-chunk
+// (sc[row] + warp SUB); wn: the positions the row sees there.
+// The scores of NB positions from j0: lane-serial FMAs over the lane's dims, warp_sums_transposed,
+// the scale; stored once a position.
+template <int NB, int DPL>
+__device__ __forceinline__ void batch_scores(const float (&qr)[DPL], const float (&kr)[NB][DPL], float scale, int lane,
+                                             float *ps, int j0, int wn)
+{
+    float d[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        d[b] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[e], kr[b][e], d[b]);
+    }
+    const float sv = __fmul_rn(warp_sums_transposed<NB>(d, lane), scale);
+    const int b = lane >> (5 - log2_of<NB>());
+    if (lane % (32 / NB) == 0 && j0 + b < wn) ps[j0 + b] = sv;
+}
+// o += weight_j v_j over NB positions from j0 that the row sees, serial over j.
+template <int NB, int DPL>
+__device__ __forceinline__ void batch_v(const float *ps, int j0, int wn, const float (&vr)[NB][DPL], float (&o)[DPL])
+{
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        if (j0 + b < wn) {
+            const float pb = ps[j0 + b];
+#pragma unroll
+            for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
+        }
+    }
+}
+
 template <int DPL, bool TREE>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
@@ -173,17 +207,9 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
                     float *ps = sc[i] + warp * SUB;
                     for (int j0 = 0; j0 < wn; j0 += JB) {
-                        float kr[JB][DPL], d[JB];
+                        float kr[JB][DPL];
                         load_rows(kc, i, j0, wn, kr);
-#pragma unroll
-                        for (int b = 0; b < JB; b++) {
-                            d[b] = 0.0f;
-#pragma unroll
-                            for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[e], kr[b][e], d[b]);
-                        }
-                        const float sv = __fmul_rn(warp_sums_transposed<JB>(d, lane), scale);
-                        const int b = lane >> (5 - log2_of<JB>());
-                        if (lane % (32 / JB) == 0 && j0 + b < wn) ps[j0 + b] = sv;
+                        batch_scores<JB, DPL>(qr, kr, scale, lane, ps, j0, wn);
                     }
                     __syncwarp();
                     const float s = lane < wn ? ps[lane] : -INFINITY;
@@ -195,14 +221,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     for (int j0 = 0; j0 < wn; j0 += JB) {
                         float vr[JB][DPL];
                         load_rows(vc, i, j0, wn, vr);
-#pragma unroll
-                        for (int b = 0; b < JB; b++) {
-                            if (j0 + b < wn) {
-                                const float pb = ps[j0 + b];
-#pragma unroll
-                                for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
-                            }
-                        }
+                        batch_v<JB, DPL>(ps, j0, wn, vr, o);
                     }
                 }
                 if (lane == 0) {
@@ -238,19 +257,8 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     float kr[JC][DPL];
                     load_rows(kc, 0, j0, wmax, kr);
 #pragma unroll
-                    for (int i = 0; i < RG; i++) {
-                        if (j0 >= wn[i]) continue;
-                        float d[JC];
-#pragma unroll
-                        for (int b = 0; b < JC; b++) {
-                            d[b] = 0.0f;
-#pragma unroll
-                            for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[i][e], kr[b][e], d[b]);
-                        }
-                        const float sv = __fmul_rn(warp_sums_transposed<JC>(d, lane), scale);
-                        const int b = lane >> (5 - log2_of<JC>());
-                        if (lane % (32 / JC) == 0 && j0 + b < wn[i]) sc[i][warp * SUB + j0 + b] = sv;
-                    }
+                    for (int i = 0; i < RG; i++)
+                        if (j0 < wn[i]) batch_scores<JC, DPL>(qr[i], kr, scale, lane, sc[i] + warp * SUB, j0, wn[i]);
                 }
                 __syncwarp();
 #pragma unroll
@@ -268,16 +276,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     float vr[JC][DPL];
                     load_rows(vc, 0, j0, wmax, vr);
 #pragma unroll
-                    for (int i = 0; i < RG; i++) {
-#pragma unroll
-                        for (int b = 0; b < JC; b++) {
-                            if (j0 + b < wn[i]) {
-                                const float pb = sc[i][warp * SUB + j0 + b];
-#pragma unroll
-                                for (int e2 = 0; e2 < DPL; e2++) o[i][e2] = __fmaf_rn(pb, vr[b][e2], o[i][e2]);
-                            }
-                        }
-                    }
+                    for (int i = 0; i < RG; i++) batch_v<JC, DPL>(sc[i] + warp * SUB, j0, wn[i], vr, o[i]);
                 }
             }
 #pragma unroll
