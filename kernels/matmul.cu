@@ -52,6 +52,44 @@ static int check_format(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_
     }
 }
 
+// ---- NVFP4 words in the order this device's kernels read (mm_skinny.cuh: TDM_NVFP4_PACKED) ----
+
+__global__ void nvfp4_order_kernel(int *packed) { *packed = TDM_NVFP4_DEV_PACKED; }
+
+__global__ void nvfp4_pack_kernel(uint32_t *w, size_t words)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+        w[i] = tdm_nvfp4_pack(w[i]);
+}
+
+extern "C" int tdm_nvfp4_packed(void)
+{
+    static int known = -1;   // the answer of the device's code (one device a process)
+    if (known >= 0) return known;
+    int *d = NULL, h = 0;
+    TDM_CUDA_TRY(cudaMalloc(&d, sizeof *d));
+    nvfp4_order_kernel<<<1, 1>>>(d);
+    const cudaError_t e = cudaGetLastError();
+    const cudaError_t c = e == cudaSuccess ? cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost) : e;
+    cudaFree(d);
+    if (c != cudaSuccess) return tdm_errf("CUDA: the NVFP4 word order query: %s", cudaGetErrorString(c));
+    known = h;
+    return known;
+}
+
+extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
+{
+    const int packed = tdm_nvfp4_packed();
+    if (packed <= 0 || bytes <= 0) return packed < 0 ? -1 : 0;
+    if (bytes % 4 || (uintptr_t)w % 4) return tdm_errf("NVFP4 word order: %" PRId64 " bytes at %p: not whole words", bytes, w);
+    const size_t words = (size_t)bytes / 4;
+    const int blocks = (int)((words + 255) / 256 < 4096 ? (words + 255) / 256 : 4096);
+    nvfp4_pack_kernel<<<blocks, 256>>>((uint32_t *)w, words);
+    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(cudaDeviceSynchronize());
+    return 0;
+}
+
 extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
 {
     memset(d, 0, sizeof *d);
@@ -61,7 +99,8 @@ extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweigh
     const int64_t soff = (wb + 255) / 256 * 256;   // scales start 256-byte aligned
     void *p;
     if (tdm_cuda_malloc(&p, (size_t)(soff + sb)) != 0) return -1;
-    if (tdm_cuda_h2d(p, h->w, (size_t)wb) != 0 || (sb && tdm_cuda_h2d((char *)p + soff, h->scale, (size_t)sb) != 0)) {
+    if (tdm_cuda_h2d(p, h->w, (size_t)wb) != 0 || (sb && tdm_cuda_h2d((char *)p + soff, h->scale, (size_t)sb) != 0) ||
+        (h->fmt == TDM_W_NVFP4 && tdm_nvfp4_to_device_order(p, wb) != 0)) {
         tdm_cuda_free(p);
         return -1;
     }

@@ -33,7 +33,8 @@ struct tdm_dweight {
 };
 
 /* Copies rows [0, h->row0 + h->n) of the stored matrix and their scales to the device; d keeps
- * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16). */
+ * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16; its codes in
+ * the order tdm_nvfp4_packed names). */
 int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
 /* One device weight of a's rows followed by b's ([a.n + b.n, k], row0 0), so that one product
  * gives both outputs side by side (qwen3_5's in_proj_b and in_proj_a): the host matrix of
@@ -41,6 +42,15 @@ int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
  * tdm_dweight_upload uploads a weight. */
 int tdm_dweight_upload_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, struct tdm_dweight *d);
 void tdm_dweight_free(struct tdm_dweight *d);
+/* Whether this device's kernels read the NVFP4 codes of a weight in mm_layout.h's packed word order
+ * (1: sm_90, where tdm_nvfp4_pack saves a third of the decode's integer operations) or as the
+ * checkpoint stores them (0: the targets with an e2m1 conversion instruction); -1 on a CUDA error
+ * (tdm_err). Asked of the device's code once a process. */
+int tdm_nvfp4_packed(void);
+/* NVFP4 codes already on the device (bytes a multiple of 4, 4-byte aligned) put into that order in
+ * place; nothing where the order is the checkpoint's. Every upload of NVFP4 codes calls it
+ * (tdm_dweight_upload, tdm_moe_experts_upload); synchronous. 0, or -1 with tdm_err(). */
+int tdm_nvfp4_to_device_order(void *w, int64_t bytes);
 /* A view of rows [r0, r0 + n) of w (shares w's memory; never free a view). */
 struct tdm_dweight tdm_dweight_rows(const struct tdm_dweight *w, int64_t r0, int64_t n);
 /* Bytes of the stored matrix and scales that the view covers (what a product must read). */

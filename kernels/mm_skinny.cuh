@@ -232,22 +232,51 @@ __device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t
 #endif
 }
 
-// NVFP4 B register: pair j (nibbles j, j+4) of word q times the group multiplier s.
-__device__ __forceinline__ uint32_t nvfp4_breg(uint32_t q, int j, uint32_t s)
+// TDM_NVFP4_PACKED (1, the default, or 0): on sm_90 the device copy of an NVFP4 weight holds each
+// 32-bit word of codes in mm_layout.h's packed order (tdm_nvfp4_pack, applied at upload: matmul.h,
+// tdm_nvfp4_packed), which nvfp4_bregs places in 9 integer operations a word instead of 13; the same
+// operands, so the same bits. The targets with an e2m1 conversion instruction (sm_100, sm_120,
+// sm_121a) read the checkpoint's order. TDM_NVFP4_DEV_PACKED: whether this device code reads the
+// packed order (device code only: the host asks a kernel, tdm_nvfp4_packed). Measured on the H200
+// (bench/NOTES.md, the NVFP4 codes in a packed word order; with the blocked copy's loads at immediate
+// offsets): a 27B token's products 5.78 -> 5.16 ms at one row, 7.81 -> 7.06 at 16; the 64-layer decode
+// 7.48 -> 7.18-7.21 ms a token. A build-time knob for A/B runs.
+#ifndef TDM_NVFP4_PACKED
+#define TDM_NVFP4_PACKED 1
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#define TDM_NVFP4_DEV_PACKED 0
+#else
+#define TDM_NVFP4_DEV_PACKED TDM_NVFP4_PACKED
+#endif
+// NVFP4 B registers: pair j (nibbles j, j+4 of the checkpoint's word) of word q into b[j], times the
+// group multiplier s; q in the packed order where TDM_NVFP4_DEV_PACKED.
+__device__ __forceinline__ void nvfp4_bregs(uint32_t q, uint32_t s, uint32_t (&b)[4])
 {
 #if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
-    // One byte holding nibbles j (low) and j+4 (high) -> F16x2 of the e2m1 values -> times the
-    // scale in F16 (exact: at most 6 significant bits, at most 2688) -> BF16 with the same 2^-7 as
-    // sm_90, so both targets feed the tensor cores the same operands.
-    uint32_t byte = ((q >> (4 * j)) & 0xfu) | ((q >> (4 * j + 12)) & 0xf0u), h;
-    asm("{\n .reg .b8 b0, b1, b2, b3;\n mov.b32 {b0, b1, b2, b3}, %1;\n cvt.rn.f16x2.e2m1x2 %0, b0;\n}"
-        : "=r"(h) : "r"(byte));
-    __half2 w = __hmul2(*reinterpret_cast<__half2 *>(&h), *reinterpret_cast<__half2 *>(&s));
-    float2 f = __half22float2(w);
-    __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 0x1p-7f, f.y * 0x1p-7f);
-    return *reinterpret_cast<uint32_t *>(&b);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        // One byte holding nibbles j (low) and j+4 (high) -> F16x2 of the e2m1 values -> times the
+        // scale in F16 (exact: at most 6 significant bits, at most 2688) -> BF16 with the same 2^-7 as
+        // sm_90, so both targets feed the tensor cores the same operands.
+        uint32_t byte = ((q >> (4 * j)) & 0xfu) | ((q >> (4 * j + 12)) & 0xf0u), h;
+        asm("{\n .reg .b8 b0, b1, b2, b3;\n mov.b32 {b0, b1, b2, b3}, %1;\n cvt.rn.f16x2.e2m1x2 %0, b0;\n}"
+            : "=r"(h) : "r"(byte));
+        __half2 w = __hmul2(*reinterpret_cast<__half2 *>(&h), *reinterpret_cast<__half2 *>(&s));
+        float2 f = __half22float2(w);
+        __nv_bfloat162 bb = __floats2bfloat162_rn(f.x * 0x1p-7f, f.y * 0x1p-7f);
+        b[j] = *reinterpret_cast<uint32_t *>(&bb);
+    }
 #else
-    return bf16x2_mul(tdm_nvfp4_place(q, j), s);
+    uint32_t placed[4];
+#if TDM_NVFP4_DEV_PACKED
+    tdm_nvfp4_place_packed4(q, placed);
+#else
+#pragma unroll
+    for (int j = 0; j < 4; j++) placed[j] = tdm_nvfp4_place(q, j);
+#endif
+#pragma unroll
+    for (int j = 0; j < 4; j++) b[j] = bf16x2_mul(placed[j], s);
 #endif
 }
 
@@ -256,9 +285,7 @@ template <int FMT>
 __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, uint32_t sb, uint32_t (&b)[4])
 {
     if constexpr (FMT == TDM_MMF_NVFP4) {
-        const uint32_t s = u < 2 ? sa : sb;
-#pragma unroll
-        for (int j = 0; j < 4; j++) b[j] = nvfp4_breg(c.w[u], j, s);
+        nvfp4_bregs(c.w[u], u < 2 ? sa : sb, b);
     } else if constexpr (FMT == TDM_MMF_FP8) {
         b[0] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 0), TDM_FP8_UNPLACE);
         b[1] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 1), TDM_FP8_UNPLACE);
@@ -609,8 +636,12 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                     // At 17-32 rows the four row offsets are xbo[0] plus constants, unclamped: rows past m
                     // read what the copy holds there (room for 32 rows), and their results are never
                     // summed or stored. Three registers fewer (with clamps the plain form spilled at 128).
-                    const uint32_t o = MT == 2 ? xbo[0] + (16 * mt + 8 * h) * TDM_MM_CHUNK_K : xbo[2 * mt + h];
-                    return __ldg(reinterpret_cast<const uint4 *>(a.xb + (o + (uint32_t)i * XB_SLAB + u * XB_UNIT)));
+                    // The slab's base is one 64-bit address a (row, slab); the unit's and the 16-row tile's
+                    // offsets are constants the loads carry as immediates (as 32-bit index sums each load
+                    // cost an add and a wide multiply-add).
+                    const uint16_t *base = a.xb + (xbo[MT == 2 ? 0 : 2 * mt + h] + (uint32_t)i * XB_SLAB);
+                    const int off = (MT == 2 ? (16 * mt + 8 * h) * TDM_MM_CHUNK_K : 0) + u * XB_UNIT;
+                    return __ldg(reinterpret_cast<const uint4 *>(base + off));
                 }
                 else if constexpr (MODE == 2)   // DA (MT 1): unchecked, at the lane's offsets
                     return permute(__ldg(reinterpret_cast<const uint4 *>(

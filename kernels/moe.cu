@@ -82,9 +82,12 @@ __device__ __forceinline__ float w_at(const RowRef &r, int c)
         const float s = r.scale_bf16 ? bf2f(((const uint16_t *)r.sc)[blk]) : ((const float *)r.sc)[blk];
         return __fmul_rn(e4m3_ref(r.w[c]), s);
     }
-    if (r.fmt == TDM_W_NVFP4) {
-        const uint32_t byte = r.w[c >> 1];
-        const uint32_t nib = (c & 1) ? byte >> 4 : byte & 15;
+    if (r.fmt == TDM_W_NVFP4) {   // element c is nibble c % 8 of its word, in the checkpoint's order
+        uint32_t word = reinterpret_cast<const uint32_t *>(r.w)[c >> 3];
+#if TDM_NVFP4_DEV_PACKED
+        word = tdm_nvfp4_unpack(word);
+#endif
+        const uint32_t nib = word >> (4 * (c & 7)) & 15;
         return __fmul_rn(__fmul_rn(e2m1_ref(nib), e4m3_ref(r.sc[c / TDM_NVFP4_GROUP])), r.scale2);
     }
     return bf2f(((const uint16_t *)r.w)[c]);
@@ -225,8 +228,7 @@ __device__ __forceinline__ float chunk_dot(const WChunk &c, const float *xc, flo
 #pragma unroll
         for (int q = 0; q < 4; q++) {   // word q: k 8q .. 8q+7, nibble i = k 8q+i
             uint32_t b[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) b[j] = tdm_mm::nvfp4_breg(w[q], j, q < 2 ? sa : sb);   // k 8q+j | 8q+j+4
+            tdm_mm::nvfp4_bregs(w[q], q < 2 ? sa : sb, b);   // b[j]: k 8q+j | 8q+j+4
             const float4 xa = *reinterpret_cast<const float4 *>(xc + 8 * q);
             const float4 xb = *reinterpret_cast<const float4 *>(xc + 8 * q + 4);
             acc = fmaf(xa.x, bf_lo(b[0]), acc);
@@ -736,6 +738,7 @@ extern "C" int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, stru
         for (int e = 0; e < E && !rc; e++) {
             const struct tdm_qweight *q = kind_of(&experts[e], kind);
             rc = tdm_cuda_h2d(w + e * m->w_stride, (const uint8_t *)q->w + q->row0 * wrow, (size_t)(wrow * m->n));
+            if (!rc && m->fmt == TDM_W_NVFP4) rc = tdm_nvfp4_to_device_order(w + e * m->w_stride, wrow * m->n);
             if (!rc && m->fmt == TDM_W_FP8) {
                 const int64_t brow = mat_scale_bytes(m->fmt, m->scale_dt, TDM_FP8_BLOCK, m->k);  // one block row
                 rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 / TDM_FP8_BLOCK * brow,

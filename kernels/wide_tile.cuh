@@ -143,8 +143,7 @@ __device__ __forceinline__ void mainloop(const Op &op, float (&acc)[2][4][4])
 #pragma unroll
                 for (int w = 0; w < 4; w++) {   // word w = k 8w..8w+7; pairs (j, j+4) -> natural order
                     uint32_t h[4];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) h[j] = tdm_mm::nvfp4_breg(q[w], j, w < 2 ? sa : sb);
+                    tdm_mm::nvfp4_bregs(q[w], w < 2 ? sa : sb, h);
                     dst[4 * w + 0] = __byte_perm(h[0], h[1], 0x5410);
                     dst[4 * w + 1] = __byte_perm(h[2], h[3], 0x5410);
                     dst[4 * w + 2] = __byte_perm(h[0], h[1], 0x7632);

@@ -57,6 +57,20 @@ static void test_decoders(void)
     }
     ok(bad == 0, "NVFP4 placement x scale = e2m1 * e4m3 * 2^-7 exactly, every nibble, position and scale (%d bad)", bad);
 
+    /* the packed word order (sm_90's device copy): every single bit, then random words */
+    bad = 0;
+    int inv_bad = 0;
+    for (int it = 0; it < 32 + 200000; it++) {
+        const uint32_t q = it < 32 ? 1u << it : (uint32_t)next();
+        const uint32_t p = tdm_nvfp4_pack(q);
+        if (tdm_nvfp4_unpack(p) != q) inv_bad++;
+        for (int j = 0; j < 4; j++)
+            if (tdm_nvfp4_place_packed(p, j) != tdm_nvfp4_place(q, j)) bad++;
+    }
+    ok(bad == 0, "NVFP4 packed order: placing pair j of pack(q) gives pair j of q, every bit and 200000 random words (%d bad)",
+       bad);
+    ok(inv_bad == 0, "NVFP4 packed order: unpack(pack(q)) = q (%d bad)", inv_bad);
+
     bad = 0;
     for (int code = 0; code < 256; code++) {
         if ((code & 0x7f) == 0x7f) continue;

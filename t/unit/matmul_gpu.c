@@ -518,6 +518,34 @@ static void run_pdl_chain(const char *label, enum tdm_wfmt fmt, int64_t n, int64
     free(h.scale);
 }
 
+/* The NVFP4 codes' device order (matmul.h: tdm_nvfp4_packed): sm_90's code reads the packed order
+ * and the other targets the checkpoint's; an upload leaves every word of the device copy in it. */
+static void test_nvfp4_order(const struct tdm_device_info *info)
+{
+    const int packed = tdm_nvfp4_packed(), want = info->sm_major == 9;
+    ok(packed == want, "the device's code reads NVFP4 words in the %s order (sm_%d%d): %d", want ? "packed" : "checkpoint's",
+       info->sm_major, info->sm_minor, packed);
+    struct hweight h;
+    struct tdm_dweight d;
+    make_weight(&h, TDM_W_NVFP4, 64, 1040, TDM_DT_F32);
+    const size_t words = 64 * 1040 / 8;
+    uint32_t *back = malloc(words * 4);
+    int bad = -1;
+    if (back && tdm_dweight_upload(&h.q, &d) == 0) {
+        if (tdm_cuda_d2h(back, d.w, words * 4) == 0) {
+            bad = 0;
+            const uint32_t *hw = h.w;
+            for (size_t i = 0; i < words; i++) bad += back[i] != (packed ? tdm_nvfp4_pack(hw[i]) : hw[i]);
+        }
+        tdm_dweight_free(&d);
+    }
+    ok(bad == 0, "an uploaded NVFP4 weight's %zu words are the host's in that order (%d differ; -1: %s)", words, bad,
+       bad < 0 ? tdm_err() : "-");
+    free(back);
+    free(h.w);
+    free(h.scale);
+}
+
 int main(void)
 {
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
@@ -530,6 +558,7 @@ int main(void)
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     ok(tdm_tiles_load(NULL, arch, &tiles) == 0, "tile tables for %s load: %s", arch, tiles ? "ok" : tdm_err());
     printf("# %s, %s\n", info.name, arch);
+    test_nvfp4_order(&info);
 
     const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
     for (int mi = 0; tdm_model_names[mi]; mi++) {
