@@ -225,10 +225,12 @@ __device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t
 #else
     __half2 h = *reinterpret_cast<__half2 *>(&hr);
     float2 f = __half22float2(h);
-    __nv_bfloat162 b = __floats2bfloat162_rn(f.x * 0x1p119f, f.y * 0x1p119f);
-    uint32_t u = *reinterpret_cast<uint32_t *>(&b);
-    sa = __byte_perm(u, 0, 0x1010);   // the low scale in both halves (one PRMT)
-    sb = __byte_perm(u, 0, 0x3232);
+    const float x = f.x * 0x1p119f, y = f.y * 0x1p119f;
+    // each scale packed into both halves by its own pack (one instruction; a pack of the two and two
+    // PRMTs were three)
+    __nv_bfloat162 ba = __floats2bfloat162_rn(x, x), bb = __floats2bfloat162_rn(y, y);
+    sa = *reinterpret_cast<uint32_t *>(&ba);
+    sb = *reinterpret_cast<uint32_t *>(&bb);
 #endif
 }
 
@@ -313,7 +315,9 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
 // TDM_MM_FLAT (1, the default, or 0): the per-lane form's K loop at most 8 rows and pf 1 in whole
 // groups of the ring's depth, its loads unpredicated (see the loop). Measured on the H200
 // (bench/NOTES.md, the K loop without predicates): a 27B token's products at 1 / 2 / 8 rows 6.17 /
-// 6.17 / 6.31 -> 5.84 / 5.84 / 5.97 ms. A build-time knob for A/B runs.
+// 6.17 / 6.31 -> 5.84 / 5.84 / 5.97 ms; the same loop at 9-16 rows (spilling 4-20 bytes at the
+// 96-register caps) was slower again after the packed NVFP4 order (16 rows 6.49-6.51 -> 6.65-6.66).
+// A build-time knob for A/B runs.
 #ifndef TDM_MM_FLAT
 #define TDM_MM_FLAT 1
 #endif
