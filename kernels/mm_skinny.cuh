@@ -213,13 +213,22 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     }
 }
 
+// TDM_NVFP4_CVT: whether this device code has cvt.rn.f16x2.e2m1x2 (sm_100, sm_120, sm_121a), which
+// converts the codes in one instruction with the scales in F16; else (sm_90) the codes are placed
+// as bits and the scales are BF16 (nvfp4_scales, nvfp4_bregs).
+#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#define TDM_NVFP4_CVT 1
+#else
+#define TDM_NVFP4_CVT 0
+#endif
+
 // NVFP4 group scales of a chunk -> the operand multipliers of its two groups (words 0-1, 2-3).
 // sm_90: BF16x2 of scale * 2^119 (multiplies the placed e2m1 = e2m1 * 2^-126). sm_121a: F16x2 of
 // the scale itself (multiplies the e2m1 from cvt.rn.f16x2.e2m1x2).
 __device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t &sb)
 {
     __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)sc, __NV_E4M3);
-#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#if TDM_NVFP4_CVT
     sa = (uint32_t)hr.x | ((uint32_t)hr.x << 16);
     sb = (uint32_t)hr.y | ((uint32_t)hr.y << 16);
 #else
@@ -246,16 +255,12 @@ __device__ __forceinline__ void nvfp4_scales(uint32_t sc, uint32_t &sa, uint32_t
 #ifndef TDM_NVFP4_PACKED
 #define TDM_NVFP4_PACKED 1
 #endif
-#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
-#define TDM_NVFP4_DEV_PACKED 0
-#else
-#define TDM_NVFP4_DEV_PACKED TDM_NVFP4_PACKED
-#endif
+#define TDM_NVFP4_DEV_PACKED (TDM_NVFP4_PACKED && !TDM_NVFP4_CVT)
 // NVFP4 B registers: pair j (nibbles j, j+4 of the checkpoint's word) of word q into b[j], times the
 // group multiplier s; q in the packed order where TDM_NVFP4_DEV_PACKED.
 __device__ __forceinline__ void nvfp4_bregs(uint32_t q, uint32_t s, uint32_t (&b)[4])
 {
-#if defined(__CUDA_ARCH_FEAT_SM121_ALL) || defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#if TDM_NVFP4_CVT
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         // One byte holding nibbles j (low) and j+4 (high) -> F16x2 of the e2m1 values -> times the
