@@ -5,6 +5,7 @@
 #include "layers_dev.cuh"
 #include "cuda_check.h"
 #include "pdl.cuh"
+#include <cooperative_groups.h>
 
 using namespace tdm_ly;
 
@@ -174,10 +175,14 @@ ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t
 
 constexpr int REC_WARPS = 8;  // the Dk rows of a column split into 8 slices of Dk/8
 
-// Tokens a recurrence block prepares at once (recur_prep): one a warp, four when Dk is 256, so that
-// a batch's factors and a tree's factor store stay within 48 KB of shared memory.
+// Tokens a recurrence block prepares at once (recur_prep): one a warp, three when Dk is 256, so that
+// a batch's factors, the o copy (RecSmem) and a tree's factor store stay within 48 KB of shared memory.
 template <int DK>
-__host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : 4; }
+__host__ __device__ constexpr int rec_tb() { return DK <= 128 ? REC_WARPS : 3; }
+
+// Rows whose o a block also keeps in shared memory for the fused gated norm (gated_norm_tail): the
+// head's other blocks read them from there; rows past it from o.
+constexpr int REC_OSM_ROWS = 32;
 
 // The 8 warps' partial sums of column lane, added in warp order (the recurrence's kv and o sums).
 __device__ __forceinline__ float sum_in_warp_order(const float (&red)[REC_WARPS][32], int lane)
@@ -196,6 +201,7 @@ template <int DK>
 struct RecSmem {
     float qn[rec_tb<DK>()][DK], kn[rec_tb<DK>()][DK], vs[rec_tb<DK>()][32], beta[rec_tb<DK>()], decay[rec_tb<DK>()];
     float red[2][REC_WARPS][32], us[32];
+    uint16_t osm[REC_OSM_ROWS][32];   // the block's o columns of rows 0..31 (the fused gated norm)
 };
 
 // The state-free part of n <= rec_tb tokens (rows ct = qkv + w C, bt = b + w ldb, at = a + w lda of
@@ -258,7 +264,7 @@ __device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const 
 // is the bits of the commit that replayed it.
 template <int ROWS>
 __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC_WARPS> &sm, int w, int par, int h,
-                                            int Dv, uint16_t *o_t, float *fu_t)
+                                            int Dv, uint16_t *o_t, float *fu_t, uint16_t *osm_t)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int j = blockIdx.y * 32 + lane, i0 = warp * ROWS;
@@ -298,39 +304,44 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
     // closing barrier
     sm.red[par][warp][lane] = p;
     __syncthreads();
-    if (warp == 0) o_t[(size_t)h * Dv + j] = f2bf(sum_in_warp_order(sm.red[par], lane));
+    if (warp == 0) {
+        const uint16_t v = f2bf(sum_in_warp_order(sm.red[par], lane));
+        o_t[(size_t)h * Dv + j] = v;
+        if (osm_t) osm_t[lane] = v;
+    }
 }
 
-// TANDEM_GDN_FUSED_NORM (layers.h: struct tdm_gdn_gnorm): after a block has written its 32 columns
-// of o for every row, the last of value head h's Dv/32 blocks to finish runs the gated norm of
-// (row, h) for the M rows, warp w the rows w, w + nw, ..., each through gated_norm_head as
-// gated_norm_kernel does, in the block's q scratch (free now). The counter only picks the block:
-// every block's o is written and fenced before its increment, and the last block fences before it
-// reads o past L1; then it zeroes the counter for the next launch. No value depends on which block
-// is last.
+// TANDEM_GDN_FUSED_NORM (layers.h: struct tdm_gdn_gnorm): value head h's Dv/32 blocks are one
+// cluster (recur_go). Once every block of it has written its 32 columns of o for every row (a
+// cluster barrier), each block runs the gated norm of (row, h) for its own 32 columns of the M rows,
+// warp w the rows w, w + nw, ...: the row's whole o gathered into the warp's scratch (the block's q
+// scratch, free now) from the blocks' shared copies (rows below REC_OSM_ROWS) or from o, then
+// gated_norm_head over the row and its output for the block's columns, as gated_norm_kernel runs it
+// over all of them: the same bits. A second cluster barrier keeps every copy alive until the last
+// read. (Before, the last block of a head to finish did the head's norm after a fence and an atomic
+// counter: the fences, the counter's round trip and the reads of o back from L2 were ~4 us of a
+// one-row step's 9.5 us a layer on the H200; bench/NOTES.md.)
 template <int DK>
 __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_gnorm &gn, const uint16_t *o, int M,
                                                 int Hv, int Dv, int h)
 {
-    __shared__ int last;
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cl = cg::this_cluster();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __threadfence();   // this thread's o stores, before the block's increment
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(gn.count + h, 1) == (int)gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (M > REC_OSM_ROWS) __threadfence();   // rows read back from o by the head's other blocks
+    cl.sync();
     const int nw = min(REC_WARPS, (int)(sizeof(sm.qn) / sizeof(float)) / Dv);   // >= 1 (the launcher's check)
     if (warp < nw) {
         float *xs = &sm.qn[0][0] + (size_t)warp * Dv;
         for (int r = warp; r < M; r += nw) {
             const uint16_t *orow = o + ((size_t)r * Hv + h) * Dv;
-            for (int c = lane; c < Dv; c += 32) xs[c] = bf2f(__ldcg(orow + c));
+            for (int c = lane; c < Dv; c += 32)
+                xs[c] = bf2f(r < REC_OSM_ROWS ? cl.map_shared_rank(&sm.osm[r][0], c / 32)[c % 32] : __ldcg(orow + c));
             gated_norm_head(xs, gn.z + (size_t)r * gn.ldz + (size_t)h * Dv, gn.w, Dv, gn.eps,
-                            gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane);
+                            gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane, 32 * (int)blockIdx.y, 32);
         }
     }
-    if (threadIdx.x == 0) gn.count[h] = 0;
+    cl.sync();
 }
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
@@ -384,7 +395,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
         recur_prep<ROWS>(sm, pend.qkv + (size_t)t0 * C, C, pend.b + (size_t)t0 * pend.ldb, pend.ldb,
                          pend.a + (size_t)t0 * pend.lda, pend.lda, A_log, dt_bias, h, kh, Hk, Dv, qscale, n, nullptr,
                          nullptr);
-        for (int w = 0; w < n; w++, k++) recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, nullptr, nullptr);
+        for (int w = 0; w < n; w++, k++) recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, nullptr, nullptr, nullptr);
     }
     if (np > 0 && S_pend) {
         float *Sp = S_pend + (size_t)h * Dk * Dv;
@@ -424,7 +435,8 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
                 }
                 cur = t;
             }
-            recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, o + (size_t)t * Hv * Dv, TREE ? fu[t] : nullptr);
+            recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, o + (size_t)t * Hv * Dv, TREE ? fu[t] : nullptr,
+                              gn.y && t < REC_OSM_ROWS ? sm.osm[t] : nullptr);
         }
     }
     if (!TREE && S_out) {  // (a verify: the state stays as loaded, or as the pending rows left it)
@@ -432,7 +444,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
 #pragma unroll
         for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
     }
-    if (gn.count && M > 0) gated_norm_tail<Dk>(sm, gn, o, M, Hv, Dv, h);
+    if (gn.y && M > 0) gated_norm_tail<Dk>(sm, gn, o, M, Hv, Dv, h);
 }
 
 // ---- the chunked delta rule (tdm_gdn_recur_chunked; layers.h has the equations) ----------------
@@ -891,21 +903,43 @@ extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint1
     return 0;
 }
 
+// The fused gated norm (gn.y set) runs a value head's Dv/32 blocks as one cluster (gated_norm_tail).
+template <int ROWS, bool TREE>
+static cudaError_t recur_go_rows(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb,
+                                 const uint16_t *a, int64_t lda, const float *A_log, const float *dt_bias, const float *S,
+                                 float *S_out, const int32_t *parent, int M, int Hk, int Hv, int Dv, uint16_t *o,
+                                 const tdm_gdn_pend &pend, float *S_pend, const tdm_gdn_gnorm &gn)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(REC_WARPS * 32, 1, 1);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    if (gn.y) {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = grid.y;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&cfg, recur_kernel<ROWS, TREE>, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
+                              Hk, Hv, Dv, o, pend, S_pend, gn);
+}
 template <bool TREE>
-static void recur_go(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a,
-                     int64_t lda, const float *A_log, const float *dt_bias, const float *S, float *S_out,
-                     const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o, const tdm_gdn_pend &pend,
-                     float *S_pend, const tdm_gdn_gnorm &gn)
+static cudaError_t recur_go(dim3 grid, cudaStream_t st, const uint16_t *qkv, const uint16_t *b, int64_t ldb,
+                            const uint16_t *a, int64_t lda, const float *A_log, const float *dt_bias, const float *S,
+                            float *S_out, const int32_t *parent, int M, int Hk, int Hv, int Dk, int Dv, uint16_t *o,
+                            const tdm_gdn_pend &pend, float *S_pend, const tdm_gdn_gnorm &gn)
 {
     if (Dk == 128)
-        recur_kernel<16, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o, pend, S_pend, gn);
-    else if (Dk == 64)
-        recur_kernel<8, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                               Hk, Hv, Dv, o, pend, S_pend, gn);
-    else
-        recur_kernel<32, TREE><<<grid, REC_WARPS * 32, 0, st>>>(qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M,
-                                                                Hk, Hv, Dv, o, pend, S_pend, gn);
+        return recur_go_rows<16, TREE>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M, Hk, Hv, Dv, o,
+                                       pend, S_pend, gn);
+    if (Dk == 64)
+        return recur_go_rows<8, TREE>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M, Hk, Hv, Dv, o,
+                                      pend, S_pend, gn);
+    return recur_go_rows<32, TREE>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, parent, M, Hk, Hv, Dv, o,
+                                   pend, S_pend, gn);
 }
 
 // parent not NULL: the tree form (S_out must be NULL; M <= TDM_TREE_MAX). pend NULL: no pending
@@ -927,21 +961,26 @@ static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b,
                         (long long)pend->lda, Hv);
     if (gn) {
         const int scratch = Dk == 64 ? rec_tb<64>() * 64 : Dk == 128 ? rec_tb<128>() * 128 : rec_tb<256>() * 256;
-        if (!gn->z || !gn->w || !gn->y || !gn->count || gn->ldz < (int64_t)Hv * Dv || Dv > scratch || !o)
-            return tdm_errf("%s: bad gated norm: z, w, y, count, o %s, ldz %lld (at least Hv Dv %lld), Dv %d (at most %d "
-                            "at Dk %d)", who, gn->z && gn->w && gn->y && gn->count && o ? "given" : "not all given",
-                            (long long)gn->ldz, (long long)Hv * Dv, Dv, scratch, Dk);
+        const int dv_max = scratch < 8 * 32 ? scratch : 8 * 32;   // and a head's blocks one cluster of at most 8
+        if (!gn->z || !gn->w || !gn->y || gn->ldz < (int64_t)Hv * Dv || Dv > dv_max || !o)
+            return tdm_errf("%s: bad gated norm: z, w, y, o %s, ldz %lld (at least Hv Dv %lld), Dv %d (at most %d "
+                            "at Dk %d)", who, gn->z && gn->w && gn->y && o ? "given" : "not all given",
+                            (long long)gn->ldz, (long long)Hv * Dv, Dv, dv_max, Dk);
         if (xb_refused(who, gn->yb, M)) return -1;
     }
     if (M == 0 && !pend) return 0;
     const tdm_gdn_pend none = {NULL, NULL, NULL, 0, 0, NULL}, &pv = pend ? *pend : none;
-    const tdm_gdn_gnorm gnone = {NULL, 0, NULL, 0.0f, NULL, NULL, NULL}, &gv = gn ? *gn : gnone;
+    const tdm_gdn_gnorm gnone = {NULL, 0, NULL, 0.0f, NULL, NULL}, &gv = gn ? *gn : gnone;
     float *sp = pend ? S_pend : NULL;
     dim3 grid(Hv, Dv / 32);
     cudaStream_t st = (cudaStream_t)stream;
-    if (parent) recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o, pv, sp, gv);
-    else recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o, pv, sp, gv);
-    TDM_LAUNCH_CHECK();
+    const cudaError_t e =
+        parent ? recur_go<true>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, NULL, parent, M, Hk, Hv, Dk, Dv, o, pv, sp, gv)
+               : recur_go<false>(grid, st, qkv, b, ldb, a, lda, A_log, dt_bias, S, S_out, NULL, M, Hk, Hv, Dk, Dv, o, pv, sp, gv);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tdm_errf("%s: launch failed: %s", who, cudaGetErrorString(e));
+    }
     return 0;
 }
 

@@ -107,18 +107,17 @@ int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_
 /* The GDN gated norm inside the recurrence (TANDEM_GDN_FUSED_NORM): every recurrence launcher below
  * but the chunked one takes gn, NULL or tdm_gdn_gated_norm's arguments, and then also gives y (and
  * yb) for its M rows, the bits tdm_gdn_gated_norm(o, z, ldz, w, M, Hv, Dv, eps, y, yb) would give
- * after it: the last of a value head's Dv/32 blocks to finish (a completion counter a head orders
- * them; it sums nothing, so no value depends on which block is last) reads the head's o back and
- * runs that kernel's per-(row, head) device code. count: Hv int32 of device memory, zero before the
- * first launch; each launch leaves it zero (launches that share it must not run concurrently).
- * Dv <= rec_tb * Dk floats of the block's scratch (Dk 64: 512; 128 and 256: 1024). */
+ * after it: a value head's Dv/32 blocks run as one thread block cluster, and after a cluster
+ * barrier each normalises its own columns of the head's rows with that kernel's per-(row, head)
+ * device code, the row's o gathered from the blocks (no value depends on which block reads it).
+ * Dv <= 256 (a cluster of at most 8 blocks) and <= rec_tb * Dk floats of the block's scratch
+ * (Dk 64: 512). */
 struct tdm_gdn_gnorm {
     const uint16_t *z;
     int64_t ldz;
     const float *w;
     float eps;
     uint16_t *y, *yb;
-    int32_t *count;
 };
 
 /* Gates, FP32 L2 norms of q and k (the reference's order) and the delta rule for M tokens of one

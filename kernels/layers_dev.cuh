@@ -130,14 +130,16 @@ __device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, 
 // The GDN gated norm (tdm_ref_gated_norm, the sum in tdm_dot's order) of row r, value head hd, by
 // one warp: xs [Dv] (this warp's) holds the head's o as floats on entry (BF16 values: the first
 // ->bf16 is done) and is scratch after; zrow, yrow the head's z and y; yb the blocked copy or NULL.
+// The outputs j0 .. j0 + jn - 1 (j0, jn multiples of 8 where Dv is; all: 0, Dv).
 // gated_norm_kernel and the recurrence's fused tail (gdn.cu) both run this: the same bits.
 __device__ __forceinline__ void gated_norm_head(float *xs, const uint16_t *zrow, const float *w, int Dv, float eps,
-                                                uint16_t *yrow, uint16_t *yb, int r, int hd, int Hv, int lane)
+                                                uint16_t *yrow, uint16_t *yb, int r, int hd, int Hv, int lane, int j0,
+                                                int jn)
 {
     __syncwarp();
     const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
     const bool units = Dv % 8 == 0;   // the blocked copy in 16-byte units from xs (else element by element)
-    for (int j = lane; j < Dv; j += 32) {
+    for (int j = j0 + lane; j < j0 + jn; j += 32) {
         const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
         yrow[j] = v;
         if (!yb) continue;
@@ -146,7 +148,7 @@ __device__ __forceinline__ void gated_norm_head(float *xs, const uint16_t *zrow,
     }
     if (yb && units) {
         __syncwarp();
-        for (int q = lane; q < Dv / 8; q += 32) {
+        for (int q = j0 / 8 + lane; q < (j0 + jn) / 8; q += 32) {
             uint32_t u[4];
             for (int i = 0; i < 4; i++)
                 u[i] = __float_as_uint(xs[8 * q + 2 * i]) | __float_as_uint(xs[8 * q + 2 * i + 1]) << 16;

@@ -738,7 +738,6 @@ extern "C" int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, stru
         for (int e = 0; e < E && !rc; e++) {
             const struct tdm_qweight *q = kind_of(&experts[e], kind);
             rc = tdm_cuda_h2d(w + e * m->w_stride, (const uint8_t *)q->w + q->row0 * wrow, (size_t)(wrow * m->n));
-            if (!rc && m->fmt == TDM_W_NVFP4) rc = tdm_nvfp4_to_device_order(w + e * m->w_stride, wrow * m->n);
             if (!rc && m->fmt == TDM_W_FP8) {
                 const int64_t brow = mat_scale_bytes(m->fmt, m->scale_dt, TDM_FP8_BLOCK, m->k);  // one block row
                 rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 / TDM_FP8_BLOCK * brow,
@@ -751,6 +750,9 @@ extern "C" int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, stru
             }
         }
         if (!rc && scale2) rc = tdm_cuda_h2d(scale2, s2, (size_t)E * sizeof(float));
+        /* the kind's codes into the device's word order in one pass (w_stride is a multiple of 16, so every
+         * expert starts on a word; the padding between experts is never read) */
+        if (!rc && m->fmt == TDM_W_NVFP4) rc = tdm_nvfp4_to_device_order(w, m->w_stride * E);
     }
     free(s2);
     if (rc) {

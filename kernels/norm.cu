@@ -177,7 +177,7 @@ gated_norm_kernel(const uint16_t *o, const uint16_t *z, int64_t ldz, const float
     const uint16_t *zrow = z + (size_t)r * ldz + (size_t)hd * Dv;
     float *xs = buf[warp];
     for (int j = lane; j < Dv; j += 32) xs[j] = bf2f(orow[j]);  // o is BF16 already: the first ->bf16
-    gated_norm_head(xs, zrow, w, Dv, eps, y + (size_t)r * Hv * Dv + (size_t)hd * Dv, yb, r, hd, Hv, lane);
+    gated_norm_head(xs, zrow, w, Dv, eps, y + (size_t)r * Hv * Dv + (size_t)hd * Dv, yb, r, hd, Hv, lane, 0, Dv);
 }
 
 // One warp per (row, head); heads 0..Hq-1 are the queries, Hq..Hq+Hkv-1 the keys (and values).

@@ -83,7 +83,7 @@ struct tdm_engine {
     uint16_t *qg, *kk, *vv, *q, *att;       /* attention: [R][2HqD], [R][HkvD] x2, [R][HqD] x2 */
     float *attn_scratch;
     float *gdn_scratch;                     /* the chunked delta rule's (TANDEM_GDN_PREFILL; NULL: off) */
-    int32_t *gn_count;                      /* TANDEM_GDN_FUSED_NORM: the recurrence's gated-norm counters (NULL: off) */
+    int gn_fused;                           /* TANDEM_GDN_FUSED_NORM: the recurrence runs the gated norm */
     uint16_t *g, *u;                        /* MLP: [R][I] x2 */
     /* the blocked copies (kernels/mm_layout.h: xb) of xn, gn, att and g at 1..TDM_MM_XB_ROWS rows,
      * written by the kernels that write those and read by the NVFP4 products (tdm_matmul_xb);
@@ -365,10 +365,7 @@ static int alloc_act(struct tdm_engine *e)
     for (int i = 0; i < c->n_layers; i++) n_gdn += c->mixer[i] == TDM_MIXER_GDN;
     if (n_gdn && e->prow > ROWS && strcmp(tdm_setting("TANDEM_GDN_PREFILL"), "off") != 0)
         A(gdn_scratch, tdm_gdn_recur_chunked_scratch_bytes(e->prow, c->gdn_v_heads), "GDN prefill scratch");
-    if (n_gdn && strcmp(tdm_setting("TANDEM_GDN_FUSED_NORM"), "off") != 0) {
-        A(gn_count, (size_t)c->gdn_v_heads * sizeof(int32_t), "GDN gated-norm counters");
-        if (tdm_cuda_memset(e->gn_count, 0, (size_t)c->gdn_v_heads * sizeof(int32_t)) != 0) return -1;
-    }
+    e->gn_fused = n_gdn && c->gdn_v_dim <= 256 && strcmp(tdm_setting("TANDEM_GDN_FUSED_NORM"), "off") != 0;   /* layers.h */
     if (I) {
         A(g, R * I * 2, "MLP activations");
         A(u, R * I * 2, "MLP activations");
@@ -615,8 +612,8 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     /* the gated norm's arguments: inside the recurrence (layers.h: struct tdm_gdn_gnorm), or for the
      * gated-norm kernel after it (TANDEM_GDN_FUSED_NORM off, and a prefill chunk's chunked recurrence,
      * which has no fused form) */
-    const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M), e->gn_count};
-    const struct tdm_gdn_gnorm *gn = e->gn_count && !prefill ? &gnf : NULL;
+    const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M)};
+    const struct tdm_gdn_gnorm *gn = e->gn_fused && !prefill ? &gnf : NULL;
     const uint16_t *xnb = blocked(e->xn_b, M);
     int bad = d->grouped ? tdm_matmul_xb(&d->qkvz, e->xn, H, xnb, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                                tdm_matmul_xb(&d->ba, e->xn, H, xnb, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)

@@ -28,8 +28,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "parallel over tokens, the same bits; the chunked delta rule, the same function in another summation "
      "order); off runs them token by token as decode does"},
     {"TANDEM_GDN_FUSED_NORM", "on", "on|off",
-     "CUDA engine: on has a GDN layer's recurrence kernel also run its gated norm (the last block of each value "
-     "head to finish normalises the head's rows, with the gated-norm kernel's device code: the same bits), one "
+     "CUDA engine: on has a GDN layer's recurrence kernel also run its gated norm (each value head's blocks run "
+     "as one cluster and normalise their columns of the head's rows with the gated-norm kernel's device code: the "
+     "same bits), one "
      "launch and one kernel boundary less a layer; a prefill chunk's chunked recurrence keeps the separate "
      "kernel; off launches the gated-norm kernel after every recurrence (the older path, for comparison)"},
     {"TANDEM_GDN_FUSE_BA", "on", "on|off",

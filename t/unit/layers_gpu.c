@@ -804,8 +804,10 @@ static void test_recur(const struct shape *s)
 /* ---- the gated norm inside the recurrence (layers.h: struct tdm_gdn_gnorm) ----
  * Every recurrence form with gn against the same form without it, then tdm_gdn_gated_norm: o, y,
  * y's blocked copy (where Hv Dv has a full slab), and the state, bit for bit, at M = 1, 8 and 32,
- * the pending forms with 5 pending rows; the counters zero after every launch; the fused forward's
- * twins (M rows against M one-row calls: o, y and the state); a launch without counters refused. */
+ * and the forms other than the trees also at M = RL (rows past the blocks' shared copies of o, read
+ * back from o); the pending forms with 5 pending rows; the fused forward's twins (M rows against M
+ * one-row calls: o, y and the state); a launch without y refused. */
+#define RL (R + 16)
 enum { RF_FWD, RF_VERIFY, RF_TREE, RF_PEND, RF_VPEND, RF_TPEND, RF_FORMS };
 static const char *const rf_names[RF_FORMS] = {"forward", "verify", "tree", "forward with pending rows",
                                                "verify with pending rows", "tree with pending rows"};
@@ -839,49 +841,49 @@ static void test_recur_fused(const struct shape *s)
     char label[160];
     snprintf(label, sizeof label, "%s gdn_recur with the gated norm inside, Hk %d Hv %d Dk %d Dv %d", s->name, Hk, Hv, Dk,
              Dv);
-    uint16_t *qkv = hal((size_t)R * C * 2), *b = hal((size_t)R * Hv * 2), *a = hal((size_t)R * Hv * 2);
-    uint16_t *z = hal(R * no * 2);
-    float *qkvf = hal((size_t)R * C * 4), *bf_ = hal((size_t)R * Hv * 4), *af = hal((size_t)R * Hv * 4);
-    float *zf = hal(R * no * 4), *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *w = hal(Dv * 4);
-    rand_bf16(qkv, qkvf, (size_t)R * C, 1.0f);
+    uint16_t *qkv = hal((size_t)RL * C * 2), *b = hal((size_t)RL * Hv * 2), *a = hal((size_t)RL * Hv * 2);
+    uint16_t *z = hal(RL * no * 2);
+    float *qkvf = hal((size_t)RL * C * 4), *bf_ = hal((size_t)RL * Hv * 4), *af = hal((size_t)RL * Hv * 4);
+    float *zf = hal(RL * no * 4), *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *w = hal(Dv * 4);
+    rand_bf16(qkv, qkvf, (size_t)RL * C, 1.0f);
     share_rows(qkv, qkvf, C);
-    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
-    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
-    rand_bf16(z, zf, R * no, 4.0f);
+    rand_bf16(b, bf_, (size_t)RL * Hv, 3.0f);
+    rand_bf16(a, af, (size_t)RL * Hv, 3.0f);
+    rand_bf16(z, zf, RL * no, 4.0f);
     share_rows(z, zf, no);
     for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
     for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
     for (int i = 0; i < Dv; i++) w[i] = bfv(1.0f + frand() * 0.5f);
-    struct rec_ctx c = {dal((size_t)R * C * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2), dal(R * no * 2),
+    struct rec_ctx c = {dal((size_t)RL * C * 2), dal((size_t)RL * Hv * 2), dal((size_t)RL * Hv * 2), dal(RL * no * 2),
                         dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C, NULL};
-    uint16_t *dz = dal(R * no * 2), *dy = dal(R * no * 2), *dyb = nxb ? dal(nxb * 2) : NULL;
+    uint16_t *dz = dal(RL * no * 2), *dy = dal(RL * no * 2), *dyb = nxb ? dal(nxb * 2) : NULL;
     float *dw = dal(Dv * 4);
-    int32_t *dcount = dal((size_t)Hv * 4), *dn = dal(4), *dpar = dal(R * 4);
-    int32_t par[R], *cnt = hal((size_t)Hv * 4);
+    int32_t *dn = dal(4), *dpar = dal(R * 4);
+    int32_t par[R];
     for (int t = 0; t < R; t++) par[t] = t ? (t - 1) / 2 : -1;   /* a binary tree, depth first enough for the check */
     const int32_t npend = 5;
-    up(c.dqkv, qkv, (size_t)R * C * 2);
-    up(c.db, b, (size_t)R * Hv * 2);
-    up(c.da, a, (size_t)R * Hv * 2);
+    up(c.dqkv, qkv, (size_t)RL * C * 2);
+    up(c.db, b, (size_t)RL * Hv * 2);
+    up(c.da, a, (size_t)RL * Hv * 2);
     up(c.dA, A, Hv * 4);
     up(c.ddt, dt, Hv * 4);
-    up(dz, z, R * no * 2);
+    up(dz, z, RL * no * 2);
     up(dw, w, Dv * 4);
     up(dpar, par, sizeof par);
     up(dn, &npend, 4);
-    if (tdm_cuda_memset(dcount, 0, (size_t)Hv * 4) != 0) bail("memset");
     const struct tdm_gdn_pend pd = {c.dqkv + (size_t)8 * C, c.db + 8 * Hv, c.da + 8 * Hv, Hv, Hv, dn};
-    const struct tdm_gdn_gnorm gn = {dz, (int64_t)no, dw, s->c.rms_eps, dy, NULL, dcount};
-    const size_t bo = R * no * 2, bxb = nxb * 2;
+    const struct tdm_gdn_gnorm gn = {dz, (int64_t)no, dw, s->c.rms_eps, dy, NULL};
+    const size_t bo = RL * no * 2, bxb = nxb * 2;
     unsigned char *ref[4], *got[4];
     const size_t bytes[4] = {bo, bo, bxb ? bxb : 1, nS * 4};
     for (int i = 0; i < 4; i++) { ref[i] = hal(bytes[i]); got[i] = hal(bytes[i]); }
-    const int ms[3] = {1, 8, R};
-    int runs = 0, differ = 0, counted = 0, rc = 0;
+    const int ms[4] = {1, 8, R, RL};
+    int runs = 0, differ = 0, rc = 0;
     char what[160] = "";
     for (int f = 0; f < RF_FORMS && !rc; f++)
-        for (int k = 0; k < 3 && !rc; k++) {
+        for (int k = 0; k < 4 && !rc; k++) {
             const int M = ms[k];
+            if (M > TDM_TREE_MAX && (f == RF_TREE || f == RF_TPEND)) continue;   /* trees: at most 32 nodes */
             struct tdm_gdn_gnorm g = gn;
             g.yb = M <= TDM_MM_XB_ROWS ? dyb : NULL;
             for (int fused = 0; fused < 2 && !rc; fused++) {
@@ -899,8 +901,6 @@ static void test_recur_fused(const struct shape *s)
                 down(out[3], c.dS, nS * 4);
             }
             if (rc) break;
-            down(cnt, dcount, (size_t)Hv * 4);
-            for (int h = 0; h < Hv; h++) counted += cnt[h] != 0;
             runs++;
             for (int i = 0; i < 4; i++)
                 if ((i != 2 || dyb) && memcmp(ref[i], got[i], bytes[i])) {
@@ -909,27 +909,27 @@ static void test_recur_fused(const struct shape *s)
                                  i == 0 ? "o" : i == 1 ? "y" : i == 2 ? "y's blocked copy" : "the state");
                 }
         }
-    ok(!rc && differ == 0 && counted == 0,
-       "%s: the six recurrence forms (forward, verify, tree; each also with 5 pending rows) at M = 1, 8, 32 give the o, y, "
-       "y's blocked copy and state of the form then tdm_gdn_gated_norm, bit for bit (%d of %d runs differ%s), the "
-       "counters zero after each (%d not)%s%s", label, differ, runs, what, counted, rc ? ": " : "", rc ? tdm_err() : "");
+    ok(!rc && differ == 0,
+       "%s: the six recurrence forms (forward, verify, tree; each also with 5 pending rows) at M = 1, 8, 32 (and %d but "
+       "the trees) give the o, y, y's blocked copy and state of the form then tdm_gdn_gated_norm, bit for bit (%d of %d "
+       "runs differ%s)%s%s", label, RL, differ, runs, what, rc ? ": " : "", rc ? tdm_err() : "");
     /* the fused forward's twins */
     c.gn = &gn;
     struct twin t = {rec_launch, rec_reset, &c, 2, {{c.dO, no * 2, 0}, {dy, no * 2, 0}}, c.dS, nS * 4, 0, NULL, 0};
     twin_test(label, &t);
     c.gn = NULL;
-    struct tdm_gdn_gnorm nocount = gn;
-    nocount.count = NULL;
-    rc = tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 1, Hk, Hv, Dk, Dv, c.dO, &nocount, st);
-    ok(rc != 0 && strstr(tdm_err(), "gated norm") != NULL, "%s: a gated norm without counters is refused: %s", label,
+    struct tdm_gdn_gnorm noy = gn;
+    noy.y = NULL;
+    rc = tdm_gdn_recur(c.dqkv, c.db, Hv, c.da, Hv, c.dA, c.ddt, c.dS, 1, Hk, Hv, Dk, Dv, c.dO, &noy, st);
+    ok(rc != 0 && strstr(tdm_err(), "gated norm") != NULL, "%s: a gated norm without y is refused: %s", label,
        rc ? tdm_err() : "accepted");
     for (int i = 0; i < 4; i++) { free(ref[i]); free(got[i]); }
     tdm_cuda_free(c.dqkv); tdm_cuda_free(c.db); tdm_cuda_free(c.da); tdm_cuda_free(c.dO); tdm_cuda_free(c.dA);
     tdm_cuda_free(c.ddt); tdm_cuda_free(c.dS); tdm_cuda_free(dz); tdm_cuda_free(dy); tdm_cuda_free(dyb);
-    tdm_cuda_free(dw); tdm_cuda_free(dcount); tdm_cuda_free(dn); tdm_cuda_free(dpar);
+    tdm_cuda_free(dw); tdm_cuda_free(dn); tdm_cuda_free(dpar);
     free(qkv); free(b); free(a); free(z); free(qkvf); free(bf_); free(af); free(zf); free(A); free(dt); free(S0); free(w);
-    free(cnt);
 }
+#undef RL
 
 /* ================================================================================================
  * GDN prefill forms (a prompt chunk; layers.h): the conv bit for bit against tdm_gdn_conv, the
