@@ -961,7 +961,7 @@ static int recur_launch(const char *who, const uint16_t *qkv, const uint16_t *b,
                         (long long)pend->lda, Hv);
     if (gn) {
         const int scratch = Dk == 64 ? rec_tb<64>() * 64 : Dk == 128 ? rec_tb<128>() * 128 : rec_tb<256>() * 256;
-        const int dv_max = scratch < 8 * 32 ? scratch : 8 * 32;   // and a head's blocks one cluster of at most 8
+        const int dv_max = scratch < TDM_GDN_FUSED_NORM_DV_MAX ? scratch : TDM_GDN_FUSED_NORM_DV_MAX;
         if (!gn->z || !gn->w || !gn->y || gn->ldz < (int64_t)Hv * Dv || Dv > dv_max || !o)
             return tdm_errf("%s: bad gated norm: z, w, y, o %s, ldz %lld (at least Hv Dv %lld), Dv %d (at most %d "
                             "at Dk %d)", who, gn->z && gn->w && gn->y && o ? "given" : "not all given",

@@ -110,8 +110,9 @@ int tdm_gdn_conv_prefill(const uint16_t *x, int64_t ldx, const float *w, uint16_
  * after it: a value head's Dv/32 blocks run as one thread block cluster, and after a cluster
  * barrier each normalises its own columns of the head's rows with that kernel's per-(row, head)
  * device code, the row's o gathered from the blocks (no value depends on which block reads it).
- * Dv <= 256 (a cluster of at most 8 blocks) and <= rec_tb * Dk floats of the block's scratch
- * (Dk 64: 512). */
+ * Dv <= TDM_GDN_FUSED_NORM_DV_MAX (a cluster of at most 8 blocks) and <= rec_tb * Dk floats of the
+ * block's scratch (Dk 64: 512). */
+#define TDM_GDN_FUSED_NORM_DV_MAX (8 * 32)
 struct tdm_gdn_gnorm {
     const uint16_t *z;
     int64_t ldz;

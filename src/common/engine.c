@@ -365,7 +365,8 @@ static int alloc_act(struct tdm_engine *e)
     for (int i = 0; i < c->n_layers; i++) n_gdn += c->mixer[i] == TDM_MIXER_GDN;
     if (n_gdn && e->prow > ROWS && strcmp(tdm_setting("TANDEM_GDN_PREFILL"), "off") != 0)
         A(gdn_scratch, tdm_gdn_recur_chunked_scratch_bytes(e->prow, c->gdn_v_heads), "GDN prefill scratch");
-    e->gn_fused = n_gdn && c->gdn_v_dim <= 256 && strcmp(tdm_setting("TANDEM_GDN_FUSED_NORM"), "off") != 0;   /* layers.h */
+    e->gn_fused = n_gdn && c->gdn_v_dim <= TDM_GDN_FUSED_NORM_DV_MAX &&
+                  strcmp(tdm_setting("TANDEM_GDN_FUSED_NORM"), "off") != 0;
     if (I) {
         A(g, R * I * 2, "MLP activations");
         A(u, R * I * 2, "MLP activations");
