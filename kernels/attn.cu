@@ -69,9 +69,15 @@ __device__ __forceinline__ float warp_sums_transposed(float (&p)[NB], int lane)
     return v;
 }
 
-// Block (chunk c, query head h, z), rows in groups of RG (group g = rows [g RG, g RG + RG), in
-// block z = g mod gridDim.z: the groups run side by side, not one after another in one block, so a
-// 16-row verify takes about as long as 4 rows); warp w takes the SUB positions
+// Block (query head h, z, chunk c) = blockIdx (x, y, z), rows in groups of RG (group g = rows [g RG,
+// g RG + RG), in block z = g mod gridDim.y: the groups run side by side, not one after another in one
+// block, so a 16-row verify takes about as long as 4 rows). The chunk is the grid's slowest index, so
+// the blocks of the last chunk, which the rows see only in part (and of chunks past every row, which
+// return at once), are dispatched last: where the grid is more than the SMs hold at once (a 27B
+// layer's 16-row verify at ~550 positions: 288 blocks, 264 resident at two a SM), the light blocks
+// make the tail. Measured on the H200 against the chunk as the fastest index (bench/NOTES.md): a
+// 16-layer 27B's attention 44.7 -> 42.8 us a step, 195.0 -> 185.1 a 16-row round, 334.9 -> 314.8 a
+// 32-row round. Warp w takes the SUB positions
 // [c CH + w SUB, c CH + w SUB + SUB) of the chunk (its sub-chunk) for every row of the group, so at
 // one row all eight warps stream the chunk's K and V (a warp a row left seven idle and its loads
 // in series: ~110 us a 27B layer at 4096 positions). A row at position p sees the sub-chunk's
@@ -152,7 +158,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     int Hkv, int pos0, const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {
     constexpr int D = DPL * 32;
-    const int c = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c = blockIdx.z, h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kvh = h / (Hq / Hkv);
     const int p0 = d_pos0 ? *d_pos0 : pos0;
     const int start = c * CH, ws = start + warp * SUB;  // the chunk's and the warp's first position
@@ -161,7 +167,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
     __shared__ float wml[RG][ATT_WARPS][2];         // per row and sub-chunk: m_w, l_w
     __shared__ float wo[RG][ATT_WARPS][D];          // per row and sub-chunk: o_w
     __shared__ int32_t path[TREE ? RG : 1][TREE ? TDM_TREE_MAX : 1];  // per row: its path
-    for (int r0 = blockIdx.z * RG; r0 < M; r0 += gridDim.z * RG) {  // the block's groups of rows
+    for (int r0 = blockIdx.y * RG; r0 < M; r0 += gridDim.y * RG) {  // the block's groups of rows
         const int nr = min(RG, M - r0);
         int pr[RG];  // the group's positions (-1: no row)
 #pragma unroll
@@ -387,7 +393,7 @@ static int attn_launch(const char *who, const uint16_t *q, const uint16_t *qg, i
     const int chunks = (pos0 + M - 1) / CH + 1;
     float *part_o = scratch, *part_ml = scratch + (size_t)M * Hq * NC * D;
     cudaStream_t st = (cudaStream_t)stream;
-    dim3 grid(chunks, Hq, (M + RG - 1) / RG);  // a block for each group of rows
+    dim3 grid(Hq, (M + RG - 1) / RG, chunks);  // a block for each head, group of rows and chunk (the chunk slowest)
     if (parent) attn_partial_go<true>(grid, st, D, q, kcache, vcache, parent, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     else attn_partial_go<false>(grid, st, D, q, kcache, vcache, NULL, M, Hq, Hkv, pos0, d_pos0, NC, part_o, part_ml);
     TDM_LAUNCH_CHECK();

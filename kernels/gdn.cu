@@ -12,7 +12,7 @@ using namespace tdm_ly;
 namespace {
 
 constexpr int CONV_THREADS = 256;
-constexpr int CONV_TB = 16;   // tokens a batch: conv_kernel's loads in flight together, the prefill form's block
+constexpr int CONV_TB = 16;   // tokens a block of the prefill form
 
 // One output of the conv from its window (win[K - 1] the token's own input): tdm_ref_gdn_conv's
 // sum in tap order and its roundings, bf16(silu(bf16(acc))). Every conv kernel ends a token here.
@@ -25,51 +25,56 @@ __device__ __forceinline__ uint16_t conv_out(const float (&wk)[K], const float (
     return f2bf(silu_ref(bfr(acc)));
 }
 
-// One thread a channel, the M tokens in order: exactly tdm_ref_gdn_conv's arithmetic
-// (acc = 0, acc += w[j] * in[j] for j = 0..K-1, then bf16(silu(bf16(acc)))). The state is read
-// from state and, unless state_out is NULL, the advanced window written to state_out (the same
-// buffer for a forward; each thread reads and writes only its own channel).
-// tdm_gdn_conv_pending: d_M (device) holds the token count, at most M; and the grid's threads
-// first copy gcount values gsrc -> gdst (the pending rows' gates, kept for the recurrence).
+// The decode conv (tdm_gdn_conv, _pending, _verify): block (CX channels, TY token lanes), thread
+// (channel c, lane ty) the tokens ty, ty + TY, ... < M, each from its own window — tap j the input of
+// token t - (K - 1) + j of (state ++ x), the window a walk over the tokens in order has at token t,
+// since its shifts only move values — then conv_out: exactly tdm_ref_gdn_conv's arithmetic. The M
+// tokens of a channel are in one block, so after a barrier (every read of the state is done) lane 0
+// writes the channel's advanced window in place, as conv_state_kernel does, unless state_out is NULL
+// (a verify: the round's entry state stays for the commit; else the same buffer as state).
+// tdm_gdn_conv_pending: d_M (device) holds the token count, at most M; and the grid's threads first
+// copy gcount values gsrc -> gdst (the pending rows' gates, kept for the recurrence).
+// (Before, one thread a channel walked the M tokens in order: a 16-row verify's two convs took
+// 10.7 us a layer on the H200 against 8.0 side by side; bench/NOTES.md.)
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
-conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, uint16_t *state_out, int M, int C,
-            uint16_t *y, const int32_t *d_M, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount)
+conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, uint16_t *state_out, int M,
+            int C, uint16_t *y, const int32_t *d_M, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount)
 {
-    const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
-    for (int64_t i = c; i < gcount; i += (int64_t)gridDim.x * CONV_THREADS) gdst[i] = gsrc[i];
+    const int ty = threadIdx.y, TY = blockDim.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t i = (int64_t)blockIdx.x * CONV_THREADS + ty * blockDim.x + threadIdx.x; i < gcount;
+         i += (int64_t)gridDim.x * CONV_THREADS)
+        gdst[i] = gsrc[i];
     if (d_M) M = min(max(*d_M, 0), M);
-    if (c >= C || M == 0) return;
-    float win[K], wk[K];
+    if (M == 0) return;   // block-uniform
+    if (c < C) {
+        float wk[K];
 #pragma unroll
-    for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
+        for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
+        for (int t = ty; t < M; t += TY) {
+            float win[K];
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) win[j] = bf2f(state[(size_t)j * C + c]);
-    // The tokens' inputs CONV_TB at a time, all loaded before the first of them is used: the loads of
-    // a batch are in flight together (x and y may alias as far as the compiler knows, so one load a
-    // token after each store was one memory latency a token in series). The same values into the
-    // same sums in the same order: the same bits.
-    for (int t0 = 0; t0 < M; t0 += CONV_TB) {
-        float in[CONV_TB];
-#pragma unroll
-        for (int u = 0; u < CONV_TB; u++) in[u] = t0 + u < M ? bf2f(x[(size_t)(t0 + u) * ldx + c]) : 0.0f;
-#pragma unroll
-        for (int u = 0; u < CONV_TB; u++) {
-            if (t0 + u >= M) break;
-            win[K - 1] = in[u];
-            y[(size_t)(t0 + u) * C + c] = conv_out<K>(wk, win);
-#pragma unroll
-            for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+            for (int j = 0; j < K; j++) {
+                const int s = t - (K - 1) + j;
+                win[j] = bf2f(s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c]);
+            }
+            y[(size_t)t * C + c] = conv_out<K>(wk, win);
         }
     }
-    if (!state_out) return;  // a verify: the round's entry state stays for the commit
+    if (!state_out) return;   // block-uniform
+    __syncthreads();
+    if (c < C && ty == 0) {   // rows ascend: row j + M is read before it is written
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) state_out[(size_t)j * C + c] = f2bf(win[j]);
+        for (int j = 0; j < K - 1; j++) {
+            const int s = M - (K - 1) + j;
+            state_out[(size_t)j * C + c] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(j + M) * C + c];
+        }
+    }
 }
 
 // The prefill form: thread (channel c, block of CONV_TB tokens), the block's first window read from
-// x (or, before token 0, from the state) — the window conv_kernel has at that token, since its
-// shifts only move values — then conv_kernel's sum and roundings per token. The state is left to
+// x (or, before token 0, from the state) — conv_kernel's window of that token — then shifted a token
+// at a time (the shifts only move values), conv_out per token. The state is left to
 // conv_state_kernel, launched after this one: other blocks of the channel still read it here.
 
 template <int K>
@@ -95,8 +100,8 @@ conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16
     }
 }
 
-// The state after M tokens, in place: row j becomes input M + j of (state ++ x), conv_kernel's
-// final window. Rows ascend, so row j + M (j + M > j) is read before it is written.
+// The state after M tokens, in place: row j becomes input M + j of (state ++ x), as conv_kernel
+// leaves it. Rows ascend, so row j + M (j + M > j) is read before it is written.
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
 conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
@@ -112,8 +117,8 @@ conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
 
 // The tree form (layers.h, Trees): thread (channel c, node t = the grid row), t's window built along its path —
 // tap j holds the input of t's ancestor at depth s = depth(t) - (K - 1) + j, or for s < 0 the
-// committed state's row K - 1 + s — which is the window conv_kernel has at the last token of that
-// path fed as a chain (its shifts only move values). The sum and roundings are conv_kernel's.
+// committed state's row K - 1 + s — which is conv_kernel's window of the last token of that path fed
+// as a chain. The sum and roundings are conv_out's.
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
 conv_tree_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, const int32_t *parent, int M,
@@ -811,12 +816,13 @@ static int conv_launch(const char *who, const uint16_t *x, int64_t ldx, const fl
         return tdm_errf("%s: bad shape M %d, C %d, K %d (2..4), ldx %lld, gates %lld", who, M, C, K, (long long)ldx,
                         (long long)gcount);
     if (M == 0 && gcount == 0) return 0;
-    const int blocks = (C + CONV_THREADS - 1) / CONV_THREADS;
     cudaStream_t st = (cudaStream_t)stream;
-    if (K == 4) conv_kernel<4><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
-    else if (K == 3)
-        conv_kernel<3><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
-    else conv_kernel<2><<<blocks, CONV_THREADS, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
+    // token lanes a block: up to 8 (a channel's M tokens then take ceil(M / 8) steps a thread)
+    const int ty = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8, cx = CONV_THREADS / ty;
+    const dim3 grid((unsigned)((C + cx - 1) / cx)), block((unsigned)cx, (unsigned)ty);
+    if (K == 4) conv_kernel<4><<<grid, block, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
+    else if (K == 3) conv_kernel<3><<<grid, block, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
+    else conv_kernel<2><<<grid, block, 0, st>>>(x, ldx, w, state, state_out, M, C, y, d_M, gsrc, gdst, gcount);
     TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -89,8 +89,9 @@ int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, in
  * in order (ref: tdm_ref_gdn_conv): x [M][C] (row stride ldx: the in_proj_qkv output, already in
  * conv order; qwen3_next's grouped in_proj_qkvz goes through tdm_gdn_ungroup first), taps w [C][K]
  * FP32, state [K-1][C] BF16 (the last K-1 inputs, oldest first; BF16 holds them exactly; updated);
- * y [M][C] = bf16(silu(bf16(conv))). One thread a channel, the tokens in sequence with the
- * reference's arithmetic. K in 2..4. */
+ * y [M][C] = bf16(silu(bf16(conv))), each output from its own window of K inputs with the
+ * reference's arithmetic: a channel's tokens side by side in one block, then the state written
+ * (copies of the last K-1 inputs). K in 2..4. */
 int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K, uint16_t *y,
                  void *stream);
 int64_t tdm_gdn_conv_bytes(int M, int C, int K);
