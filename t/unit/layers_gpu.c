@@ -1125,6 +1125,23 @@ static int att_launch(void *p, int r0, int m, int devpos)
                            devpos ? c->dpos : NULL, c->ctx, c->scratch, c->dout + r0 * row, NULL, st);
 }
 
+/* The scale of an attention head's error against tdm_ref_attn_head: amag[d] = A = sum_j p_j |v_j[d]| / sum_j p_j
+ * over the n positions (p_j = exp(s_j - max s), s_j = q . k_j / sqrt(D); K and V row j at kh, vh + j ld), since the
+ * rounding of the probabilities may move the output by 2^-8 of A. */
+static void attn_err_scale(const float *qr, const float *kh, const float *vh, size_t ld, int n, int D, double *amag)
+{
+    const float scale = 1.0f / sqrtf((float)D);
+    double mxs = -INFINITY, sum = 0;
+    for (int j = 0; j < n; j++) mxs = fmax(mxs, (double)tdm_dot(qr, kh + (size_t)j * ld, D) * scale);
+    for (int d = 0; d < D; d++) amag[d] = 0;
+    for (int j = 0; j < n; j++) {
+        const double p = exp((double)tdm_dot(qr, kh + (size_t)j * ld, D) * scale - mxs);
+        sum += p;
+        for (int d = 0; d < D; d++) amag[d] += p * fabs(vh[(size_t)j * ld + d]);
+    }
+    for (int d = 0; d < D; d++) amag[d] /= sum;
+}
+
 static void test_attn(const struct shape *s, int P)
 {
     const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, grp = Hq / Hkv;
@@ -1155,25 +1172,15 @@ static void test_attn(const struct shape *s, int P)
     if (att_launch(&c, 0, R, 0) != 0) bail("tdm_attn_decode");
     down(out, c.dout, R * row * 2);
     struct cmp cm = {0};
-    const float scale = 1.0f / sqrtf((float)D);
     for (int r = 0; r < R; r++)
         for (int h = 0; h < Hq; h++) {
             const float *qr = qf + r * row + (size_t)h * D, *gate = qgf + r * ldqg + (size_t)h * 2 * D + D;
             const float *kh = kf + (size_t)(h / grp) * D, *vh = vf + (size_t)(h / grp) * D;
             const int n = P + r + 1;
-            /* the rounding of the probabilities may move the output by 2^-8 of A = sum p |v| / sum p */
-            double mxs = -INFINITY, sum = 0;
-            for (int j = 0; j < n; j++) mxs = fmax(mxs, (double)tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale);
-            for (int d = 0; d < D; d++) amag[d] = 0;
-            for (int j = 0; j < n; j++) {
-                const double p = exp((double)tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale - mxs);
-                sum += p;
-                for (int d = 0; d < D; d++) amag[d] += p * fabs(vh[(size_t)j * kvrow + d]);
-            }
+            attn_err_scale(qr, kh, vh, kvrow, n, D, amag);
             tdm_ref_attn_head(qr, gate, kh, vh, kvrow, n, D, pr, ref);
             for (int d = 0; d < D; d++)
-                cmp_add(&cm, tdm_bf16_to_f32(out[r * row + (size_t)h * D + d]), ref[d],
-                        ldexp(amag[d] / sum + fabs(ref[d]), -7));
+                cmp_add(&cm, tdm_bf16_to_f32(out[r * row + (size_t)h * D + d]), ref[d], ldexp(amag[d] + fabs(ref[d]), -7));
         }
     cmp_ok(&cm, label, "check against tdm_ref_attn_head (2^-7 (A + |ref|))");
     struct twin t = {att_launch, noop_reset, &c, 1, {{c.dout, row * 2, 0}}, NULL, 0, 1, c.dpos, P};
@@ -1201,7 +1208,7 @@ static void test_attn_prefill(const char *name, int Hq, int Hkv, int D, int M, i
     uint16_t *q = hal(M * row * 2), *qg = hal(M * ldqg * 2), *kc = hal((size_t)ctx * kvrow * 2);
     uint16_t *vc = hal((size_t)ctx * kvrow * 2), *out = hal((M + 1) * row * 2), *dec = hal(M * row * 2);
     float *qf = hal(M * row * 4), *qgf = hal(M * ldqg * 4), *kf = hal((size_t)ctx * kvrow * 4);
-    float *vf = hal((size_t)ctx * kvrow * 4), *pr = hal((size_t)ctx * 4), *sc = hal((size_t)ctx * 4);
+    float *vf = hal((size_t)ctx * kvrow * 4), *pr = hal((size_t)ctx * 4);
     float *ref = hal(M * row * 4), *got = hal(M * row * 4), *decf = hal(M * row * 4);
     double *amag = hal(D * sizeof(double));
     rand_bf16(q, qf, M * row, 2.0f);
@@ -1226,31 +1233,19 @@ static void test_attn_prefill(const char *name, int Hq, int Hkv, int D, int M, i
     int past = 0;
     for (size_t i = 0; i < row; i++) past += out[M * row + i] != 0xffff;
     struct cmp cr = {0}, cd = {0};
-    const float scale = 1.0f / sqrtf((float)D);
     for (int r = 0; r < M; r++)
         for (int h = 0; h < Hq; h++) {
             const size_t o = r * row + (size_t)h * D;
             const float *qr = qf + o, *gate = qgf + r * ldqg + (size_t)h * 2 * D + D;
             const float *kh = kf + (size_t)(h / grp) * D, *vh = vf + (size_t)(h / grp) * D;
             const int n = P + r + 1;
-            /* the rounding of the probabilities may move the output by 2^-8 of A = sum p |v| / sum p */
-            double mxs = -INFINITY, sum = 0;
-            for (int j = 0; j < n; j++) {
-                sc[j] = tdm_dot(qr, kh + (size_t)j * kvrow, D) * scale;
-                mxs = fmax(mxs, sc[j]);
-            }
-            for (int d = 0; d < D; d++) amag[d] = 0;
-            for (int j = 0; j < n; j++) {
-                const double p = exp((double)sc[j] - mxs);
-                sum += p;
-                for (int d = 0; d < D; d++) amag[d] += p * fabs(vh[(size_t)j * kvrow + d]);
-            }
+            attn_err_scale(qr, kh, vh, kvrow, n, D, amag);
             tdm_ref_attn_head(qr, gate, kh, vh, kvrow, n, D, pr, ref + o);
             for (int d = 0; d < D; d++) {
                 got[o + d] = tdm_bf16_to_f32(out[o + d]);
                 decf[o + d] = tdm_bf16_to_f32(dec[o + d]);
-                cmp_add(&cr, got[o + d], ref[o + d], ldexp(amag[d] / sum + fabs(ref[o + d]), -7));
-                cmp_add(&cd, got[o + d], decf[o + d], ldexp(amag[d] / sum + fabs(ref[o + d]), -6));
+                cmp_add(&cr, got[o + d], ref[o + d], ldexp(amag[d] + fabs(ref[o + d]), -7));
+                cmp_add(&cd, got[o + d], decf[o + d], ldexp(amag[d] + fabs(ref[o + d]), -6));
             }
         }
     const double er = tdm_rel_err(got, ref, (int64_t)M * row), ed = tdm_rel_err(got, decf, (int64_t)M * row);
@@ -1265,7 +1260,7 @@ static void test_attn_prefill(const char *name, int Hq, int Hkv, int D, int M, i
        cd.n ? 100.0 * cd.exact / cd.n : 0.0, ed, PREFILL_REL, edr);
     tdm_cuda_free(dq); tdm_cuda_free(dqg); tdm_cuda_free(dkc); tdm_cuda_free(dvc); tdm_cuda_free(dout);
     tdm_cuda_free(ddec); tdm_cuda_free(scratch);
-    free(q); free(qg); free(kc); free(vc); free(out); free(dec); free(qf); free(qgf); free(kf); free(vf); free(pr); free(sc);
+    free(q); free(qg); free(kc); free(vc); free(out); free(dec); free(qf); free(qgf); free(kf); free(vf); free(pr);
     free(ref); free(got); free(decf); free(amag);
 }
 
@@ -1670,23 +1665,15 @@ static void test_attn_tree(const struct shape *s, int P)
                     vcf[(size_t)(P + i) * ldkv + e] = tdm_bf16_to_f32(vct[(size_t)path[i] * ldkv + e]);
                 }
             for (size_t i = 0; i < row; i++) qf[i] = tdm_bf16_to_f32(q[(size_t)t * row + i]);
-            const float scale = 1.0f / sqrtf((float)D);
             for (int h = 0; h < Hq; h++) {
                 const float *qr = qf + (size_t)h * D, *kh = kcf + (size_t)(h / grp) * D, *vh = vcf + (size_t)(h / grp) * D;
                 for (int i = 0; i < D; i++) gate[i] = qgf[t * ldqg + (size_t)h * 2 * D + D + i];
                 const int nk = P + n;
-                double mxs = -INFINITY, sum = 0;
-                for (int j = 0; j < nk; j++) mxs = fmax(mxs, (double)tdm_dot(qr, kh + (size_t)j * ldkv, D) * scale);
-                for (int i = 0; i < D; i++) amag[i] = 0;
-                for (int j = 0; j < nk; j++) {
-                    const double pj = exp((double)tdm_dot(qr, kh + (size_t)j * ldkv, D) * scale - mxs);
-                    sum += pj;
-                    for (int i = 0; i < D; i++) amag[i] += pj * fabs(vh[(size_t)j * ldkv + i]);
-                }
+                attn_err_scale(qr, kh, vh, ldkv, nk, D, amag);
                 tdm_ref_attn_head(qr, gate, kh, vh, ldkv, nk, D, pr, ref);
                 for (int i = 0; i < D; i++)
                     cmp_add(&co_ref, tdm_bf16_to_f32(out[(size_t)t * row + (size_t)h * D + i]), ref[i],
-                            ldexp(amag[i] / sum + fabs(ref[i]), -7));
+                            ldexp(amag[i] + fabs(ref[i]), -7));
             }
         }
         ok(bad_qkv == 0 && bad_o == 0 && unw == 0, "%s, %s: every node's q, K/V rows and attention output equal the chain "
