@@ -91,7 +91,8 @@ int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, in
  * FP32, state [K-1][C] BF16 (the last K-1 inputs, oldest first; BF16 holds them exactly; updated);
  * y [M][C] = bf16(silu(bf16(conv))), each output from its own window of K inputs with the
  * reference's arithmetic: a channel's tokens side by side in one block, then the state written
- * (copies of the last K-1 inputs). K in 2..4. */
+ * (copies of the last K-1 inputs). y may not overlap x or the state (a token reads the inputs of the
+ * K-1 before it). K in 2..4. */
 int tdm_gdn_conv(const uint16_t *x, int64_t ldx, const float *w, uint16_t *state, int M, int C, int K, uint16_t *y,
                  void *stream);
 int64_t tdm_gdn_conv_bytes(int M, int C, int K);
