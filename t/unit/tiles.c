@@ -139,21 +139,22 @@ int main(void)
     ok(load_fails_naming("fp8.json", "shapes"), "no shapes: %s", tdm_err());
     write_text("fp8.json", "{\"kernel\": \"nvfp4-skinny\", \"arch\": \"sm_90\", \"device\": \"x\", \"sweep\": \"none\", \"shapes\": {}}");
     ok(load_fails_naming("fp8.json", "kernel"), "another kernel's header: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408x5120\": {}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "17408x5120"), "a key that is not N,K: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "kchains"), "a missing field: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 4, \"pf\": 1, \"kchains\": 4}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "sum order"), "chains of K that are not the shape's: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": 3, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "nt"), "an invalid field value: %s", tdm_err());
-    snprintf(text, sizeof text, "{%s, \"shapes\": {\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}}}", hdr);
-    write_text("fp8.json", text);
-    ok(load_fails_naming("fp8.json", "integer"), "a field of the wrong type: %s", tdm_err());
+    static const struct {
+        const char *shapes, *naming, *what;
+    } bad_shape[] = {
+        {"\"17408x5120\": {}", "17408x5120", "a key that is not N,K"},
+        {"\"17408,5120\": {\"nt\": 2, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1}", "kchains", "a missing field"},
+        {"\"17408,5120\": {\"nt\": 1, \"wn\": 4, \"wk\": 1, \"cs\": 4, \"pf\": 1, \"kchains\": 4}", "sum order",
+         "chains of K that are not the shape's"},
+        {"\"17408,5120\": {\"nt\": 3, \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}", "nt", "an invalid field value"},
+        {"\"17408,5120\": {\"nt\": \"2\", \"wn\": 4, \"wk\": 1, \"cs\": 2, \"pf\": 1, \"kchains\": 2}", "integer",
+         "a field of the wrong type"},
+    };
+    for (size_t i = 0; i < sizeof bad_shape / sizeof bad_shape[0]; i++) {
+        snprintf(text, sizeof text, "{%s, \"shapes\": {%s}}", hdr, bad_shape[i].shapes);
+        write_text("fp8.json", text);
+        ok(load_fails_naming("fp8.json", bad_shape[i].naming), "%s: %s", bad_shape[i].what, tdm_err());
+    }
     static const struct {
         const char *lo, *naming, *what;
     } bad_lo[] = {
