@@ -25,12 +25,30 @@ __device__ __forceinline__ uint16_t conv_out(const float (&wk)[K], const float (
     return f2bf(silu_ref(bfr(acc)));
 }
 
+// Input s of (state ++ x) for channel c: x's row s, or for s < 0 the state's row K - 1 + s (the conv
+// kernels' windows and the advanced state are made of these).
+template <int K>
+__device__ __forceinline__ uint16_t conv_input(const uint16_t *x, int64_t ldx, const uint16_t *state, int C, int c, int s)
+{
+    return s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c];
+}
+
+// Channel c's state after M tokens into out: row j becomes input M - (K - 1) + j of (state ++ x).
+// In place (out == state) too: rows ascend, so row j + M (j + M > j) is read before it is written.
+template <int K>
+__device__ __forceinline__ void conv_write_state(const uint16_t *x, int64_t ldx, const uint16_t *state, uint16_t *out,
+                                                 int M, int C, int c)
+{
+#pragma unroll
+    for (int j = 0; j < K - 1; j++) out[(size_t)j * C + c] = conv_input<K>(x, ldx, state, C, c, M - (K - 1) + j);
+}
+
 // The decode conv (tdm_gdn_conv, _pending, _verify): block (CX channels, TY token lanes), thread
 // (channel c, lane ty) the tokens ty, ty + TY, ... < M, each from its own window — tap j the input of
 // token t - (K - 1) + j of (state ++ x), the window a walk over the tokens in order has at token t,
 // since its shifts only move values — then conv_out: exactly tdm_ref_gdn_conv's arithmetic. The M
 // tokens of a channel are in one block, so after a barrier (every read of the state is done) lane 0
-// writes the channel's advanced window in place, as conv_state_kernel does, unless state_out is NULL
+// writes the channel's advanced window in place (conv_write_state), unless state_out is NULL
 // (a verify: the round's entry state stays for the commit; else the same buffer as state).
 // tdm_gdn_conv_pending: d_M (device) holds the token count, at most M; and the grid's threads first
 // copy gcount values gsrc -> gdst (the pending rows' gates, kept for the recurrence).
@@ -54,22 +72,13 @@ conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *stat
         for (int t = ty; t < M; t += TY) {
             float win[K];
 #pragma unroll
-            for (int j = 0; j < K; j++) {
-                const int s = t - (K - 1) + j;
-                win[j] = bf2f(s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c]);
-            }
+            for (int j = 0; j < K; j++) win[j] = bf2f(conv_input<K>(x, ldx, state, C, c, t - (K - 1) + j));
             y[(size_t)t * C + c] = conv_out<K>(wk, win);
         }
     }
     if (!state_out) return;   // block-uniform
     __syncthreads();
-    if (c < C && ty == 0) {   // rows ascend: row j + M is read before it is written
-#pragma unroll
-        for (int j = 0; j < K - 1; j++) {
-            const int s = M - (K - 1) + j;
-            state_out[(size_t)j * C + c] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(j + M) * C + c];
-        }
-    }
+    if (c < C && ty == 0) conv_write_state<K>(x, ldx, state, state_out, M, C, c);
 }
 
 // The prefill form: thread (channel c, block of CONV_TB tokens), the block's first window read from
@@ -88,10 +97,7 @@ conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16
 #pragma unroll
     for (int j = 0; j < K; j++) wk[j] = w[(size_t)c * K + j];
 #pragma unroll
-    for (int j = 0; j < K - 1; j++) {
-        const int s = t0 - (K - 1) + j;  // the input of tap j at token t0
-        win[j] = bf2f(s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(K - 1 + s) * C + c]);
-    }
+    for (int j = 0; j < K - 1; j++) win[j] = bf2f(conv_input<K>(x, ldx, state, C, c, t0 - (K - 1) + j));   // tap j at t0
     for (int t = t0; t < t1; t++) {
         win[K - 1] = bf2f(x[(size_t)t * ldx + c]);
         y[(size_t)t * C + c] = conv_out<K>(wk, win);
@@ -100,19 +106,14 @@ conv_prefill_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16
     }
 }
 
-// The state after M tokens, in place: row j becomes input M + j of (state ++ x), as conv_kernel
-// leaves it. Rows ascend, so row j + M (j + M > j) is read before it is written.
+// The state after M tokens, in place, as conv_kernel leaves it (conv_write_state).
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
 conv_state_kernel(const uint16_t *x, int64_t ldx, uint16_t *state, int M, int C)
 {
     const int c = blockIdx.x * CONV_THREADS + threadIdx.x;
     if (c >= C) return;
-#pragma unroll
-    for (int j = 0; j < K - 1; j++) {
-        const int s = M - (K - 1) + j;
-        state[(size_t)j * C + c] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)(j + M) * C + c];
-    }
+    conv_write_state<K>(x, ldx, state, state, M, C, c);
 }
 
 // The tree form (layers.h, Trees): thread (channel c, node t = the grid row), t's window built along its path —
