@@ -3,10 +3,12 @@
 // combine that also applies the output gate.
 #include "layers.h"
 #include "layers_dev.cuh"
+#include "mm_skinny.cuh"
 #include "cuda_check.h"
 #include "pdl.cuh"
 
 using namespace tdm_ly;
+using tdm_mm::mma_bf16;
 
 namespace {
 
@@ -38,37 +40,6 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
     }
 }
 
-// The warp sums of NB lane partials p[0..NB) at once (NB = 2^L, 2..32): at each of the first L
-// butterfly offsets (16, 8, ...) a lane keeps the half of its values whose position bit matches its
-// own lane bit and adds the partner's copy of that half, then the remaining offsets are butterflies
-// of one value. Every sum is the butterfly's own (the same pairs at each offset, in the same order:
-// warp_sum's bits), NB positions for NB - 1 + 5 - L shuffles instead of 5 NB. Lane l ends with
-// position l >> (5 - L) (its bits at offsets 16, 8, ... read high to low), the same value in the
-// 2^(5-L) lanes that share it.
-template <int NB>
-__host__ __device__ constexpr int log2_of() { return NB <= 1 ? 0 : 1 + log2_of<NB / 2>(); }
-template <int NB>
-__device__ __forceinline__ float warp_sums_transposed(float (&p)[NB], int lane)
-{
-    static_assert(NB >= 2 && NB <= 32 && (NB & (NB - 1)) == 0, "NB a power of two, 2..32");
-    constexpr int L = log2_of<NB>();
-#pragma unroll
-    for (int lev = 0; lev < L; lev++) {
-        const int h = (NB >> lev) / 2, s = 16 >> lev;
-        const bool hi = lane & s;
-#pragma unroll
-        for (int k = 0; k < NB / 2; k++) {
-            if (k >= h) break;
-            const float send = hi ? p[k] : p[k + h], keep = hi ? p[k + h] : p[k];
-            p[k] = __fadd_rn(keep, __shfl_xor_sync(FULL, send, s));
-        }
-    }
-    float v = p[0];
-#pragma unroll
-    for (int s = 16 >> L; s > 0; s /= 2) v = __fadd_rn(v, __shfl_xor_sync(FULL, v, s));
-    return v;
-}
-
 // Block (query head h, z, chunk c) = blockIdx (x, y, z), rows in groups of RG (group g = rows [g RG,
 // g RG + RG), in block z = g mod gridDim.y: the groups run side by side, not one after another in one
 // block, so a 16-row verify takes about as long as 4 rows). The chunk is the grid's slowest index, so
@@ -82,11 +53,12 @@ __device__ __forceinline__ float warp_sums_transposed(float (&p)[NB], int lane)
 // one row all eight warps stream the chunk's K and V (a warp a row left seven idle and its loads
 // in series: ~110 us a 27B layer at 4096 positions). A row at position p sees the sub-chunk's
 // positions up to p; sub-chunks past p are skipped, and chunks that start after p too (the
-// combine never reads them). Lane l holds dims [l DPL, l DPL + DPL). Per row, in this order:
-//   s_j = (q . k_j) * scale: lane-serial FMAs over its dims, then xor butterflies (warp_sum's sums,
-//     a batch of positions at once: warp_sums_transposed), kept in shared memory;
+// combine never reads them). Per row, in this order:
+//   s_j = (q . k_j) * scale: the dot product on the tensor cores (mma_scores: the same k steps for
+//     every row and form), kept in shared memory;
 //   per sub-chunk w: m_w = max_j s_j (exact in any order); l_w = sum_j exp(s_j - m_w), one
-//     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j;
+//     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j
+//     (lane l holds dims [l DPL, l DPL + DPL));
 //   the chunk: m = max_w m_w; l = sum_w exp(m_w - m) l_w and o[d] = sum_w exp(m_w - m) o_w[d], over
 //     the sub-chunks the row sees, w ascending.
 // Nothing depends on M, on the group a row falls in or on which thread serves it. A chain's rows
@@ -121,22 +93,60 @@ __host__ __device__ constexpr int jb_chain() { return DPL == 8 ? TDM_ATTN_JC256 
 // The steps of a row's walk over a sub-chunk, shared by the per-row and the chain forms (so a row's
 // operations and their order are the same in both). ps: the row's scores in the warp's sub-chunk
 // (sc[row] + warp SUB); wn: the positions the row sees there.
-// The scores of NB positions from j0: lane-serial FMAs over the lane's dims, warp_sums_transposed,
-// the scale; stored once a position.
-template <int NB, int DPL>
-__device__ __forceinline__ void batch_scores(const float (&qr)[DPL], const float (&kr)[NB][DPL], float scale, int lane,
-                                             float *ps, int j0, int wn)
+// The scores of the warp's sub-chunk (SUB = 32 positions) on the tensor cores (mma.m16n8k16, BF16 in,
+// FP32 sums): A row g < nr is q row qrow[g] (rows nr..15 zero), B column j (four n8-tiles) the cache row
+// krow(j) (the caller clamps j to rows the row sees: every load is a real row); score = sum * scale,
+// stored in ps[g][j] for j < wn[g]. The k slots of step 2u + v take dims 32u + 8t + 4v .. + 3 of lane
+// t = lane % 4 (any slot order serves if A and B agree): each lane's q and K loads are 16 contiguous
+// bytes, and a (row, position) score is the same sum of the same products in the same k steps whatever
+// rows share the tile or which form (chain, per row, tree) runs it: the twins' bits. (Before, lane-serial
+// FMAs over the lane's dims and butterflies: ~26 instructions a score; ~20 M warp instructions of a
+// 27B layer's 16-row verify at ~550 positions, bench/NOTES.md.)
+template <int D, int N, class KRow>
+__device__ __forceinline__ void mma_scores(const uint16_t *const (&qrow)[N], int nr, KRow krow, float scale, int lane,
+                                           float *const (&ps)[N], const int (&wn)[N])
 {
-    float d[NB];
+    static_assert(SUB == 32, "a sub-chunk is four n8-tiles");
+    static_assert(N <= 8, "A rows 0..7 hold the rows");
+    constexpr int U = D / 32;   // 32-dim groups, two k steps each
+    const int g = lane >> 2, t = lane & 3;
+    // this lane's row g, picked by selects (an index by lane would put the arrays in local memory)
+    const uint16_t *qg = qrow[0];
+    float *pg = ps[0];
+    int wg = 0;
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
-        d[b] = 0.0f;
+    for (int i = 0; i < N; i++)
+        if (g == i) qg = qrow[i], pg = ps[i], wg = wn[i];
+    const bool live = g < nr;
+    uint4 qa[U];   // A row g: dims 32u + 8t .. + 7
 #pragma unroll
-        for (int e = 0; e < DPL; e++) d[b] = __fmaf_rn(qr[e], kr[b][e], d[b]);
+    for (int u = 0; u < U; u++)
+        qa[u] = live ? __ldg(reinterpret_cast<const uint4 *>(qg + 32 * u + 8 * t)) : make_uint4(0, 0, 0, 0);
+    float acc[SUB / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < SUB / 8; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[nt][c] = 0.0f;
+    const uint16_t *kr[SUB / 8];   // B column g of each n8-tile
+#pragma unroll
+    for (int nt = 0; nt < SUB / 8; nt++) kr[nt] = krow(8 * nt + g) + 8 * t;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        uint4 kb[SUB / 8];
+#pragma unroll
+        for (int nt = 0; nt < SUB / 8; nt++) kb[nt] = __ldg(reinterpret_cast<const uint4 *>(kr[nt] + 32 * u));
+#pragma unroll
+        for (int nt = 0; nt < SUB / 8; nt++) {   // A rows 8..15 are zero: registers 1 and 3
+            mma_bf16(acc[nt], qa[u].x, 0u, qa[u].y, 0u, kb[nt].x, kb[nt].y);
+            mma_bf16(acc[nt], qa[u].z, 0u, qa[u].w, 0u, kb[nt].z, kb[nt].w);
+        }
     }
-    const float sv = __fmul_rn(warp_sums_transposed<NB>(d, lane), scale);
-    const int b = lane >> (5 - log2_of<NB>());
-    if (lane % (32 / NB) == 0 && j0 + b < wn) ps[j0 + b] = sv;
+    if (live)   // C: row g, columns 8 nt + 2t, + 1
+#pragma unroll
+        for (int nt = 0; nt < SUB / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (8 * nt + 2 * t + e < wg) pg[8 * nt + 2 * t + e] = __fmul_rn(acc[nt][e], scale);
 }
 // o += weight_j v_j over NB positions from j0 that the row sees, serial over j.
 template <int NB, int DPL>
@@ -209,14 +219,12 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 #pragma unroll
                 for (int e = 0; e < DPL; e++) o[e] = 0.0f;
                 if (wn > 0) {
-                    float qr[DPL];
-                    load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr);
                     float *ps = sc[i] + warp * SUB;
-                    for (int j0 = 0; j0 < wn; j0 += JB) {
-                        float kr[JB][DPL];
-                        load_rows(kc, i, j0, wn, kr);
-                        batch_scores<JB, DPL>(qr, kr, scale, lane, ps, j0, wn);
-                    }
+                    const uint16_t *const qrow[1] = {q + ((size_t)(r0 + i) * Hq + h) * D};
+                    float *const prow[1] = {ps};
+                    const int wrow[1] = {wn};
+                    mma_scores<D>(qrow, 1, [&](int j) { return kc + ((size_t)cache_row(i, j, wn) * Hkv + kvh) * D; }, scale,
+                                  lane, prow, wrow);
                     __syncwarp();
                     const float s = lane < wn ? ps[lane] : -INFINITY;
                     m = warp_max(s);
@@ -255,17 +263,17 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
 #pragma unroll
             for (int i = 0; i < RG; i++) m[i] = -INFINITY, l[i] = 0.0f;
             if (wmax > 0) {
-                float qr[RG][DPL];
+                const uint16_t *qrow[RG];
+                float *pss[RG];
 #pragma unroll
-                for (int i = 0; i < RG; i++)
-                    if (wn[i] > 0) load_bf16<DPL>(q + ((size_t)(r0 + i) * Hq + h) * D + lane * DPL, qr[i]);
-                for (int j0 = 0; j0 < wmax; j0 += JC) {
-                    float kr[JC][DPL];
-                    load_rows(kc, 0, j0, wmax, kr);
-#pragma unroll
-                    for (int i = 0; i < RG; i++)
-                        if (j0 < wn[i]) batch_scores<JC, DPL>(qr[i], kr, scale, lane, sc[i] + warp * SUB, j0, wn[i]);
+                for (int i = 0; i < RG; i++) {
+                    qrow[i] = q + ((size_t)(r0 + min(i, nr - 1)) * Hq + h) * D;
+                    pss[i] = sc[i] + warp * SUB;
                 }
+                const uint16_t *const(&qrows)[RG] = qrow;
+                float *const(&prows)[RG] = pss;
+                mma_scores<D>(qrows, nr, [&](int j) { return kc + ((size_t)cache_row(0, j, wmax) * Hkv + kvh) * D; }, scale,
+                              lane, prows, wn);
                 __syncwarp();
 #pragma unroll
                 for (int i = 0; i < RG; i++) {
