@@ -15,31 +15,6 @@ namespace {
 constexpr int CH = TDM_ATTN_CHUNK;
 constexpr int ATT_WARPS = 8;
 
-template <int DPL>
-__device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
-{
-    if constexpr (DPL == 8) {
-        const uint4 u = *reinterpret_cast<const uint4 *>(p);
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            x[2 * i] = __uint_as_float(w[i] << 16);
-            x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    } else if constexpr (DPL == 4) {
-        const uint2 u = *reinterpret_cast<const uint2 *>(p);
-        x[0] = __uint_as_float(u.x << 16);
-        x[1] = __uint_as_float(u.x & 0xffff0000u);
-        x[2] = __uint_as_float(u.y << 16);
-        x[3] = __uint_as_float(u.y & 0xffff0000u);
-    } else {
-        static_assert(DPL == 2, "D must be 64, 128 or 256");
-        const uint32_t u = *reinterpret_cast<const uint32_t *>(p);
-        x[0] = __uint_as_float(u << 16);
-        x[1] = __uint_as_float(u & 0xffff0000u);
-    }
-}
-
 // Block (query head h, z, chunk c) = blockIdx (x, y, z), rows in groups of RG (group g = rows [g RG,
 // g RG + RG), in block z = g mod gridDim.y: the groups run side by side, not one after another in one
 // block, so a 16-row verify takes about as long as 4 rows). The chunk is the grid's slowest index, so
@@ -57,8 +32,8 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, float (&x)[DPL])
 //   s_j = (q . k_j) * scale: the dot product on the tensor cores (mma_scores: the same k steps for
 //     every row and form), kept in shared memory;
 //   per sub-chunk w: m_w = max_j s_j (exact in any order); l_w = sum_j exp(s_j - m_w), one
-//     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d], serial over j
-//     (lane l holds dims [l DPL, l DPL + DPL));
+//     position a lane, then butterflies; o_w[d] = sum_j bf16(exp(s_j - m_w)) v_j[d] on the tensor cores
+//     (mma_pv: the same k steps for every row and form);
 //   the chunk: m = max_w m_w; l = sum_w exp(m_w - m) l_w and o[d] = sum_w exp(m_w - m) o_w[d], over
 //     the sub-chunks the row sees, w ascending.
 // Nothing depends on M, on the group a row falls in or on which thread serves it. A chain's rows
@@ -76,20 +51,6 @@ static_assert(SUB == 32, "a sub-chunk is one position a lane");
 // (walking no rows in series) was measured and lost at 8 and 32 rows on the H200 (bench/NOTES.md,
 // the A/B of one row a block), so 4 it is.
 constexpr int RG = 4;
-constexpr int JB = 8;                // positions a warp loads before it uses them (a tree's row)
-// A chain's group: positions a warp loads before it uses them for the group's rows (at 256 dims
-// 8 took 147 registers on sm_90, one block a SM; 4 takes 123, two; sm_121a's ptxas stops at 128
-// registers and spilled at 4, so 2 there: the batch changes no sum)
-#ifndef TDM_ATTN_JC256
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#define TDM_ATTN_JC256 2
-#else
-#define TDM_ATTN_JC256 4
-#endif
-#endif
-template <int DPL>
-__host__ __device__ constexpr int jb_chain() { return DPL == 8 ? TDM_ATTN_JC256 : 8; }
-
 // The steps of a row's walk over a sub-chunk, shared by the per-row and the chain forms (so a row's
 // operations and their order are the same in both). ps: the row's scores in the warp's sub-chunk
 // (sc[row] + warp SUB); wn: the positions the row sees there.
@@ -148,22 +109,131 @@ __device__ __forceinline__ void mma_scores(const uint16_t *const (&qrow)[N], int
             for (int e = 0; e < 2; e++)
                 if (8 * nt + 2 * t + e < wg) pg[8 * nt + 2 * t + e] = __fmul_rn(acc[nt][e], scale);
 }
-// o += weight_j v_j over NB positions from j0 that the row sees, serial over j.
-template <int NB, int DPL>
-__device__ __forceinline__ void batch_v(const float *ps, int j0, int wn, const float (&vr)[NB][DPL], float (&o)[DPL])
+// movmatrix: lane (g, t) gives row g, columns 2t, 2t + 1 of an 8 x 8 BF16 matrix and gets those of its
+// transpose.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x)
 {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+// o_w = sum_j p_j v_j over the warp's sub-chunk on the tensor cores (mma.m16n8k16, BF16 in, FP32
+// sums), for the rows n < nr (p_j = ps[n ps_stride + j], already BF16 values, for j < wn[n]; 0 past it):
+// A = V^T (16 dims x 16 positions), B = P (16 positions x rows as n8 columns; columns nr..7 zero).
+// Lane (g, t) loads 16 bytes of position 8pb + g (vrow: the cache row, clamped by the caller to one
+// the rows see), dims 32bb + 8t .. + 7; movmatrix of its register r gives the A fragment of the dims
+// 32bb + 8(g >> 1) + 2r + (g & 1) (an order of the 16 dims of an m-tile: A and C agree). Positions
+// past wmax are not loaded (zeros). A row's sum is over the same positions in the same k steps
+// whatever rows share the tile or which form runs it, except that a position the row does not see
+// adds p = 0 times whichever V row the tile holds there (the chain form's later rows, the per-row
+// form's clamped row, zeros): a zero product of either sign, which changes a sum only when the sum
+// is itself an exact zero; "+ 0.0f" then makes it +0 in every form. (A V that is not finite there
+// would make 0 x V a NaN: a cache row that a later row of the chain wrote, which the model's own
+// rounding never makes.) Written to wo[n wo_stride + d] for the rows n < nr. (Before, lane-serial
+// FMAs over the lane's 8 dims a position and row: ~1000 instructions a sub-chunk of 4 rows. Measured
+// on the H200, 16-layer 27B, attention us a graph: 131.6 -> 94.4 a 16-row verify, 229.5 -> 171.5 at
+// 32 rows, 40.6 -> 43.4 a one-row step; bench/NOTES.md.)
+// TDM_ATTN_PVB (1, 2, 4 or 8): the 32-dim groups of V whose loads a lane issues together (4 16-byte
+// loads a group) before their mmas; the groups of a sub-chunk take D / 32 / PVB round trips. 2 on
+// sm_90 (a one-row step's attention 51.2 us a 16-layer graph at 1, 43.4 at 2); 1 on sm_121a, whose
+// ptxas (128 registers at most, att_min_blocks) used a stack frame or spilled at 2. The batch changes
+// no sum.
+#ifndef TDM_ATTN_PVB
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define TDM_ATTN_PVB 1
+#else
+#define TDM_ATTN_PVB 2
+#endif
+#endif
+template <int D, int N, class VRow>
+__device__ __forceinline__ void mma_pv(const float *ps, int ps_stride, int nr, const int (&wn)[N], int wmax, VRow vrow,
+                                       int lane, float *wo, int wo_stride)
+{
+    static_assert(SUB == 32, "a sub-chunk is two k steps of 16 positions");
+    static_assert(N <= 8, "B columns 0..7 hold the rows");
+    const int g = lane >> 2, t = lane & 3;
+    const float *pg = ps + g * ps_stride;
+    int wg = 0;   // row g's positions (0: no row)
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
-        if (j0 + b < wn) {
-            const float pb = ps[j0 + b];
+    for (int i = 0; i < N; i++)
+        if (g == i) wg = i < nr ? wn[i] : 0;
+    auto pbits = [&](int j) { return j < wg ? __float_as_uint(pg[j]) : 0u; };   // p_j's BF16 bits << 16
+    uint32_t pb[2][2];   // B: positions 16ks + 2t, + 1 (and + 8) of row g
 #pragma unroll
-            for (int e2 = 0; e2 < DPL; e2++) o[e2] = __fmaf_rn(pb, vr[b][e2], o[e2]);
+    for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = 16 * ks + 8 * h + 2 * t;
+            pb[ks][h] = (pbits(j) >> 16) | (pbits(j + 1) & 0xffff0000u);
+        }
+    const uint16_t *vr[4];   // position 8pb + g's dims 8t .. + 7 of each 32-dim group
+#pragma unroll
+    for (int b = 0; b < 4; b++) vr[b] = 8 * b < wmax ? vrow(8 * b + g) + 8 * t : nullptr;
+    // the output rows 2t, 2t + 1 of this lane's C registers
+    float *const o0 = wo + 2 * t * wo_stride, *const o1 = o0 + wo_stride;
+    const bool w0 = 2 * t < nr, w1 = 2 * t + 1 < nr;
+    auto load_v = [&](uint4(&v)[4], int bb) {
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            v[b] = vr[b] ? __ldg(reinterpret_cast<const uint4 *>(vr[b] + 32 * bb)) : make_uint4(0, 0, 0, 0);
+    };
+    constexpr int PVB = TDM_ATTN_PVB < D / 32 ? TDM_ATTN_PVB : D / 32;
+    static_assert((D / 32) % PVB == 0, "a batch is 1, 2, 4 or 8 groups");
+#pragma unroll 1
+    for (int b0 = 0; b0 < D / 32; b0 += PVB) {
+        uint4 vb[PVB][4];
+#pragma unroll
+        for (int q = 0; q < PVB; q++) load_v(vb[q], b0 + q);
+#pragma unroll
+        for (int q = 0; q < PVB; q++) {
+            const int bb = b0 + q;
+            const uint4 (&v)[4] = vb[q];
+            uint32_t a[4][4];   // [position block][r]: dims of S_r, positions 8b + 2t, + 1
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                a[b][0] = transpose8x8(v[b].x);
+                a[b][1] = transpose8x8(v[b].y);
+                a[b][2] = transpose8x8(v[b].z);
+                a[b][3] = transpose8x8(v[b].w);
+            }
+            float acc[2][4];   // m-tile mt: dims S_2mt (C rows g) and S_2mt+1 (rows g + 8)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[mt][c] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < 2; ks++) {
+                if (16 * ks >= wmax) break;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    mma_bf16(acc[mt], a[2 * ks][2 * mt], a[2 * ks][2 * mt + 1], a[2 * ks + 1][2 * mt],
+                             a[2 * ks + 1][2 * mt + 1], pb[ks][0], pb[ks][1]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int d = 32 * bb + 8 * (g >> 1) + 4 * mt + (g & 1);   // C row g; row g + 8 is d + 2
+                if (w0) o0[d] = __fadd_rn(acc[mt][0], 0.0f), o0[d + 2] = __fadd_rn(acc[mt][2], 0.0f);
+                if (w1) o1[d] = __fadd_rn(acc[mt][1], 0.0f), o1[d + 2] = __fadd_rn(acc[mt][3], 0.0f);
+            }
         }
     }
 }
 
+// The blocks a SM that ptxas is told to fit (0: none). Without a minimum ptxas chose 80 registers for
+// the 128-dim tree form on sm_90 and 64 for the 64-dim form on sm_121a, and spilled; with 2 (128
+// registers at most) nothing spills. The other sm_90 forms are left to ptxas: 2 made the 256-dim
+// chain form spill. t/kernel-resources.t checks every form.
 template <int DPL, bool TREE>
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+__host__ __device__ constexpr int att_min_blocks()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+    return 2;
+#else
+    return DPL == 4 && TREE ? 2 : 0;
+#endif
+}
+template <int DPL, bool TREE>
+__global__ void __launch_bounds__(ATT_WARPS * 32, att_min_blocks<DPL, TREE>())
 attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, const int32_t *parent, int M, int Hq,
                     int Hkv, int pos0, const int32_t *d_pos0, int NC, float *part_o, float *part_ml)
 {
@@ -199,25 +269,12 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
             if constexpr (TREE) row = row < p0 ? row : p0 + path[i][row - p0];
             return row;
         };
-        // the lane's dims of a batch of cache rows (x's length) from position j0 of row i's walk,
-        // loaded before any is used
-        auto load_rows = [&](const uint16_t *cache, int i, int j0, int wn, auto &x) {
-            constexpr int NB = sizeof(x) / sizeof(x[0]);
-#pragma unroll
-            for (int b = 0; b < NB; b++)
-                load_bf16<DPL>(cache + ((size_t)cache_row(i, j0 + b, wn) * Hkv + kvh) * D + lane * DPL, x[b]);
-        };
-        // a row at a time: a tree (a node's path is its own cache rows), and a group of one row (at
-        // 256 dims the chain form's batches are half as long: twice the round trips, and a one-row
-        // step measured 1 % slower with them)
-        if (TREE || nr == 1) {
+        // a row at a time: a tree (a node's path is its own cache rows)
+        if constexpr (TREE) {
 #pragma unroll
             for (int i = 0; i < RG; i++) {
                 const int wn = max(0, min(SUB, pr[i] + 1 - ws));  // warp-uniform: positions row i sees here
                 float m = -INFINITY, l = 0.0f;
-                float o[DPL];
-#pragma unroll
-                for (int e = 0; e < DPL; e++) o[e] = 0.0f;
                 if (wn > 0) {
                     float *ps = sc[i] + warp * SUB;
                     const uint16_t *const qrow[1] = {q + ((size_t)(r0 + i) * Hq + h) * D};
@@ -232,33 +289,22 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     if (lane < wn) ps[lane] = bfr(e);   // the V sum's weight, rounded once a position
                     l = warp_sum(e);
                     __syncwarp();
-                    for (int j0 = 0; j0 < wn; j0 += JB) {
-                        float vr[JB][DPL];
-                        load_rows(vc, i, j0, wn, vr);
-                        batch_v<JB, DPL>(ps, j0, wn, vr, o);
-                    }
+                    mma_pv<D>(ps, 0, 1, wrow, wn, [&](int j) { return vc + ((size_t)cache_row(i, j, wn) * Hkv + kvh) * D; },
+                              lane, wo[i][warp], 0);
                 }
                 if (lane == 0) {
                     wml[i][warp][0] = m;
                     wml[i][warp][1] = l;
                 }
-#pragma unroll
-                for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[e];
             }
         } else {
-            // a chain of 2..RG rows: row i sees the positions up to p0 + r0 + i, so the group's rows
+            // a chain of 1..RG rows: row i sees the positions up to p0 + r0 + i, so the group's rows
             // see nested prefixes of the warp's sub-chunk, and the warp loads each K and V row once
             // for all of them and runs their sums side by side. Each row's operations and their order
             // are the per-row form's, so a row's bits do not depend on the form its group takes.
-            constexpr int JC = jb_chain<DPL>();
             int wn[RG], wmax = 0;  // warp-uniform: positions row i sees here
 #pragma unroll
             for (int i = 0; i < RG; i++) wn[i] = max(0, min(SUB, pr[i] + 1 - ws)), wmax = max(wmax, wn[i]);
-            float o[RG][DPL];
-#pragma unroll
-            for (int i = 0; i < RG; i++)
-#pragma unroll
-                for (int e = 0; e < DPL; e++) o[i][e] = 0.0f;
             float m[RG], l[RG];
 #pragma unroll
             for (int i = 0; i < RG; i++) m[i] = -INFINITY, l[i] = 0.0f;
@@ -286,22 +332,16 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     l[i] = warp_sum(e);
                 }
                 __syncwarp();
-                for (int j0 = 0; j0 < wmax; j0 += JC) {
-                    float vr[JC][DPL];
-                    load_rows(vc, 0, j0, wmax, vr);
-#pragma unroll
-                    for (int i = 0; i < RG; i++) batch_v<JC, DPL>(sc[i] + warp * SUB, j0, wn[i], vr, o[i]);
-                }
+                mma_pv<D>(sc[0] + warp * SUB, CH, nr, wn, wmax,
+                          [&](int j) { return vc + ((size_t)cache_row(0, j, wmax) * Hkv + kvh) * D; }, lane, wo[0][warp],
+                          ATT_WARPS * D);
             }
 #pragma unroll
-            for (int i = 0; i < RG; i++) {
+            for (int i = 0; i < RG; i++)
                 if (lane == 0) {
                     wml[i][warp][0] = m[i];
                     wml[i][warp][1] = l[i];
                 }
-#pragma unroll
-                for (int e = 0; e < DPL; e++) wo[i][warp][lane * DPL + e] = o[i][e];
-            }
         }
         __syncthreads();
         // the chunk's partial of each row that sees it: the sub-chunks it sees, w ascending
