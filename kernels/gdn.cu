@@ -258,10 +258,17 @@ __device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const 
     __syncthreads();
 }
 
+// A term of the token step's two sums over a thread's rows (kv = S^T k, o = S^T q): p + a b as one
+// fused multiply-add (the sums already differ from the reference's serial order; this is one more
+// rounding fewer a term, the same in every form). Measured on the H200 against a product then an
+// add (bench/NOTES.md, call 76): a 16-layer 27B's recurrence 311.2 -> 300.6 us a 16-row verify,
+// 91.7 -> 90.8 a step.
+__device__ __forceinline__ float rec_madd(float a, float b, float p) { return __fmaf_rn(a, b, p); }
+
 // Token w of the prepared batch on the block's state slice s (thread: column j, rows i0 .. i0 +
 // ROWS - 1), tdm_ref_gdn_token's state steps in its order, elementwise with its operations:
-//   S *= decay; kv = S^T k: per thread a serial sum over its rows, then the 8 warps' sums in warp
-//   order; u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
+//   S *= decay; kv = S^T k: per thread a serial sum over its rows (rec_madd), then the 8 warps'
+//   sums in warp order; u = (v - kv) beta; S += k u^T; o = S^T q (as kv) ->bf16.
 // par: the token's parity (which set of partial sums it uses). o_t: its output row [Hv][Dv], or
 // NULL (a pending row of a deferred commit, whose output a verify already gave: the o sum is
 // skipped, the state arithmetic is the same). fu_t: where a tree node keeps its u [32], or NULL.
@@ -282,7 +289,7 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         s[r] = __fmul_rn(s[r], decay);
-        p = __fadd_rn(p, __fmul_rn(s[r], kr[r]));
+        p = rec_madd(s[r], kr[r], p);
     }
     sm.red[par][warp][lane] = p;
     __syncthreads();
@@ -302,7 +309,7 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         s[r] = __fadd_rn(s[r], __fmul_rn(kr[r], u));
-        p = __fadd_rn(p, __fmul_rn(s[r], sm.qn[w][i0 + r]));
+        p = rec_madd(s[r], sm.qn[w][i0 + r], p);
     }
     // this parity's set again (warp 0 read the kv sums before the barrier above); warp 0 reads the
     // o sums after the barrier below, while the next token writes the other set, and the token
@@ -353,7 +360,7 @@ __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_g
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
 // column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
 // M tokens, each run through recur_prep and recur_apply. Only the two sums over Dk differ from the CPU's serial
-// order. No value depends on M: the tokens run in sequence and a token's arithmetic is the same in
+// order (their order and their fused multiply-adds). No value depends on M: the tokens run in sequence and a token's arithmetic is the same in
 // every call. The state is read from S and, unless S_out is NULL, written to S_out after the last
 // token (the same buffer for a forward; each thread reads and writes only its own elements).
 //
@@ -373,8 +380,15 @@ __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_g
 // s = s + k u: the values s had after each of those steps, so the node's step then runs on its
 // parent's state exactly as the chain kernel runs it on that path. Ancestors come as a bit mask:
 // a node's ancestors have smaller indices, so ascending bits are the path root first.
+// sm_121a: without a minimum of blocks a SM ptxas held the 16-row slice at 64 registers and spilled
+// (with the fused multiply-adds); 2 a SM (128 registers at most) spills nothing. sm_90: none given.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define REC_MIN_BLOCKS 2
+#else
+#define REC_MIN_BLOCKS 0
+#endif
 template <int ROWS, bool TREE>
-__global__ void __launch_bounds__(REC_WARPS * 32)
+__global__ void __launch_bounds__(REC_WARPS * 32, REC_MIN_BLOCKS)
 recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda, const float *A_log,
              const float *dt_bias, const float *S, float *S_out, const int32_t *parent, int M, int Hk, int Hv, int Dv,
              uint16_t *o, tdm_gdn_pend pend, float *S_pend, tdm_gdn_gnorm gn)
