@@ -120,8 +120,8 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x)
 // o_w = sum_j p_j v_j over the warp's sub-chunk on the tensor cores (mma.m16n8k16, BF16 in, FP32
 // sums), for the rows n < nr (p_j = ps[n ps_stride + j], already BF16 values, for j < wn[n]; 0 past it):
 // A = V^T (16 dims x 16 positions), B = P (16 positions x rows as n8 columns; columns nr..7 zero).
-// Lane (g, t) loads 16 bytes of position 8pb + g (vrow: the cache row, clamped by the caller to one
-// the rows see), dims 32bb + 8t .. + 7; movmatrix of its register r gives the A fragment of the dims
+// Lane (g, t) loads 16 bytes of position 8b + g (b = 0..3; vrow: the cache row, clamped by the caller
+// to one the rows see), dims 32bb + 8t .. + 7; movmatrix of its register r gives the A fragment of the dims
 // 32bb + 8(g >> 1) + 2r + (g & 1) (an order of the 16 dims of an m-tile: A and C agree). Positions
 // past wmax are not loaded (zeros). A row's sum is over the same positions in the same k steps
 // whatever rows share the tile or which form runs it, except that a position the row does not see
@@ -166,7 +166,7 @@ __device__ __forceinline__ void mma_pv(const float *ps, int ps_stride, int nr, c
             const int j = 16 * ks + 8 * h + 2 * t;
             pb[ks][h] = (pbits(j) >> 16) | (pbits(j + 1) & 0xffff0000u);
         }
-    const uint16_t *vr[4];   // position 8pb + g's dims 8t .. + 7 of each 32-dim group
+    const uint16_t *vr[4];   // position 8b + g's dims 8t .. + 7 of each 32-dim group
 #pragma unroll
     for (int b = 0; b < 4; b++) vr[b] = 8 * b < wmax ? vrow(8 * b + g) + 8 * t : nullptr;
     // the output rows 2t, 2t + 1 of this lane's C registers

@@ -256,8 +256,9 @@ size_t tdm_attn_scratch_bytes(int M, int Hq, int D, int ctx);
  * tdm_qk_norm_rope). q [M][Hq][D] (normed, rotated); the gate is the second half of each head of
  * qg [M][Hq][2D] (row stride ldqg); caches [ctx][Hkv][D]; out [M][Hq*D] = bf16(bf16(attn) *
  * bf16(sigmoid(gate))). Flash-decoding: one block per (chunk of TDM_ATTN_CHUNK positions, q head),
- * its eight warps each over a sub-chunk of 32 positions for every row; per sub-chunk the max, the
- * sum of exp(s - max) and the BF16-rounded probabilities times V, added over the sub-chunks in
+ * its eight warps each over a sub-chunk of 32 positions for every row; per sub-chunk the scores (q K^T
+ * on the tensor cores), the max, the sum of exp(s - max) and the BF16-rounded probabilities times V
+ * (on the tensor cores: the same k steps for every row and form), added over the sub-chunks in
  * ascending order into the chunk's; a second kernel adds the chunks in ascending order. The
  * probabilities are rounded relative to the sub-chunk's max (the reference: the row's max), so
  * the check has a bound. D in {64, 128, 256}, Hq a multiple of Hkv. outb: out's blocked copy (see
