@@ -269,6 +269,11 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
             if constexpr (TREE) row = row < p0 ? row : p0 + path[i][row - p0];
             return row;
         };
+        // head kvh of the K or V cache row of position j of row i's walk (wn: the positions it sees in
+        // the warp's sub-chunk)
+        auto row_ptr = [&](const uint16_t *cache, int i, int j, int wn) {
+            return cache + ((size_t)cache_row(i, j, wn) * Hkv + kvh) * D;
+        };
         // a row at a time: a tree (a node's path is its own cache rows)
         if constexpr (TREE) {
 #pragma unroll
@@ -280,8 +285,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     const uint16_t *const qrow[1] = {q + ((size_t)(r0 + i) * Hq + h) * D};
                     float *const prow[1] = {ps};
                     const int wrow[1] = {wn};
-                    mma_scores<D>(qrow, 1, [&](int j) { return kc + ((size_t)cache_row(i, j, wn) * Hkv + kvh) * D; }, scale,
-                                  lane, prow, wrow);
+                    mma_scores<D>(qrow, 1, [&](int j) { return row_ptr(kc, i, j, wn); }, scale, lane, prow, wrow);
                     __syncwarp();
                     const float s = lane < wn ? ps[lane] : -INFINITY;
                     m = warp_max(s);
@@ -289,8 +293,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     if (lane < wn) ps[lane] = bfr(e);   // the V sum's weight, rounded once a position
                     l = warp_sum(e);
                     __syncwarp();
-                    mma_pv<D>(ps, 0, 1, wrow, wn, [&](int j) { return vc + ((size_t)cache_row(i, j, wn) * Hkv + kvh) * D; },
-                              lane, wo[i][warp], 0);
+                    mma_pv<D>(ps, 0, 1, wrow, wn, [&](int j) { return row_ptr(vc, i, j, wn); }, lane, wo[i][warp], 0);
                 }
                 if (lane == 0) {
                     wml[i][warp][0] = m;
@@ -318,8 +321,7 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                 }
                 const uint16_t *const(&qrows)[RG] = qrow;
                 float *const(&prows)[RG] = pss;
-                mma_scores<D>(qrows, nr, [&](int j) { return kc + ((size_t)cache_row(0, j, wmax) * Hkv + kvh) * D; }, scale,
-                              lane, prows, wn);
+                mma_scores<D>(qrows, nr, [&](int j) { return row_ptr(kc, 0, j, wmax); }, scale, lane, prows, wn);
                 __syncwarp();
 #pragma unroll
                 for (int i = 0; i < RG; i++) {
@@ -332,9 +334,8 @@ attn_partial_kernel(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, c
                     l[i] = warp_sum(e);
                 }
                 __syncwarp();
-                mma_pv<D>(sc[0] + warp * SUB, CH, nr, wn, wmax,
-                          [&](int j) { return vc + ((size_t)cache_row(0, j, wmax) * Hkv + kvh) * D; }, lane, wo[0][warp],
-                          ATT_WARPS * D);
+                mma_pv<D>(sc[0] + warp * SUB, CH, nr, wn, wmax, [&](int j) { return row_ptr(vc, 0, j, wmax); }, lane,
+                          wo[0][warp], ATT_WARPS * D);
             }
 #pragma unroll
             for (int i = 0; i < RG; i++)

@@ -359,9 +359,9 @@ __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_g
 
 // One block per (value head h, 32 state columns j). Thread (warp w, lane l) holds S[i][j] for its
 // column j = 32 blockIdx.y + l and the rows i = w ROWS .. w ROWS + ROWS - 1 in registers for all
-// M tokens, each run through recur_prep and recur_apply. Only the two sums over Dk differ from the CPU's serial
-// order (their order and their fused multiply-adds). No value depends on M: the tokens run in sequence and a token's arithmetic is the same in
-// every call. The state is read from S and, unless S_out is NULL, written to S_out after the last
+// M tokens, each run through recur_prep and recur_apply. Only the two sums over Dk differ from the
+// CPU's serial order (their order and their fused multiply-adds). No value depends on M: the tokens
+// run in sequence and a token's arithmetic is the same in every call. The state is read from S and, unless S_out is NULL, written to S_out after the last
 // token (the same buffer for a forward; each thread reads and writes only its own elements).
 //
 // PENDING (pend.d_n not NULL; layers.h, Deferred commit): before its own tokens the block runs

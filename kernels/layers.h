@@ -128,8 +128,8 @@ struct tdm_gdn_gnorm {
  * strides ldb, lda), A_log and dt_bias [Hv]; S [Hv][Dk][Dv] FP32, updated; o [M][Hv][Dv] =
  * bf16(S^T q). One block per (value head, 32 columns of Dv): the state columns live in registers
  * across the tokens; S^T k and S^T q are summed over Dk as 8 serial partials of Dk/8 rows (fused
- * multiply-adds) added in warp order (the CPU sums serially, a product then an add). Dk in {64, 128, 256}, Dv a multiple of 32, Hv a multiple of
- * Hk. */
+ * multiply-adds) added in warp order (the CPU sums serially, a product then an add). Dk in {64, 128,
+ * 256}, Dv a multiple of 32, Hv a multiple of Hk. */
 int tdm_gdn_recur(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
                   const float *A_log, const float *dt_bias, float *S, int M, int Hk, int Hv, int Dk, int Dv,
                   uint16_t *o, const struct tdm_gdn_gnorm *gn, void *stream);
