@@ -29,6 +29,7 @@ t "tandem-sweep NVFP4 with K not a multiple of 16: exit 2" exits 2 "multiple of 
 t "tandem-sweep --objective foo: exit 2 naming the option" exits 2 "--objective" bin/tandem-sweep --shape 64,256 --objective foo
 t "tandem-sweep --lo-rows 9: exit 2 naming the option" exits 2 "--lo-rows" bin/tandem-sweep --shape 64,256 --lo-rows 9
 t "tandem-sweep --lo-rows x: exit 2 naming the option" exits 2 "--lo-rows" bin/tandem-sweep --shape 64,256 --lo-rows x
+t "tandem-sweep --objective split --lo-rows 0: exit 2 naming the option" exits 2 "--lo-rows" bin/tandem-sweep --shape 64,256 --objective split --lo-rows 0
 t "scripts/variant-build --help exits 0 and prints the usage" sh -c "scripts/variant-build --help | grep -q '^scripts/variant-build NAME'"
 t "scripts/variant-build without a name and defines: exit 2 with its usage" exits 2 "usage" scripts/variant-build
 t "scripts/variant-build with a bad name: exit 2 naming NAME" exits 2 "NAME" scripts/variant-build "a/b" "-DX=1"

@@ -54,12 +54,16 @@ static void usage(FILE *f)
             "  --reps N               timed repeats per row count, median taken (default 10)\n"
             "  --json FILE            report every candidate: setting, verdict, times\n"
             "  --objective NAME       how the fastest is chosen among the identical settings: sum (the\n"
-            "                         sum of the timed row counts' medians; default) or decode (those\n"
-            "                         within 1 %% of the best one-row time, then the lowest sum; a table\n"
-            "                         whose rows start past 1, nvfp4-skinny-wide, is chosen by sum)\n"
+            "                         sum of the timed row counts' medians; default), decode (those\n"
+            "                         within 1 %% of the best one-row time, then the lowest sum) or split\n"
+            "                         (the few-row setting picked as decode picks over the timed rows up\n"
+            "                         to --lo-rows, which it then serves whole; the main setting, of the\n"
+            "                         same nt, the lowest sum over the timed rows above); a table whose\n"
+            "                         rows start past 1, nvfp4-skinny-wide, is chosen by sum\n"
             "  --lo-rows N            the most rows the few-row setting may serve, 0..%d; 0: none\n"
-            "                         (default %d: in the engine's rounds the small CTAs that win at one\n"
-            "                         row tie at 3 rows and lose from 4, where the lone timing has them win)\n"
+            "                         (default %d, split %d: in the engine's rounds the small CTAs that\n"
+            "                         win at one row tie at 3 rows and lose from 4, where the lone timing\n"
+            "                         has them win)\n"
             "  --write-defaults       write tables holding each shape's default setting; needs no GPU\n"
             "  --arch NAME            architecture for --write-defaults (default sm_90)\n"
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
@@ -70,7 +74,7 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
             "usage, a malformed existing table, or when no CUDA device is visible.\n",
-            prog, TDM_TILE_LO_ROWS_MAX, SWEEP_LO_ROWS);
+            prog, TDM_TILE_LO_ROWS_MAX, SWEEP_LO_ROWS, TDM_TILE_LO_ROWS_MAX);
 }
 
 
@@ -355,17 +359,19 @@ int main(int argc, char **argv)
         {"lo-rows", required_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0, decode_first = 0;
-    int lo_cap = SWEEP_LO_ROWS;
+    int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0;
+    enum { BY_SUM, BY_DECODE, BY_SPLIT } objective = BY_SUM;
+    int lo_cap = -1;   /* -1: the objective's default */
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
         switch (c) {
         case 'O':
-            if (strcmp(optarg, "sum") == 0) decode_first = 0;
-            else if (strcmp(optarg, "decode") == 0) decode_first = 1;
-            else tdm_die_usage(prog, "--objective: expected sum or decode, not", optarg);
+            if (strcmp(optarg, "sum") == 0) objective = BY_SUM;
+            else if (strcmp(optarg, "decode") == 0) objective = BY_DECODE;
+            else if (strcmp(optarg, "split") == 0) objective = BY_SPLIT;
+            else tdm_die_usage(prog, "--objective: expected sum, decode or split, not", optarg);
             break;
         case 'L': {
             char *end;
@@ -426,6 +432,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
+    if (lo_cap < 0) lo_cap = objective == BY_SPLIT ? TDM_TILE_LO_ROWS_MAX : SWEEP_LO_ROWS;
+    if (objective == BY_SPLIT && !lo_cap) tdm_die_usage(prog, "--objective split needs a few-row setting: --lo-rows 1 or more, not", "0");
     if (!nshapes) tdm_die_usage(prog, "no shapes: give --shape N,K, --model-shapes NAME or --model DIR", NULL);
     if (!any_kernel) want[TDM_MMK_NVFP4] = want[TDM_MMK_NVFP4_WIDE] = want[TDM_MMK_FP8] = 1;
     for (int kk = 0; kk < TDM_MMK_COUNT; kk++)
@@ -491,12 +499,22 @@ int main(int argc, char **argv)
         struct tdm_tile_entry picked[MAX_SHAPES];
         int npicked = 0;
         int rows[MAX_TIMED_ROWS], nrows = timed_rows((enum tdm_mmk)kk, rows);
-        /* decode-first only where the table's timed rows start at one row */
-        const int by_decode = decode_first && rows[0] == 1;
-        char measured[192];
-        snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts)%s%s", rows[0], rows[nrows - 1], nrows,
-                 by_decode ? "; picked decode-first: within 1 % of the best one-row time, then the lowest sum" : "",
-                 rows[0] == 1 && lo_cap ? "; lo: its median us summed over the timed rows it serves" : "");
+        /* decode-first and split only where the table's timed rows start at one row; split needs
+         * timed rows on both sides of lo_cap (nlo: the timed rows up to it) */
+        int nlo = 0;
+        while (nlo < nrows && rows[nlo] <= lo_cap) nlo++;
+        const int by_split = objective == BY_SPLIT && rows[0] == 1 && nlo < nrows;
+        const int by_decode = (objective == BY_DECODE || objective == BY_SPLIT) && rows[0] == 1 && !by_split;
+        char measured[512];
+        if (by_split)
+            snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts); picked split: lo decode-first "
+                     "over the timed rows up to %d (within 1 %% of the best one-row time, then the lowest sum there) and "
+                     "serving rows 1..%d, the main setting (lo's nt) the lowest sum over the timed rows above; lo: its "
+                     "median us summed over the timed rows it serves", rows[0], rows[nrows - 1], nrows, lo_cap, lo_cap);
+        else
+            snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts)%s%s", rows[0], rows[nrows - 1], nrows,
+                     by_decode ? "; picked decode-first: within 1 % of the best one-row time, then the lowest sum" : "",
+                     rows[0] == 1 && lo_cap ? "; lo: its median us summed over the timed rows it serves" : "");
         for (int si = 0; si < nshapes; si++) {
             const int64_t n = shapes[si][0], k = shapes[si][1];
             const char *kname = tdm_mmk_name((enum tdm_mmk)kk);
@@ -592,21 +610,42 @@ int main(int argc, char **argv)
                 if (timed) fprintf(stderr, ", %.2f us", score);
                 fprintf(stderr, "\n");
             }
-            if (best < 1e300 && by_decode) {   /* within 1 % of the best one-row time, then the lowest sum */
-                double row1 = 1e300;
+            /* decode, and split's few-row setting: within 1 % of the best one-row time, then the
+             * lowest sum over the timed rows [0, nsum) */
+            int lo = -1, lo_rows = 0;
+            if (best < 1e300 && (by_decode || by_split)) {
+                const int nsum = by_split ? nlo : nrows;
+                double row1 = 1e300, low = 1e300;
+                int di = -1;
                 for (int ci = 0; ci < ncand; ci++)
                     if (cand_score[ci] >= 0 && cand_us[ci][0] < row1) row1 = cand_us[ci][0];
-                best = 1e300;
-                for (int ci = 0; ci < ncand; ci++)
-                    if (cand_score[ci] >= 0 && cand_us[ci][0] <= row1 * 1.01 && cand_score[ci] < best) {
-                        best = cand_score[ci];
-                        besti = ci;
+                for (int ci = 0; ci < ncand; ci++) {
+                    if (cand_score[ci] < 0 || cand_us[ci][0] > row1 * 1.01) continue;
+                    double sum = 0;
+                    for (int ri = 0; ri < nsum; ri++) sum += cand_us[ci][ri];
+                    if (sum < low) low = sum, di = ci;
+                }
+                if (by_decode) {
+                    besti = di;
+                    best = cand_score[di];
+                } else {
+                    /* the main setting: lo's nt (so that a SwiGLU pair, nt 2, stays one launch at
+                     * every row count), the lowest sum over the timed rows above lo_cap */
+                    best = low = 1e300;
+                    for (int ci = 0; ci < ncand; ci++) {
+                        if (cand_score[ci] < 0 || cand[ci].nt != cand[di].nt) continue;
+                        double sum = 0;
+                        for (int ri = nlo; ri < nrows; ri++) sum += cand_us[ci][ri];
+                        if (sum < low) low = sum, besti = ci;
                     }
+                    best = cand_score[besti];
+                    if (besti != di) lo = di, lo_rows = lo_cap;
+                }
             }
-            /* The few-row setting: the fastest at one row, where it beats the pick there by 1 % or
-             * more, serving the timed row counts up to lo_cap at each of which it is faster. */
-            int lo = -1, lo_rows = 0;
-            if (best < 1e300 && rows[0] == 1 && lo_cap) {
+            /* The few-row setting (sum, decode): the fastest at one row, where it beats the pick
+             * there by 1 % or more, serving the timed row counts up to lo_cap at each of which it
+             * is faster. */
+            if (best < 1e300 && rows[0] == 1 && lo_cap && !by_split) {
                 for (int ci = 0; ci < ncand; ci++)
                     if (cand_score[ci] >= 0 && (lo < 0 || cand_us[ci][0] < cand_us[lo][0])) lo = ci;
                 for (int ri = 0; lo >= 0 && ri < nrows && rows[ri] <= lo_cap &&

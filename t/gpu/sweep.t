@@ -1,8 +1,10 @@
 #!/bin/sh
 # tandem-sweep on the GPU, one small shape and few repeats: the tables it writes (the picks, with a
 # few-row setting of at most --lo-rows rows where one is faster at one row) load back, a second
-# sweep merges into them (reading and validating the first), --lo-rows 0 writes none, and the
-# --json report times the rows each table serves. Skips without a CUDA device.
+# sweep merges into them (reading and validating the first), --lo-rows 0 writes none, the
+# --json report times the rows each table serves, and --objective split's main setting is the
+# fastest of its nt at 16 rows in its own report, its few-row setting (if any) serving rows 1..8.
+# Skips without a CUDA device.
 SW=bin/tandem-sweep
 JG=build/t/json_get
 . t/gpu-skip.sh
@@ -11,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 $SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --out "$tmp/sm" --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 skip_without_device $rc "$tmp/a.err"
-echo "1..6"
+echo "1..8"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.err" "$tmp/b.err" 2>/dev/null | sed 's/^/# /'; fi; }
 T=$tmp/sm/nvfp4-skinny.json
@@ -29,3 +31,26 @@ t "a second sweep merges into the table (the first entry read back and kept)" \
   "[ $rcb -eq 0 ] && $JG $T shapes.1024,5120.nt >/dev/null && $JG $T shapes.48,5120.nt >/dev/null"
 t "--lo-rows 0: no few-row setting" "! $JG $T shapes.48,5120.lo >/dev/null 2>&1"
 t "the picks on stderr" "grep -q '1024,5120: picked nt=' $tmp/a.err && grep -q '48,5120: picked nt=' $tmp/b.err"
+$SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --objective split --out "$tmp/sp" --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
+rcc=$?
+S=$tmp/sp/nvfp4-skinny.json
+E=shapes.1024,5120
+t "split: exit 0; lo, where written, has the main setting's nt and serves rows 1..8" \
+  "[ $rcc -eq 0 ] && $JG $S $E.nt >/dev/null &&
+   { ! $JG $S $E.lo >/dev/null 2>&1 || { [ \$($JG $S $E.lo.rows) = 8 ] && [ \$($JG $S $E.lo.nt) = \$($JG $S $E.nt) ]; }; }"
+# the report's 16-row medians: the main setting's, and the least among the identical settings of its nt
+split_main_fastest() {
+    key=""; for f in nt wn wk cs pf; do key="$key $($JG $S $E.$f)" || return 1; done
+    i=0; mine=""; least=""
+    while v=$($JG "$tmp/c.json" "$i.verdict" 2>/dev/null); do
+        if [ "$v" = '"identical"' ] && [ "$($JG "$tmp/c.json" "$i.setting.nt")" = "$($JG $S $E.nt)" ]; then
+            us=$($JG "$tmp/c.json" "$i.us.16") || return 1
+            k=""; for f in nt wn wk cs pf; do k="$k $($JG "$tmp/c.json" "$i.setting.$f")"; done
+            [ "$k" = "$key" ] && mine=$us
+            least=$(awk -v a="$us" -v b="$least" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }')
+        fi
+        i=$((i + 1))
+    done
+    [ -n "$mine" ] && awk -v a="$mine" -v b="$least" 'BEGIN { exit !(a + 0 == b + 0) }'
+}
+t "split: the main setting is the fastest of its nt at 16 rows in the report" split_main_fastest
