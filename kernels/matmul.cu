@@ -337,6 +337,11 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
     return swiglu_setting(gate, up, x, ldx, m, tiles, &kk, &t);
 }
 
+extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
+{
+    return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= 16);
+}
+
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
                                  int64_t ldx, const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
                                  const struct tdm_tiles *tiles, void *stream)

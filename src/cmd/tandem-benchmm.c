@@ -1,7 +1,8 @@
 /* tandem-benchmm — the matrix-product benchmark: for every projection shape of the served models,
  * at each row count, the project's NVFP4 and FP8 kernels (time, GB/s, fraction of the streaming
  * read bandwidth measured at the start of the same run) against cuBLAS BF16 and cuBLASLt FP8 on
- * the same shape and rows, eager and inside a CUDA graph; then one line per row count for a whole
+ * the same shape and rows, eager and inside a CUDA graph; each SwiGLU pair (gate and up of one
+ * shape) as the engine runs it, one NVFP4 launch for both; then one line per row count for a whole
  * Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing rotates
  * over weight copies that together exceed 8x the L2 (cold), median of repeats. */
 #include "cli.h"
@@ -26,6 +27,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: %s [options]\n"
             "Times the matrix kernels on every projection shape of the served models against cuBLAS,\n"
+            "each SwiGLU pair (<p>gate+up: both weights in one NVFP4 launch, as the engine runs them),\n"
             "and a whole Qwen3.8-27B token's projections in one CUDA graph. Table on stdout.\n"
             "  --model NAME     qwen3.8-27b or qwen3-next-80b (repeatable; default both)\n"
             "  --rows LIST      row counts, comma-separated (default 1,2,4,8,16,24,32)\n"
@@ -49,15 +51,16 @@ static int reps = 10;
 static size_t l2;
 
 /* ---- one timed thing: a call over rotating weight copies ---- */
-enum which { OURS, CUBLAS_BF16, CUBLASLT_FP8 };
+enum which { OURS, OURS_SWIGLU, CUBLAS_BF16, CUBLASLT_FP8 };
 struct call {
     enum which what;
-    struct tdm_wset *ws;
+    struct tdm_wset *ws;   /* OURS_SWIGLU: the gate's copies */
     const uint16_t *x;     /* BF16 activations */
     const uint8_t *x8;     /* e4m3 activations for cuBLASLt */
     void *y;
     int64_t m;
     const uint16_t *xb;    /* x's blocked copy for our kernels (NULL: none) */
+    struct tdm_wset *wu;   /* OURS_SWIGLU: the up projection's copies (as many as the gate's) */
 };
 
 static int use_xb = 1;    /* --no-xb clears */
@@ -76,6 +79,8 @@ static int do_call(void *p, int i, void *stream)
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     switch (c->what) {
     case OURS: return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
+    case OURS_SWIGLU:
+        return tdm_matmul_swiglu(w, &c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, w->n, NULL, tiles, stream);
     case CUBLAS_BF16: return tdm_cublas_bf16(blas, w->w, w->n, w->k, c->x, c->m, c->y);
     default: {
         int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
@@ -201,10 +206,58 @@ static int token_call(void *p, int i, void *stream)
         const uint16_t *xb = NULL;
         for (int i = 0; i < c->nxb; i++)
             if (c->xb_k[i] == c->t->w[j].w[0].k) xb = c->xb[i];
-        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb};
+        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb, NULL};
         if (do_call(&cc, 0, stream) != 0) return -1;
     }
     return 0;
+}
+
+/* The SwiGLU pairs of a model (a projection named <p>gate_proj beside <p>up_proj of the same shape),
+ * in NVFP4 as the engine runs them: one tdm_matmul_swiglu a pair (both weights, x read once), at
+ * each row count, into the table as "<p>gate+up" with its bytes and time; "n/a" where the pair's
+ * setting cannot run as one (tdm_matmul_swiglu_ok). */
+static int nrows, rows[32];
+static double read_gbps;
+static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, void *y, uint16_t *xbuf, json_t *arr)
+{
+    for (int s = 0; s < ms->nshapes; s++) {
+        const struct tdm_proj_shape *g = &ms->shapes[s], *u = NULL;
+        const size_t len = strlen(g->name), sfx = strlen("gate_proj");
+        if (len < sfx || strcmp(g->name + len - sfx, "gate_proj") != 0) continue;
+        for (int j = 0; j < ms->nshapes; j++)
+            if (strlen(ms->shapes[j].name) == len - sfx + strlen("up_proj") && strncmp(ms->shapes[j].name, g->name, len - sfx) == 0 &&
+                strcmp(ms->shapes[j].name + len - sfx, "up_proj") == 0 && ms->shapes[j].n == g->n && ms->shapes[j].k == g->k)
+                u = &ms->shapes[j];
+        if (!u) continue;
+        char pname[64], shape[32];
+        snprintf(pname, sizeof pname, "%.*sgate+up", (int)(len - sfx), g->name);
+        snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, g->n, g->k);
+        struct tdm_wset wg, wu;
+        wset(&wg, TDM_W_NVFP4, g->n, g->k, 400 + s);
+        wset(&wu, TDM_W_NVFP4, g->n, g->k, 500 + s);
+        for (int ri = 0; ri < nrows; ri++) {
+            const int64_t m = rows[ri];
+            printf("%-15s %-26s %11s %5" PRId64 " | ", ms->model, pname, shape, m);
+            if (!tdm_matmul_swiglu_ok(&wg.w[0], &wu.w[0], x, g->k, m, tiles)) {
+                printf("%8s %7s %5s %8s | swiglu: the setting does not run as one\n", "n/a", "", "", "");
+                continue;
+            }
+            const uint16_t *xb = pack_xb(x, m, g->k, xbuf);
+            struct call c = {OURS_SWIGLU, &wg, x, NULL, y, m, xb, &wu};
+            /* both weights and their scales, x once */
+            const double b = (double)(tdm_matmul_bytes(&wg.w[0], m) + tdm_matmul_bytes(&wu.w[0], m) - m * g->k * 2);
+            const double tg = time_it(&c, 1), te = time_it(&c, 0), gb = b / tg / 1e6;
+            printf("%8.2f %7.0f %4.0f%% %8.2f | %8s %7s %5s | %8s %8s %8s | %6s\n", tg * 1e3, gb, 100 * gb / read_gbps, te * 1e3,
+                   "-", "-", "-", "-", "-", "-", "-");
+            fflush(stdout);
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:f, s:f, s:f}", "model", ms->model, "projection",
+                                                 pname, "n", (json_int_t)g->n, "k", (json_int_t)g->k, "rows", (json_int_t)m,
+                                                 "swiglu", 1, "nvfp4_graph_us", tg * 1e3, "nvfp4_eager_us", te * 1e3,
+                                                 "nvfp4_gbps", gb));
+        }
+        tdm_wset_free(&wg);
+        tdm_wset_free(&wu);
+    }
 }
 
 int main(int argc, char **argv)
@@ -215,7 +268,7 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const struct tdm_model_shapes *models[4];
-    int nmodels = 0, rows[32], nrows = 0, baseline = 1, token = 1;
+    int nmodels = 0, baseline = 1, token = 1;
     const char *json_path = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -267,7 +320,7 @@ int main(int argc, char **argv)
     int maxm = 0;
     for (int i = 0; i < nrows; i++) if (rows[i] > maxm) maxm = rows[i];
 
-    const double read_gbps = cold_read_gbps();
+    read_gbps = cold_read_gbps();
     printf("# %s (%s, %d SMs, L2 %zu MiB); cold streaming read %.0f GB/s; tiles %s/%s; median of %d; weights rotate over >= 8x L2\n",
            info.name, arch, info.sm_count, l2 >> 20, read_gbps, tdm_setting("TANDEM_TILES"), arch, reps);
     printf("# columns: us = microseconds per product; GB/s = bytes it must read (weights, scales, activations) / time;\n"
@@ -316,13 +369,13 @@ int main(int argc, char **argv)
             for (int ri = 0; ri < nrows; ri++) {
                 const int64_t m = rows[ri];
                 const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 reads it; FP8 ignores it */
-                struct call c4 = {OURS, &w4, x, x8, y, m, xb}, c8 = {OURS, &w8, x, x8, y, m, xb};
+                struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL};
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
                 double tbg = -1, tbe = -1, tlg = -1;
                 int lt_block = 0;
                 if (baseline) {
-                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL};
+                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL, NULL};
                     tbg = time_it(&cb, 1);
                     tbe = time_it(&cb, 0);
                     tlg = time_it(&cl, 1);
@@ -354,6 +407,7 @@ int main(int argc, char **argv)
             tdm_wset_free(&w8);
             if (baseline) tdm_wset_free(&wb);
         }
+        swiglu_lines(ms, x, y, xbs[0], arr);
     }
     json_object_set_new(rec, "shapes", arr);
 

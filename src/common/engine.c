@@ -63,7 +63,8 @@ struct tdm_engine {
     struct dlayer *ly;                      /* [L] */
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
-    int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can */
+    int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can: 0 off,
+                                               1 on, 2 auto (where tdm_matmul_swiglu_pays too) */
     int mm_xb;                              /* TANDEM_MM_XB: the products' inputs also as blocked copies (xb) */
     int concurrent;                         /* TANDEM_CONCURRENT: sibling projections on e->side (side_ok) */
     tdm_stream side;                        /* the second stream (NULL when off) */
@@ -435,7 +436,8 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
-    e->fuse_mlp = strcmp(tdm_setting("TANDEM_MLP_FUSE"), "off") != 0;
+    const char *fm = tdm_setting("TANDEM_MLP_FUSE");
+    e->fuse_mlp = strcmp(fm, "off") == 0 ? 0 : strcmp(fm, "on") == 0 ? 1 : 2;
     e->mm_xb = strcmp(tdm_setting("TANDEM_MM_XB"), "off") != 0;
     e->concurrent = strcmp(tdm_setting("TANDEM_CONCURRENT"), "off") != 0;
     if (e->concurrent && (tdm_stream_create(&e->side) != 0 || tdm_event_create_sync(&e->fork_ev) != 0 ||
@@ -487,12 +489,16 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s; sibling projections %s%s; GDN commits %s; %s; %s\n",
+            "%.0f MB; decode steps %s; sibling projections %s%s; dense MLPs' gate, up and SiLU x up %s; GDN commits %s; "
+            "%s; %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
+            e->fuse_mlp == 2   ? "one launch where it is the faster (not NVFP4 at 9-16 rows)"
+            : e->fuse_mlp == 1 ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
+                               : "three launches (TANDEM_MLP_FUSE=off)",
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
             tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",
@@ -713,9 +719,11 @@ static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
     const int64_t I = c->intermediate;
     void *st = e->st;
     const struct tdm_tiles *t = e->tiles;
-    /* gate, up and SiLU x up in one launch where the setting allows (tdm_matmul_swiglu: the same
-     * bits as the three launches, so the choice, made per row count, changes none) */
-    const int fused = e->fuse_mlp && tdm_matmul_swiglu_ok(&d->gate, &d->up, e->xn, H, M, t);
+    /* gate, up and SiLU x up in one launch where the setting allows and (auto) where that is the
+     * faster (tdm_matmul_swiglu: the same bits as the three launches, so the choice, made per row
+     * count, changes none) */
+    const int fused = e->fuse_mlp && tdm_matmul_swiglu_ok(&d->gate, &d->up, e->xn, H, M, t) &&
+                      (e->fuse_mlp == 1 || tdm_matmul_swiglu_pays(&d->gate, M));
     const uint16_t *xnb = blocked(e->xn_b, M);
     uint16_t *gb = blocked(e->g_b, M);
     if ((fused ? tdm_matmul_swiglu(&d->gate, &d->up, e->xn, H, xnb, M, e->g, I, gb, t, st)

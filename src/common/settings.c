@@ -37,10 +37,11 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs qwen3_5's in_proj_b and in_proj_a as one product per GDN layer (one [2Hv, H] "
      "weight, b's rows then a's) where the two concatenate exactly (same format and k; NVFP4 the same "
      "scale_2; FP8 whole 128-row blocks), else two; off runs two products (the older path, for comparison)"},
-    {"TANDEM_MLP_FUSE", "on", "on|off",
+    {"TANDEM_MLP_FUSE", "auto", "auto|on|off",
      "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
      "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp: the same bits); off runs "
-     "two products and the SiLU x up kernel (the older path, for comparison)"},
+     "two products and the SiLU x up kernel (the older path, for comparison); auto runs the one launch where "
+     "it is measured faster: every row count but NVFP4's 9-16 (tdm_matmul_swiglu_pays)"},
     {"TANDEM_CONCURRENT", "on", "on|off",
      "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
      "rows (a GDN layer's in_proj_z and in_proj_b/a, or in_proj_ba, beside in_proj_qkv or in_proj_qkvz; an "

@@ -92,12 +92,14 @@ done
 # logit bit for bit as the one 96x5120 product's (tdm_mm_kchains gives both shapes 8 chains, and
 # nothing else of a shape changes a column's bits), and the engine's line says one product in 1 of
 # 1 GDN layers, then 0 of 1; and with the MLP's three launches (TANDEM_MLP_FUSE=off) instead of
-# one SwiGLU product (NVFP4 with nt 2 settings; the other formats run three either way): the same.
+# one SwiGLU product (NVFP4 with nt 2 settings; the other formats run three either way): the same;
+# and a 12-row prompt under the default (auto: three launches at 9-16 rows) and with it on: the same.
 # And with every launch on one stream (TANDEM_CONCURRENT=off) instead of the sibling projections on
 # two (the 6-row prompt eager, the steps from graphs with the branches in them): the same bits, and
 # the engine's line says which. And with the products reading their inputs as written
 # (TANDEM_MM_XB=off) instead of the blocked copies: the same bits.
 printf '5 17 99 3 250 7\n' >"$tmp/p27.tok"
+printf '5 17 99 3 250 7 11 42 8 1000 64 2\n' >"$tmp/p12.tok"
 for fmt in bf16 fp8 nvfp4; do
     M27=$tmp/m27-$fmt
     t "27B layer shapes, $fmt: the engine's prompt logits (6 rows) and 3 steps' logits against the CPU reference" \
@@ -115,6 +117,11 @@ for fmt in bf16 fp8 nvfp4; do
     t "27B layer shapes, $fmt: the MLP as gate, up and SiLU x up launches (TANDEM_MLP_FUSE=off) gives the one SwiGLU product's logits bit for bit" \
       "TANDEM_MLP_FUSE=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu3.st >/dev/null 2>$tmp/err.three &&
        cmp -s $tmp/gpu.st $tmp/gpu3.st || { sed 's/^/# /' $tmp/err.one $tmp/err.three; false; }"
+    t "27B layer shapes, $fmt: a 12-row prompt (TANDEM_MLP_FUSE=auto: NVFP4's MLP in three launches at 9-16 rows) gives the one SwiGLU launch's (on) logits bit for bit" \
+      "$RUN -m $M27 -p $tmp/p12.tok -n 0 --dump-logits $tmp/gpu12a.st >/dev/null 2>$tmp/err.auto &&
+       TANDEM_MLP_FUSE=on $RUN -m $M27 -p $tmp/p12.tok -n 0 --dump-logits $tmp/gpu12o.st >/dev/null 2>$tmp/err.on &&
+       grep -q 'SiLU x up one launch where it is the faster' $tmp/err.auto && grep -q 'SiLU x up one launch at 1-32 rows (TANDEM_MLP_FUSE=on)' $tmp/err.on &&
+       cmp -s $tmp/gpu12a.st $tmp/gpu12o.st || { sed 's/^/# /' $tmp/err.auto $tmp/err.on; false; }"
     t "27B layer shapes, $fmt: every launch on one stream (TANDEM_CONCURRENT=off) gives the two streams' logits bit for bit" \
       "TANDEM_CONCURRENT=off $RUN -m $M27 -p $tmp/p27.tok --force $tmp/cpu.tok --dump-logits $tmp/gpu4.st >/dev/null 2>$tmp/err.seq &&
        grep -q 'sibling projections on two streams' $tmp/err.one && grep -q 'sibling projections on one stream (TANDEM_CONCURRENT=off)' $tmp/err.seq &&

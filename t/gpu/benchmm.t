@@ -1,0 +1,30 @@
+#!/bin/sh
+# tandem-benchmm on the GPU, the 27B's shapes at one and 16 rows with one repeat: a line per
+# projection and row count, the SwiGLU pair's line (mlp.gate+up) with a time, and the --json
+# record holding it. Skips without a CUDA device.
+JG=build/t/json_get
+. t/gpu-skip.sh
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+bin/tandem-benchmm --model qwen3.8-27b --rows 1,16 --reps 1 --no-baseline --no-token --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
+rc=$?
+skip_without_device $rc "$tmp/a.err"
+echo "1..4"
+n=0
+t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.out" "$tmp/a.err" | sed 's/^/# /'; fi; }
+t "exit 0" "[ $rc -eq 0 ]"
+t "a line per projection shape and row count (9 shapes x 2)" \
+  "[ \$(grep -cE '^qwen3.8-27b +[a-z_.]+ +[0-9]+,[0-9]+ +(1|16) \| +[0-9.]+ ' $tmp/a.out) -eq 18 ]"
+t "the SwiGLU pair at 1 and 16 rows, timed" \
+  "[ \$(grep -cE '^qwen3.8-27b +mlp.gate\+up +17408,5120 +(1|16) \| +[0-9]+\.[0-9]+ ' $tmp/a.out) -eq 2 ]"
+# the JSON record: the SwiGLU entries after the 18 per-shape ones
+swiglu_json() {
+    i=0
+    while p=$($JG "$tmp/a.json" "shapes.$i.projection" 2>/dev/null); do
+        [ "$p" = '"mlp.gate+up"' ] && [ "$($JG "$tmp/a.json" "shapes.$i.swiglu")" = true ] &&
+            $JG "$tmp/a.json" "shapes.$i.nvfp4_graph_us" >/dev/null && return 0
+        i=$((i + 1))
+    done
+    return 1
+}
+t "--json: the pair's record, marked swiglu, with its time" swiglu_json
