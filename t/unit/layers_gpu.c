@@ -431,6 +431,45 @@ static int qk_launch(void *p, int r0, int m, int devpos)
                             c->dq + r0 * (size_t)c->Hq * c->D, c->dkc, c->dvc, st);
 }
 
+/* The q/k norm tests' inputs: R random rows of the gated q (ldqg), k and v (ldkv), with rows that
+ * share their values (share_rows), and the two norms' weights of D; uploaded to the device copies. */
+static void qk_inputs(size_t ldqg, size_t ldkv, int D, uint16_t *qg, float *qgf, uint16_t *k, float *kf, uint16_t *v,
+                      float *vf, float *qn, float *kn, uint16_t *dqg, uint16_t *dk, uint16_t *dv, float *dqn, float *dkn)
+{
+    rand_bf16(qg, qgf, R * ldqg, 3.0f);
+    rand_bf16(k, kf, R * ldkv, 3.0f);
+    rand_bf16(v, vf, R * ldkv, 3.0f);
+    share_rows(qg, qgf, ldqg);
+    share_rows(k, kf, ldkv);
+    share_rows(v, vf, ldkv);
+    for (int i = 0; i < D; i++) { qn[i] = bfv(frand() * 0.5f); kn[i] = bfv(frand() * 0.5f); }
+    up(dqg, qg, R * ldqg * 2);
+    up(dk, k, R * ldkv * 2);
+    up(dv, v, R * ldkv * 2);
+    up(dqn, qn, D * 4);
+    up(dkn, kn, D * 4);
+}
+
+/* One row's q heads (q_row, Hq x D) and k heads (k_row, Hkv x D) as the kernel wrote them against
+ * tdm_ref_rmsnorm + tdm_ref_rope_bf16 at position pos of the row's gated q (qgf_row: each head's D
+ * q values, then its D gate values) and k (kf_row), into cq and ck: 1 ulp + 2^-7 of the head's
+ * largest. ref: D floats of scratch. */
+static void qk_ref_row(const struct shape *s, const float *qgf_row, const float *kf_row, const float *qn, const float *kn,
+                       int pos, const uint16_t *q_row, const uint16_t *k_row, struct cmp *cq, struct cmp *ck, float *ref)
+{
+    const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, Rd = s->c.rotary_dim;
+    for (int hd = 0; hd < Hq + Hkv; hd++) {
+        const float *src = hd < Hq ? qgf_row + (size_t)hd * 2 * D : kf_row + (size_t)(hd - Hq) * D;
+        tdm_ref_rmsnorm(src, hd < Hq ? qn : kn, D, s->c.rms_eps, ref);
+        float mx = 0;
+        for (int i = 0; i < D; i++) mx = fmaxf(mx, fabsf(ref[i]));
+        tdm_ref_rope_bf16(ref, Rd, pos, s->c.rope_theta);
+        const uint16_t *got = hd < Hq ? q_row + (size_t)hd * D : k_row + (size_t)(hd - Hq) * D;
+        for (int i = 0; i < D; i++)
+            cmp_add(hd < Hq ? cq : ck, tdm_bf16_to_f32(got[i]), ref[i], ulp(ref[i]) + ldexpf(mx, -7));
+    }
+}
+
 static void test_qk(const struct shape *s, int P)
 {
     const int Hq = s->c.n_q_heads, Hkv = s->c.n_kv_heads, D = s->c.head_dim, Rd = s->c.rotary_dim;
@@ -442,21 +481,10 @@ static void test_qk(const struct shape *s, int P)
     uint16_t *kc = hal(R * ldkv * 2), *vc = hal(R * ldkv * 2);
     float *qgf = hal(R * ldqg * 4), *kf = hal(R * ldkv * 4), *vf = hal(R * ldkv * 4), *qn = hal(D * 4), *kn = hal(D * 4);
     float *ref = hal(D * 4);
-    rand_bf16(qg, qgf, R * ldqg, 3.0f);
-    rand_bf16(k, kf, R * ldkv, 3.0f);
-    rand_bf16(v, vf, R * ldkv, 3.0f);
-    share_rows(qg, qgf, ldqg);
-    share_rows(k, kf, ldkv);
-    share_rows(v, vf, ldkv);
-    for (int i = 0; i < D; i++) { qn[i] = bfv(frand() * 0.5f); kn[i] = bfv(frand() * 0.5f); }
     struct qk_ctx c = {dal(R * ldqg * 2), dal(R * ldkv * 2), dal(R * ldkv * 2), dal(R * Hq * D * 2),
                        dal((size_t)ctx * ldkv * 2), dal((size_t)ctx * ldkv * 2), dal(D * 4), dal(D * 4), dal(4),
                        Hq, Hkv, D, Rd, P, ctx, s->c.rope_theta, s->c.rms_eps};
-    up(c.dqg, qg, R * ldqg * 2);
-    up(c.dk, k, R * ldkv * 2);
-    up(c.dv, v, R * ldkv * 2);
-    up(c.dqn, qn, D * 4);
-    up(c.dkn, kn, D * 4);
+    qk_inputs(ldqg, ldkv, D, qg, qgf, k, kf, v, vf, qn, kn, c.dqg, c.dk, c.dv, c.dqn, c.dkn);
     uint16_t *dkrows = c.dkc + (size_t)P * ldkv, *dvrows = c.dvc + (size_t)P * ldkv;
     poison(c.dq, R * Hq * D * 2);
     poison(dkrows, R * ldkv * 2);
@@ -468,16 +496,7 @@ static void test_qk(const struct shape *s, int P)
     struct cmp cq = {0}, ck = {0};
     int vbad = 0;
     for (int r = 0; r < R; r++) {
-        for (int hd = 0; hd < Hq + Hkv; hd++) {
-            const float *src = hd < Hq ? qgf + r * ldqg + (size_t)hd * 2 * D : kf + r * ldkv + (size_t)(hd - Hq) * D;
-            tdm_ref_rmsnorm(src, hd < Hq ? qn : kn, D, s->c.rms_eps, ref);
-            float mx = 0;
-            for (int i = 0; i < D; i++) mx = fmaxf(mx, fabsf(ref[i]));
-            tdm_ref_rope_bf16(ref, Rd, P + r, s->c.rope_theta);
-            const uint16_t *got = hd < Hq ? q + ((size_t)r * Hq + hd) * D : kc + r * ldkv + (size_t)(hd - Hq) * D;
-            for (int i = 0; i < D; i++)
-                cmp_add(hd < Hq ? &cq : &ck, tdm_bf16_to_f32(got[i]), ref[i], ulp(ref[i]) + ldexpf(mx, -7));
-        }
+        qk_ref_row(s, qgf + r * ldqg, kf + r * ldkv, qn, kn, P + r, q + (size_t)r * Hq * D, kc + r * ldkv, &cq, &ck, ref);
         vbad += memcmp(vc + r * ldkv, v + r * ldkv, ldkv * 2) != 0;
     }
     cmp_ok(&cq, label, "q against tdm_ref_rmsnorm + tdm_ref_rope_bf16 (1 ulp + 2^-7 max)");
@@ -632,6 +651,35 @@ static void rec_reset(void *p)
     up(c->dS, c->S0, (size_t)c->Hv * c->Dk * c->Dv * 4);
 }
 
+/* The recurrence tests' inputs: R random rows of the conv's output (C: q, k, v), of b and a (Hv),
+ * with rows that share their values; A and dt a head; the nS values of the starting state. */
+static void rec_inputs(int C, int Hv, size_t nS, uint16_t *qkv, float *qkvf, uint16_t *b, float *bf_, uint16_t *a, float *af,
+                       float *A, float *dt, float *S0)
+{
+    rand_bf16(qkv, qkvf, (size_t)R * C, 1.0f);
+    share_rows(qkv, qkvf, C);
+    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
+    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
+    share_rows(b, bf_, Hv);
+    share_rows(a, af, Hv);
+    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
+    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+}
+
+/* One token's recurrence output as the kernel wrote it (o_row, Hv x Dv) against the reference's
+ * (oref, FP32, rounded to BF16 here), into co: 1 ulp + 1e-4 of the head's largest. */
+static void rec_o_cmp(int Hv, int Dv, const float *oref, const uint16_t *o_row, struct cmp *co)
+{
+    for (int h = 0; h < Hv; h++) {
+        float mx = 0;
+        for (int j = 0; j < Dv; j++) mx = fmaxf(mx, fabsf(bfv(oref[h * Dv + j])));
+        for (int j = 0; j < Dv; j++) {
+            const float r = bfv(oref[h * Dv + j]);
+            cmp_add(co, tdm_bf16_to_f32(o_row[h * Dv + j]), r, ulp(r) + 1e-4 * mx);
+        }
+    }
+}
+
 static void test_recur(const struct shape *s)
 {
     const int Hk = s->c.gdn_k_heads, Hv = s->c.gdn_v_heads, Dk = s->c.gdn_k_dim, Dv = s->c.gdn_v_dim;
@@ -644,14 +692,7 @@ static void test_recur(const struct shape *s)
     float *qkvf = hal((size_t)R * C * 4), *bf_ = hal((size_t)R * Hv * 4), *af = hal((size_t)R * Hv * 4);
     float *A = hal(Hv * 4), *dt = hal(Hv * 4), *S0 = hal(nS * 4), *S = hal(nS * 4), *Sg = hal(nS * 4);
     float *oref = hal(no * 4), *scratch = hal((size_t)(2 * Hk * Dk + Dv) * 4);
-    rand_bf16(qkv, qkvf, (size_t)R * C, 1.0f);
-    share_rows(qkv, qkvf, C);
-    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
-    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
-    share_rows(b, bf_, Hv);
-    share_rows(a, af, Hv);
-    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
-    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    rec_inputs(C, Hv, nS, qkv, qkvf, b, bf_, a, af, A, dt, S0);
     struct rec_ctx c = {dal((size_t)R * C * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2), dal(R * no * 2),
                         dal(Hv * 4), dal(Hv * 4), dal(nS * 4), S0, Hk, Hv, Dk, Dv, C, NULL};
     up(c.dqkv, qkv, (size_t)R * C * 2);
@@ -669,14 +710,7 @@ static void test_recur(const struct shape *s)
     for (int t = 0; t < R; t++) {
         tdm_ref_gdn_token(Hk, Hv, Dk, Dv, A, dt, qkvf + (size_t)t * C, bf_ + (size_t)t * Hv, af + (size_t)t * Hv, S, oref,
                           scratch);
-        for (int h = 0; h < Hv; h++) {
-            float mx = 0;
-            for (int j = 0; j < Dv; j++) mx = fmaxf(mx, fabsf(bfv(oref[h * Dv + j])));
-            for (int j = 0; j < Dv; j++) {
-                const float ref = bfv(oref[h * Dv + j]);
-                cmp_add(&co, tdm_bf16_to_f32(o[(size_t)t * no + h * Dv + j]), ref, ulp(ref) + 1e-4 * mx);
-            }
-        }
+        rec_o_cmp(Hv, Dv, oref, o + (size_t)t * no, &co);
     }
     for (int h = 0; h < Hv; h++) {
         const float *Sh = S + (size_t)h * Dk * Dv;
@@ -1400,14 +1434,7 @@ static void test_gdn_tree(const struct shape *s)
     share_rows(x, xf, C);
     rand_bf16(s0, sf, ns, 3.0f);
     for (size_t i = 0; i < (size_t)C * K; i++) w[i] = bfv(frand() * 0.6f);
-    rand_bf16(qkv, qkvf, nx, 1.0f);
-    share_rows(qkv, qkvf, C);
-    rand_bf16(b, bf_, (size_t)R * Hv, 3.0f);
-    rand_bf16(a, af, (size_t)R * Hv, 3.0f);
-    share_rows(b, bf_, Hv);
-    share_rows(a, af, Hv);
-    for (int h = 0; h < Hv; h++) { A[h] = frand() * 1.5f - 0.5f; dt[h] = frand(); }
-    for (size_t i = 0; i < nS; i++) S0[i] = frand() * 0.5f;
+    rec_inputs(C, Hv, nS, qkv, qkvf, b, bf_, a, af, A, dt, S0);
     struct gtree_ctx c = {dal(nx * 2), dal(nx * 2), dal(ns * 2), dal(nx * 2), dal((size_t)R * Hv * 2), dal((size_t)R * Hv * 2),
                           dal(R * no * 2), dal((size_t)C * K * 4), dal(Hv * 4), dal(Hv * 4), dal(nS * 4), dal(R * 4),
                           C, K, Hk, Hv, Dk, Dv};
@@ -1488,14 +1515,7 @@ static void test_gdn_tree(const struct shape *s)
                 tdm_ref_gdn_token(Hk, Hv, Dk, Dv, A, dt, qkvf + (size_t)q * C, bf_ + (size_t)q * Hv, af + (size_t)q * Hv, S,
                                   oref, scratch);
             }
-            for (int h = 0; h < Hv; h++) {
-                float mx = 0;
-                for (int j = 0; j < Dv; j++) mx = fmaxf(mx, fabsf(bfv(oref[h * Dv + j])));
-                for (int j = 0; j < Dv; j++) {
-                    const float r = bfv(oref[h * Dv + j]);
-                    cmp_add(&co_ref, tdm_bf16_to_f32(to[(size_t)t * no + h * Dv + j]), r, ulp(r) + 1e-4 * mx);
-                }
-            }
+            rec_o_cmp(Hv, Dv, oref, to + (size_t)t * no, &co_ref);
         }
         ok(bad_y == 0 && bad_o == 0 && unw == 0, "%s, %s: every node's conv and recurrence output equals the chain verify "
            "forms on its root-to-node path, bit for bit (%d conv rows, %d recurrence rows differ, %d unwritten)", label,
@@ -1559,24 +1579,13 @@ static void test_attn_tree(const struct shape *s, int P)
     float *reff = hal(D * 4), *kcf = hal((size_t)ctx * ldkv * 4), *vcf = hal((size_t)ctx * ldkv * 4);
     float *pr = hal((size_t)ctx * 4), *ref = hal(D * 4), *qf = hal(row * 4), *gate = hal(D * 4);
     double *amag = hal(D * sizeof(double));
-    rand_bf16(qg, qgf, R * ldqg, 3.0f);
-    rand_bf16(k, kf, R * ldkv, 3.0f);
-    rand_bf16(v, vf, R * ldkv, 3.0f);
-    share_rows(qg, qgf, ldqg);
-    share_rows(k, kf, ldkv);
-    share_rows(v, vf, ldkv);
-    rand_bf16(kc, kcf, (size_t)ctx * ldkv, 2.0f);
-    rand_bf16(vc, vcf, (size_t)ctx * ldkv, 3.0f);
-    for (int i = 0; i < D; i++) { qn[i] = bfv(frand() * 0.5f); kn[i] = bfv(frand() * 0.5f); }
     const size_t sb = tdm_attn_scratch_bytes(R, Hq, D, ctx);
     struct atree_ctx c = {dal(R * ldqg * 2), dal(R * ldkv * 2), dal(R * ldkv * 2), dal(R * row * 2),
                           dal((size_t)ctx * ldkv * 2), dal((size_t)ctx * ldkv * 2), dal(R * row * 2), dal(D * 4), dal(D * 4),
                           dal(sb), dal(R * 4), dal(4), Hq, Hkv, D, Rd, P, ctx, s->c.rope_theta, s->c.rms_eps};
-    up(c.dqg, qg, R * ldqg * 2);
-    up(c.dk, k, R * ldkv * 2);
-    up(c.dv, v, R * ldkv * 2);
-    up(c.dqn, qn, D * 4);
-    up(c.dkn, kn, D * 4);
+    qk_inputs(ldqg, ldkv, D, qg, qgf, k, kf, v, vf, qn, kn, c.dqg, c.dk, c.dv, c.dqn, c.dkn);
+    rand_bf16(kc, kcf, (size_t)ctx * ldkv, 2.0f);
+    rand_bf16(vc, vcf, (size_t)ctx * ldkv, 3.0f);
     up(c.dpos, &P, 4);
     /* a second cache for the chain kernels on a path: the same rows below P */
     uint16_t *dkc2 = dal((size_t)ctx * ldkv * 2), *dvc2 = dal((size_t)ctx * ldkv * 2), *dpqg = dal(R * ldqg * 2);
@@ -1647,16 +1656,8 @@ static void test_attn_tree(const struct shape *s, int P)
             bad_o += memcmp(co_, out + (size_t)t * row, row * 2) != 0;
             for (size_t i = 0; i < row; i++) unw += out[(size_t)t * row + i] == 0xffff || q[(size_t)t * row + i] == 0xffff;
             /* the reference: q and k normed and rotated at P + d */
-            for (int hd = 0; hd < Hq + Hkv; hd++) {
-                const float *src = hd < Hq ? qgf + t * ldqg + (size_t)hd * 2 * D : kf + t * ldkv + (size_t)(hd - Hq) * D;
-                tdm_ref_rmsnorm(src, hd < Hq ? qn : kn, D, s->c.rms_eps, reff);
-                float mx = 0;
-                for (int i = 0; i < D; i++) mx = fmaxf(mx, fabsf(reff[i]));
-                tdm_ref_rope_bf16(reff, Rd, P + d, s->c.rope_theta);
-                const uint16_t *got = hd < Hq ? q + ((size_t)t * Hq + hd) * D : kct + t * ldkv + (size_t)(hd - Hq) * D;
-                for (int i = 0; i < D; i++)
-                    cmp_add(hd < Hq ? &cq_ref : &ck_ref, tdm_bf16_to_f32(got[i]), reff[i], ulp(reff[i]) + ldexpf(mx, -7));
-            }
+            qk_ref_row(s, qgf + t * ldqg, kf + t * ldkv, qn, kn, P + d, q + (size_t)t * row, kct + t * ldkv, &cq_ref, &ck_ref,
+                       reff);
             /* attention against tdm_ref_attn_head on the kernels' own q and K/V rows: the cache below
              * P, then the path's rows */
             for (int i = 0; i < n; i++)
