@@ -360,7 +360,7 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0;
-    enum { BY_SUM, BY_DECODE, BY_SPLIT } objective = BY_SUM;
+    enum tdm_tile_objective objective = TDM_OBJ_SUM;
     int lo_cap = -1;   /* -1: the objective's default */
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
@@ -368,9 +368,9 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
         switch (c) {
         case 'O':
-            if (strcmp(optarg, "sum") == 0) objective = BY_SUM;
-            else if (strcmp(optarg, "decode") == 0) objective = BY_DECODE;
-            else if (strcmp(optarg, "split") == 0) objective = BY_SPLIT;
+            if (strcmp(optarg, "sum") == 0) objective = TDM_OBJ_SUM;
+            else if (strcmp(optarg, "decode") == 0) objective = TDM_OBJ_DECODE;
+            else if (strcmp(optarg, "split") == 0) objective = TDM_OBJ_SPLIT;
             else tdm_die_usage(prog, "--objective: expected sum, decode or split, not", optarg);
             break;
         case 'L': {
@@ -432,8 +432,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind < argc) tdm_die_usage(prog, "unexpected argument", argv[optind]);
-    if (lo_cap < 0) lo_cap = objective == BY_SPLIT ? TDM_TILE_LO_ROWS_MAX : SWEEP_LO_ROWS;
-    if (objective == BY_SPLIT && !lo_cap) tdm_die_usage(prog, "--objective split needs a few-row setting: --lo-rows 1 or more, not", "0");
+    if (lo_cap < 0) lo_cap = objective == TDM_OBJ_SPLIT ? TDM_TILE_LO_ROWS_MAX : SWEEP_LO_ROWS;
+    if (objective == TDM_OBJ_SPLIT && !lo_cap) tdm_die_usage(prog, "--objective split needs a few-row setting: --lo-rows 1 or more, not", "0");
     if (!nshapes) tdm_die_usage(prog, "no shapes: give --shape N,K, --model-shapes NAME or --model DIR", NULL);
     if (!any_kernel) want[TDM_MMK_NVFP4] = want[TDM_MMK_NVFP4_WIDE] = want[TDM_MMK_FP8] = 1;
     for (int kk = 0; kk < TDM_MMK_COUNT; kk++)
@@ -499,12 +499,9 @@ int main(int argc, char **argv)
         struct tdm_tile_entry picked[MAX_SHAPES];
         int npicked = 0;
         int rows[MAX_TIMED_ROWS], nrows = timed_rows((enum tdm_mmk)kk, rows);
-        /* decode-first and split only where the table's timed rows start at one row; split needs
-         * timed rows on both sides of lo_cap (nlo: the timed rows up to it) */
-        int nlo = 0;
-        while (nlo < nrows && rows[nlo] <= lo_cap) nlo++;
-        const int by_split = objective == BY_SPLIT && rows[0] == 1 && nlo < nrows;
-        const int by_decode = (objective == BY_DECODE || objective == BY_SPLIT) && rows[0] == 1 && !by_split;
+        /* the objective that applies to this table's timed rows (tiles.h) */
+        const enum tdm_tile_objective obj = tdm_tile_objective_for(objective, rows, nrows, lo_cap);
+        const int by_split = obj == TDM_OBJ_SPLIT, by_decode = obj == TDM_OBJ_DECODE;
         char measured[512];
         if (by_split)
             snprintf(measured, sizeof measured, "sum of median us at rows %d..%d (%d counts); picked split: lo decode-first "
@@ -610,47 +607,18 @@ int main(int argc, char **argv)
                 if (timed) fprintf(stderr, ", %.2f us", score);
                 fprintf(stderr, "\n");
             }
-            /* decode, and split's few-row setting: within 1 % of the best one-row time, then the
-             * lowest sum over the timed rows [0, nsum) */
-            int lo = -1, lo_rows = 0;
-            if (best < 1e300 && (by_decode || by_split)) {
-                const int nsum = by_split ? nlo : nrows;
-                double row1 = 1e300, low = 1e300;
-                int di = -1;
-                for (int ci = 0; ci < ncand; ci++)
-                    if (cand_score[ci] >= 0 && cand_us[ci][0] < row1) row1 = cand_us[ci][0];
-                for (int ci = 0; ci < ncand; ci++) {
-                    if (cand_score[ci] < 0 || cand_us[ci][0] > row1 * 1.01) continue;
-                    double sum = 0;
-                    for (int ri = 0; ri < nsum; ri++) sum += cand_us[ci][ri];
-                    if (sum < low) low = sum, di = ci;
-                }
-                if (by_decode) {
-                    besti = di;
-                    best = cand_score[di];
-                } else {
-                    /* the main setting: lo's nt (so that a SwiGLU pair, nt 2, stays one launch at
-                     * every row count), the lowest sum over the timed rows above lo_cap */
-                    best = low = 1e300;
-                    for (int ci = 0; ci < ncand; ci++) {
-                        if (cand_score[ci] < 0 || cand[ci].nt != cand[di].nt) continue;
-                        double sum = 0;
-                        for (int ri = nlo; ri < nrows; ri++) sum += cand_us[ci][ri];
-                        if (sum < low) low = sum, besti = ci;
-                    }
-                    best = cand_score[besti];
-                    if (besti != di) lo = di, lo_rows = lo_cap;
-                }
+            /* the pick and its few-row setting under the objective (tiles.h: tdm_tile_pick) */
+            static double flat_us[512 * MAX_TIMED_ROWS];
+            static int cand_timed[512], cand_nt[512];
+            for (int ci = 0; ci < ncand; ci++) {
+                cand_timed[ci] = cand_score[ci] >= 0;
+                cand_nt[ci] = cand[ci].nt;
+                for (int ri = 0; ri < nrows; ri++) flat_us[ci * nrows + ri] = cand_us[ci][ri];
             }
-            /* The few-row setting (sum, decode): the fastest at one row, where it beats the pick
-             * there by 1 % or more, serving the timed row counts up to lo_cap at each of which it
-             * is faster. */
-            if (best < 1e300 && rows[0] == 1 && lo_cap && !by_split) {
-                for (int ci = 0; ci < ncand; ci++)
-                    if (cand_score[ci] >= 0 && (lo < 0 || cand_us[ci][0] < cand_us[lo][0])) lo = ci;
-                for (int ri = 0; lo >= 0 && ri < nrows && rows[ri] <= lo_cap &&
-                                 cand_us[lo][ri] < cand_us[besti][ri] * (ri ? 1.0 : 0.99); ri++)
-                    lo_rows = rows[ri];
+            int lo = -1, lo_rows = 0;
+            if (best < 1e300) {
+                tdm_tile_pick(objective, rows, nrows, lo_cap, ncand, flat_us, cand_timed, cand_nt, &besti, &lo, &lo_rows);
+                best = cand_score[besti];
             }
             if (best == 1e300) {
                 fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": no setting could be timed\n", prog, kname, n, k);

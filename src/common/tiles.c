@@ -399,3 +399,61 @@ int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
     free(text);
     return rc;
 }
+
+enum tdm_tile_objective tdm_tile_objective_for(enum tdm_tile_objective want, const int *rows, int nrows, int lo_cap)
+{
+    if (want == TDM_OBJ_SUM || nrows < 1 || rows[0] != 1) return TDM_OBJ_SUM;
+    if (want == TDM_OBJ_SPLIT && lo_cap >= 1 && rows[nrows - 1] > lo_cap) return TDM_OBJ_SPLIT;
+    return TDM_OBJ_DECODE;
+}
+
+/* candidate c's medians summed over the timed rows [r0, r1) */
+static double rows_sum(const double *us, int nrows, int c, int r0, int r1)
+{
+    double s = 0;
+    for (int r = r0; r < r1; r++) s += us[(size_t)c * nrows + r];
+    return s;
+}
+
+int tdm_tile_pick(enum tdm_tile_objective want, const int *rows, int nrows, int lo_cap, int ncand, const double *us,
+                  const int *timed, const int *nt, int *pick, int *lo, int *lo_rows)
+{
+    const enum tdm_tile_objective obj = tdm_tile_objective_for(want, rows, nrows, lo_cap);
+    int nlo = 0;   /* the timed rows up to lo_cap */
+    while (nlo < nrows && rows[nlo] <= lo_cap) nlo++;
+    *pick = *lo = -1;
+    *lo_rows = 0;
+    double row1 = 1e300;   /* the best one-row time */
+    for (int c = 0; c < ncand; c++)
+        if (timed[c] && us[(size_t)c * nrows] < row1) row1 = us[(size_t)c * nrows];
+    /* sum: the lowest sum; decode (and split's few-row setting): within 1 % of row1, the lowest sum
+     * over all timed rows (decode) or those up to lo_cap (split) */
+    const int nsum = obj == TDM_OBJ_SPLIT ? nlo : nrows;
+    double low = 1e300;
+    for (int c = 0; c < ncand; c++) {
+        if (!timed[c] || (obj != TDM_OBJ_SUM && us[(size_t)c * nrows] > row1 * 1.01)) continue;
+        const double s = rows_sum(us, nrows, c, 0, nsum);
+        if (s < low) low = s, *pick = c;
+    }
+    if (*pick < 0) return -1;
+    if (obj == TDM_OBJ_SPLIT) {
+        const int few = *pick;
+        low = 1e300;
+        for (int c = 0; c < ncand; c++) {
+            if (!timed[c] || nt[c] != nt[few]) continue;
+            const double s = rows_sum(us, nrows, c, nlo, nrows);
+            if (s < low) low = s, *pick = c;
+        }
+        if (*pick != few) *lo = few, *lo_rows = lo_cap;
+        return 0;
+    }
+    if (rows[0] != 1 || !lo_cap) return 0;
+    int f = -1;   /* the fastest at one row */
+    for (int c = 0; c < ncand; c++)
+        if (timed[c] && (f < 0 || us[(size_t)c * nrows] < us[(size_t)f * nrows])) f = c;
+    for (int r = 0; r < nrows && rows[r] <= lo_cap && us[(size_t)f * nrows + r] < us[(size_t)*pick * nrows + r] * (r ? 1.0 : 0.99);
+         r++)
+        *lo_rows = rows[r];
+    if (*lo_rows) *lo = f;
+    return 0;
+}

@@ -112,6 +112,27 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
                         struct tdm_tile_entry **entries, int *n);
 /* Writes a table atomically (a temporary file in the same directory, then rename). */
 int tdm_tile_table_write(const char *path, const struct tdm_tile_table *t);
+
+/* ---- the sweep's objectives (tandem-sweep --objective) ----
+ * How a table entry's setting is chosen among ncand bit-identical candidates timed at the nrows row
+ * counts rows[] (ascending): us[c * nrows + r] is candidate c's median at rows[r], timed[c] whether
+ * it was timed at all, nt[c] its n8-tiles a warp.
+ * - sum: the lowest sum over the timed rows; then a few-row setting where one exists: the fastest
+ *   at one row, where it beats the pick there by 1 % or more, serving the timed row counts up to
+ *   lo_cap at each of which it is faster;
+ * - decode: those within 1 % of the best one-row time, then the lowest sum; the few-row setting as
+ *   for sum;
+ * - split: the few-row setting picked as decode picks over the timed rows up to lo_cap, serving
+ *   rows 1..lo_cap whole; the main setting, of its nt (a SwiGLU pair, nt 2, stays one launch at
+ *   every row count), the lowest sum over the timed rows above; none when the two are one.
+ * decode and split need rows[0] == 1, split timed rows on both sides of lo_cap (and lo_cap >= 1):
+ * tdm_tile_objective_for gives the objective that applies (else sum, or decode for split). */
+enum tdm_tile_objective { TDM_OBJ_SUM, TDM_OBJ_DECODE, TDM_OBJ_SPLIT };
+enum tdm_tile_objective tdm_tile_objective_for(enum tdm_tile_objective want, const int *rows, int nrows, int lo_cap);
+/* The pick (*pick) and the few-row setting (*lo: -1 for none; else it serves rows 1..*lo_rows)
+ * under the objective that applies; 0, or -1 when no candidate was timed. */
+int tdm_tile_pick(enum tdm_tile_objective want, const int *rows, int nrows, int lo_cap, int ncand, const double *us,
+                  const int *timed, const int *nt, int *pick, int *lo, int *lo_rows);
 #ifdef __cplusplus
 }
 #endif

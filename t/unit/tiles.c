@@ -1,6 +1,6 @@
 /* Tile tables: the default setting is valid and keyed by shape only, a table written by the
- * sweep's writer reads back, a missing shape or file falls back to the default, and a malformed
- * table is an error that names the file. */
+ * sweep's writer reads back, a missing shape or file falls back to the default, a malformed
+ * table is an error that names the file, and the sweep's objectives pick as tiles.h says. */
 #include "err.h"
 #include "tap.h"
 #include "tiles.h"
@@ -34,6 +34,55 @@ static int load_fails_naming(const char *file, const char *fault)
     int rc = tdm_tiles_load(dir, "sm_90", &t);
     tdm_tiles_free(t);
     return rc != 0 && strstr(tdm_err(), file) && (!fault || strstr(tdm_err(), fault));
+}
+
+/* The sweep's objectives (tdm_tile_pick) on made-up timings at the narrow table's rows 1, 2, 4, 8, 16:
+ * A the fastest at one row and over 1-8 rows, slow at 16 (nt 2); B within 1 % at one row with the
+ * lowest sum over all rows (nt 2); C the fastest at 16 rows (nt 2); D faster still at 16 rows but
+ * nt 1; E the lowest sum of all, 3 % slower at one row; F faster than everything, not timed. */
+static void test_objectives(void)
+{
+    const int rows[5] = {1, 2, 4, 8, 16};
+    const double us[6 * 5] = {
+        10.0, 10.0, 10.0, 10.0, 30.0,   /* A: sum 70 */
+        10.05, 10.2, 10.2, 10.2, 25.0,  /* B: sum 65.65 */
+        12.0, 12.0, 12.0, 12.0, 15.0,   /* C: sum 63 */
+        13.0, 13.0, 13.0, 13.0, 12.0,   /* D: sum 64 */
+        10.3, 10.3, 10.3, 10.3, 20.0,   /* E: sum 61.2 */
+        1.0, 1.0, 1.0, 1.0, 1.0,        /* F */
+    };
+    const int timed[6] = {1, 1, 1, 1, 1, 0}, nt[6] = {2, 2, 2, 1, 2, 2};
+    enum { A, B, C, D, E };
+    int pick, lo, lo_rows;
+    ok(tdm_tile_pick(TDM_OBJ_SUM, rows, 5, 2, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == E && lo == A &&
+       lo_rows == 2, "sum: the lowest sum (E); the fastest at one row (A, 1 %% faster there) as the few-row setting at rows "
+       "1-2 (--lo-rows 2)");
+    ok(tdm_tile_pick(TDM_OBJ_SUM, rows, 5, 8, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == E && lo == A &&
+       lo_rows == 8, "sum with --lo-rows 8: the few-row setting serves every timed row up to 8 where it is faster");
+    ok(tdm_tile_pick(TDM_OBJ_SUM, rows, 5, 0, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == E && lo == -1 &&
+       lo_rows == 0, "sum with --lo-rows 0: no few-row setting");
+    ok(tdm_tile_pick(TDM_OBJ_DECODE, rows, 5, 2, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == B && lo == -1,
+       "decode: within 1 %% of the best one-row time (A, B), the lowest sum (B); A is not 1 %% faster at one row: none");
+    ok(tdm_tile_pick(TDM_OBJ_SPLIT, rows, 5, 8, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == C && lo == A &&
+       lo_rows == 8, "split: the few-row setting decode-first over rows 1-8 (A), serving 1-8; the main one the fastest "
+       "above of A's nt (C, not D's nt 1)");
+    const int nt1[6] = {1, 1, 1, 1, 1, 1};
+    ok(tdm_tile_pick(TDM_OBJ_SPLIT, rows, 5, 8, 6, us, timed, nt1, &pick, &lo, &lo_rows) == 0 && pick == D && lo == A,
+       "split with every nt the same: the fastest above (D)");
+    const double one[5] = {10.0, 10.0, 10.0, 10.0, 30.0};
+    ok(tdm_tile_pick(TDM_OBJ_SPLIT, rows, 5, 8, 1, one, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == 0 && lo == -1 &&
+       lo_rows == 0, "split with one candidate: it, and no few-row setting");
+    ok(tdm_tile_objective_for(TDM_OBJ_SPLIT, rows, 4, 8) == TDM_OBJ_DECODE &&
+       tdm_tile_pick(TDM_OBJ_SPLIT, rows, 4, 8, 6, us, timed, nt, &pick, &lo, &lo_rows) == 0 && pick == A,
+       "split without timed rows above --lo-rows falls back to decode");
+    const int wide[3] = {17, 24, 32};
+    ok(tdm_tile_objective_for(TDM_OBJ_DECODE, wide, 3, 8) == TDM_OBJ_SUM &&
+       tdm_tile_objective_for(TDM_OBJ_SPLIT, wide, 3, 8) == TDM_OBJ_SUM &&
+       tdm_tile_objective_for(TDM_OBJ_SPLIT, rows, 5, 0) == TDM_OBJ_DECODE,
+       "rows starting past one: sum whatever was asked; split without a few-row cap: decode");
+    const int none[6] = {0, 0, 0, 0, 0, 0};
+    ok(tdm_tile_pick(TDM_OBJ_DECODE, rows, 5, 2, 6, us, none, nt, &pick, &lo, &lo_rows) == -1 && pick == -1,
+       "nothing timed: -1");
 }
 
 int main(void)
@@ -198,6 +247,7 @@ int main(void)
         tdm_tiles_free(tl);
         tl = NULL;
     }
+    test_objectives();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
