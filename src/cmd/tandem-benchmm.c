@@ -224,12 +224,11 @@ static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, v
         const struct tdm_proj_shape *g = &ms->shapes[s], *u = NULL;
         const size_t len = strlen(g->name), sfx = strlen("gate_proj");
         if (len < sfx || strcmp(g->name + len - sfx, "gate_proj") != 0) continue;
+        char upname[64], pname[64], shape[32];
+        snprintf(upname, sizeof upname, "%.*sup_proj", (int)(len - sfx), g->name);
         for (int j = 0; j < ms->nshapes; j++)
-            if (strlen(ms->shapes[j].name) == len - sfx + strlen("up_proj") && strncmp(ms->shapes[j].name, g->name, len - sfx) == 0 &&
-                strcmp(ms->shapes[j].name + len - sfx, "up_proj") == 0 && ms->shapes[j].n == g->n && ms->shapes[j].k == g->k)
-                u = &ms->shapes[j];
+            if (strcmp(ms->shapes[j].name, upname) == 0 && ms->shapes[j].n == g->n && ms->shapes[j].k == g->k) u = &ms->shapes[j];
         if (!u) continue;
-        char pname[64], shape[32];
         snprintf(pname, sizeof pname, "%.*sgate+up", (int)(len - sfx), g->name);
         snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, g->n, g->k);
         struct tdm_wset wg, wu;

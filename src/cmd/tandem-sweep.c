@@ -556,13 +556,13 @@ int main(int argc, char **argv)
                     exit(TDM_EXIT_CHECK);
                 }
             }
-            double best = 1e300;
-            int besti = 0;
-            /* per candidate (< 0: not timed): the sum, the time at each timed row count */
-            static double cand_score[512], cand_us[512][MAX_TIMED_ROWS];
+            /* per candidate: whether it was timed, its sum, its time at timed row count ri at
+             * cand_us[ci * nrows + ri] (tdm_tile_pick's layout), its nt */
+            static double cand_score[512], cand_us[512 * MAX_TIMED_ROWS];
+            static int cand_timed[512], cand_nt[512];
             for (int ci = 0; ci < ncand; ci++) {
                 char ts[96], verdict[256] = "identical";
-                cand_score[ci] = -1;
+                cand_nt[ci] = cand[ci].nt;
                 tdm_tile_str(&cand[ci], ts, sizeof ts);
                 if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[ci], got, st) != 0) {
                     snprintf(verdict, sizeof verdict, "failed: %s", tdm_err());
@@ -587,40 +587,24 @@ int main(int argc, char **argv)
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
                 struct run r = {NULL, x, tim, 0, &cand[ci], &tset, fmt == TDM_W_NVFP4 ? xbuf : NULL, NULL};
-                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, cand_us[ci], &score) != 0) {
+                if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, &cand_us[ci * nrows], &score) != 0) {
                     snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
                     timed = 0;
                 }
                 json_object_set_new(rec, "verdict", json_string(verdict));
                 json_object_set_new(rec, "us", times);
-                if (timed) {
-                    json_object_set_new(rec, "score_us", json_real(score));
-                    cand_score[ci] = score;
-                    if (score < best) {
-                        best = score;
-                        besti = ci;
-                    }
-                }
+                cand_timed[ci] = timed;
+                cand_score[ci] = score;
+                if (timed) json_object_set_new(rec, "score_us", json_real(score));
                 json_array_append_new(report, rec);
                 fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": %d/%d %s%s: %s", kname, n, k, ci + 1, ncand, ts,
                         ci == 0 ? " (default)" : "", verdict);
                 if (timed) fprintf(stderr, ", %.2f us", score);
                 fprintf(stderr, "\n");
             }
-            /* the pick and its few-row setting under the objective (tiles.h: tdm_tile_pick) */
-            static double flat_us[512 * MAX_TIMED_ROWS];
-            static int cand_timed[512], cand_nt[512];
-            for (int ci = 0; ci < ncand; ci++) {
-                cand_timed[ci] = cand_score[ci] >= 0;
-                cand_nt[ci] = cand[ci].nt;
-                for (int ri = 0; ri < nrows; ri++) flat_us[ci * nrows + ri] = cand_us[ci][ri];
-            }
-            int lo = -1, lo_rows = 0;
-            if (best < 1e300) {
-                tdm_tile_pick(objective, rows, nrows, lo_cap, ncand, flat_us, cand_timed, cand_nt, &besti, &lo, &lo_rows);
-                best = cand_score[besti];
-            }
-            if (best == 1e300) {
+            /* the pick and its few-row setting under the objective (tiles.h) */
+            int besti, lo, lo_rows;
+            if (tdm_tile_pick(objective, rows, nrows, lo_cap, ncand, cand_us, cand_timed, cand_nt, &besti, &lo, &lo_rows) != 0) {
                 fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": no setting could be timed\n", prog, kname, n, k);
                 status = TDM_EXIT_CHECK;
             } else {
@@ -628,12 +612,12 @@ int main(int argc, char **argv)
                 e->n = n;
                 e->k = k;
                 e->tile = cand[besti];
-                e->us = best;
+                e->us = cand_score[besti];
                 e->us_lo = 0;
                 if (lo_rows) {
                     e->tile.lo_rows = lo_rows;
                     e->tile.lo = tdm_tile_geom_of(&cand[lo]);
-                    for (int ri = 0; ri < nrows && rows[ri] <= lo_rows; ri++) e->us_lo += cand_us[lo][ri];
+                    for (int ri = 0; ri < nrows && rows[ri] <= lo_rows; ri++) e->us_lo += cand_us[lo * nrows + ri];
                 }
                 e->measured = measured;
                 char ts[96];
