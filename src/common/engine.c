@@ -564,10 +564,8 @@ static int gdn_conv(struct tdm_engine *e, const struct dlayer *d, const uint16_t
     return tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
 }
 
-/* A product input's blocked copy for M rows (struct tdm_engine: xn_b ...): the buffer at
- * 1..TDM_MM_XB_ROWS rows, else NULL. The kernel that writes an input and the products that read it
- * take the same answer, so a product reads a copy only where it was written. */
-static uint16_t *blocked(uint16_t *buf, int M) { return M <= TDM_MM_XB_ROWS ? buf : NULL; }
+/* A product input's blocked copy for M rows (struct tdm_engine: xn_b ...; engine_impl.h) */
+static uint16_t *blocked(uint16_t *buf, int M) { return tdm_engine_blocked(buf, M); }
 
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
@@ -712,27 +710,27 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     return tdm_matmul_xb(&d->o, e->att, (int64_t)Hq * D, blocked(e->att_b, M), M, e->y, H, TDM_MM_BF16, t, st);
 }
 
-static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
+int tdm_engine_dense_mlp(int fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+                         const struct tdm_dweight *down, const uint16_t *xn, const uint16_t *xnb, int H, int M,
+                         uint16_t *g, uint16_t *u, uint16_t *gb, int64_t I, uint16_t *y, const struct tdm_tiles *t,
+                         void *st)
 {
-    const struct tdm_config *c = &e->m->cfg;
-    const int H = c->hidden;
-    const int64_t I = c->intermediate;
-    void *st = e->st;
-    const struct tdm_tiles *t = e->tiles;
     /* gate, up and SiLU x up in one launch where the setting allows and (auto) where that is the
      * faster (tdm_matmul_swiglu: the same bits as the three launches, so the choice, made per row
      * count, changes none) */
-    const int fused = e->fuse_mlp && tdm_matmul_swiglu_ok(&d->gate, &d->up, e->xn, H, M, t) &&
-                      (e->fuse_mlp == 1 || tdm_matmul_swiglu_pays(&d->gate, M));
-    const uint16_t *xnb = blocked(e->xn_b, M);
-    uint16_t *gb = blocked(e->g_b, M);
-    if ((fused ? tdm_matmul_swiglu(&d->gate, &d->up, e->xn, H, xnb, M, e->g, I, gb, t, st)
-               : tdm_matmul_xb(&d->gate, e->xn, H, xnb, M, e->g, I, TDM_MM_BF16, t, st) ||
-                     tdm_matmul_xb(&d->up, e->xn, H, xnb, M, e->u, I, TDM_MM_BF16, t, st) ||
-                     tdm_silu_mul(e->g, e->u, I, M, e->g, gb, st)) ||
-        tdm_matmul_xb(&d->down, e->g, I, gb, M, e->y, H, TDM_MM_BF16, t, st))
+    const int fused = fuse && tdm_matmul_swiglu_ok(gate, up, xn, H, M, t) && (fuse == 1 || tdm_matmul_swiglu_pays(gate, M));
+    if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
+               : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
+                     tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) || tdm_silu_mul(g, u, I, M, g, gb, st)) ||
+        tdm_matmul_xb(down, g, I, gb, M, y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
+}
+
+static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
+{
+    return tdm_engine_dense_mlp(e->fuse_mlp, &d->gate, &d->up, &d->down, e->xn, blocked(e->xn_b, M), e->m->cfg.hidden, M,
+                                e->g, e->u, blocked(e->g_b, M), e->m->cfg.intermediate, e->y, e->tiles, e->st);
 }
 
 /* Whether a pass takes the pending rows of a deferred commit up (gdn_mixer: tdm_gdn_conv_pending on
@@ -1176,7 +1174,8 @@ void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v)
     *v = (struct tdm_engine_view){
         .m = e->m, .ctx = e->ctx, .stream = e->st, .tiles = e->tiles, .embed = e->embed, .embed_f32 = e->embed_f32,
         .head = &e->head, .qg = e->qg, .kk = e->kk, .vv = e->vv, .q = e->q, .att = e->att, .y = e->y, .g = e->g,
-        .u = e->u, .attn_scratch = e->attn_scratch, .logits = e->logits, .moe = e->moe, .final_xn = e->xn,
+        .u = e->u, .xn_b = e->xn_b, .att_b = e->att_b, .g_b = e->g_b, .fuse_mlp = e->fuse_mlp,
+        .attn_scratch = e->attn_scratch, .logits = e->logits, .moe = e->moe, .final_xn = e->xn,
         .final_rows = e->fin_rows, .mem = &e->mem, .use_graph = e->use_graph};
 }
 

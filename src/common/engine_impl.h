@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "engine_moe.h"
 #include "matmul.h"
+#include "mm_layout.h"
 
 const struct tdm_model *tdm_engine_model(const struct tdm_engine *e);
 int tdm_engine_ctx(const struct tdm_engine *e);
@@ -34,6 +35,9 @@ struct tdm_engine_view {
     const struct tdm_dweight *head;             /* [V, H] */
     uint16_t *qg, *kk, *vv, *q, *att, *y;       /* attention and layer outputs, ROWS rows */
     uint16_t *g, *u;                            /* dense MLP [ROWS][I]; NULL when every layer is MoE */
+    uint16_t *xn_b, *att_b, *g_b;               /* blocked copies of H-, Hq*D- and I-wide product inputs
+                                                 * (TANDEM_MM_XB; NULL when off): tdm_engine_blocked */
+    int fuse_mlp;                               /* TANDEM_MLP_FUSE: 0 off, 1 on, 2 auto (tdm_engine_dense_mlp) */
     float *attn_scratch;                        /* tdm_attn_scratch_bytes(ROWS, Hq, D, ctx) */
     float *logits;                              /* [ROWS][V] */
     struct tdm_emoe *moe;
@@ -43,6 +47,19 @@ struct tdm_engine_view {
     int use_graph;                              /* TANDEM_CUDA_GRAPH: passes replay CUDA graphs */
 };
 void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v);
+/* A product input's blocked copy for M rows: the buffer at 1..TDM_MM_XB_ROWS rows, else NULL. The
+ * kernel that writes an input and the products that read it take the same answer, so a product
+ * reads a copy only where it was written. */
+static inline uint16_t *tdm_engine_blocked(uint16_t *buf, int M) { return M <= TDM_MM_XB_ROWS ? buf : NULL; }
+/* A dense MLP on M rows (the main layers' and the MTP layer's): y = down(silu(xn gate^T) * xn up^T)
+ * with g [M][I] (and u, three launches) as its intermediate, in one SwiGLU launch where fuse
+ * (TANDEM_MLP_FUSE: 0 off, 1 on, 2 auto: where tdm_matmul_swiglu_pays) and the setting allow, else
+ * gate, up and SiLU x up; the same bits either way. xnb, gb: the blocked copies of xn (read) and g
+ * (written, then read by down), or NULL. */
+int tdm_engine_dense_mlp(int fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+                         const struct tdm_dweight *down, const uint16_t *xn, const uint16_t *xnb, int H, int M,
+                         uint16_t *g, uint16_t *u, uint16_t *gb, int64_t I, uint16_t *y, const struct tdm_tiles *t,
+                         void *st);
 /* The drafter's state, owned by the engine (NULL until tdm_engine_mtp_init): freed and reset with
  * it (engine_mtp.c). */
 struct tdm_emtp;

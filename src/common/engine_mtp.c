@@ -261,34 +261,39 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
         tdm_copy2d_async(x->cat + H, 2 * row, x->hn, row, row, (size_t)M, st) ||
         tdm_matmul(&x->fc, x->cat, 2 * (int64_t)H, M, x->x, H, TDM_MM_BF16, t, st))
         return -1;
-    /* the decoder layer: engine.c's attn_mixer and mlp on the MTP's weights, cache and residual */
-    if (tdm_add_rmsnorm(x->x, NULL, 0, x->in_norm, H, M, eps, x->xn, NULL, st) ||
-        tdm_matmul(&x->q, x->xn, H, M, v->qg, ldqg, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&x->k, x->xn, H, M, v->kk, ldkv, TDM_MM_BF16, t, st) ||
-        tdm_matmul(&x->v, x->xn, H, M, v->vv, ldkv, TDM_MM_BF16, t, st) ||
+    /* the decoder layer: engine.c's attn_mixer and mlp on the MTP's weights, cache and residual, the
+     * products reading the blocked copies of their inputs as the main layers' do (the engine's
+     * buffers, borrowed between its passes; NULL where TANDEM_MM_XB is off) */
+    uint16_t *xnb = tdm_engine_blocked(v->xn_b, M), *attb = tdm_engine_blocked(v->att_b, M);
+    if (tdm_add_rmsnorm(x->x, NULL, 0, x->in_norm, H, M, eps, x->xn, xnb, st) ||
+        tdm_matmul_xb(&x->q, x->xn, H, xnb, M, v->qg, ldqg, TDM_MM_BF16, t, st) ||
+        tdm_matmul_xb(&x->k, x->xn, H, xnb, M, v->kk, ldkv, TDM_MM_BF16, t, st) ||
+        tdm_matmul_xb(&x->v, x->xn, H, xnb, M, v->vv, ldkv, TDM_MM_BF16, t, st) ||
         tdm_qk_norm_rope(v->qg, ldqg, v->kk, v->vv, ldkv, x->q_norm, x->k_norm, M, Hq, Hkv, D, c->rotary_dim, c->rope_theta,
                          eps, pos, dpos, v->ctx, v->q, x->kc, x->vc, st) ||
-        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, pos, dpos, v->ctx, v->attn_scratch, v->att, NULL, st) ||
-        tdm_matmul(&x->o, v->att, (int64_t)Hq * D, M, v->y, H, TDM_MM_BF16, t, st) ||
-        tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, NULL, st))
+        tdm_attn_decode(v->q, v->qg, ldqg, x->kc, x->vc, M, Hq, Hkv, D, pos, dpos, v->ctx, v->attn_scratch, v->att, attb, st) ||
+        tdm_matmul_xb(&x->o, v->att, (int64_t)Hq * D, attb, M, v->y, H, TDM_MM_BF16, t, st) ||
+        tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, xnb, st))
         return -1;
     if (x->is_moe ? tdm_emoe_forward(v->moe, c->n_layers, x->xn, M, v->y, t, st)
-                  : tdm_matmul(&x->gate, x->xn, H, M, v->g, I, TDM_MM_BF16, t, st) ||
-                        tdm_matmul(&x->up, x->xn, H, M, v->u, I, TDM_MM_BF16, t, st) ||
-                        tdm_silu_mul(v->g, v->u, I, M, v->g, NULL, st) ||
-                        tdm_matmul(&x->down, v->g, I, M, v->y, H, TDM_MM_BF16, t, st))
+                  : tdm_engine_dense_mlp(v->fuse_mlp, &x->gate, &x->up, &x->down, x->xn, xnb, H, M, v->g, v->u,
+                                         tdm_engine_blocked(v->g_b, M), I, v->y, t, st))
         return -1;
-    if (tdm_add_rmsnorm(x->x, v->y, H, x->norm, H, M, eps, x->oh, NULL, st) != 0) return -1;
+    /* oh and its blocked copy, which the head reads for row 0 (mtp_head) */
+    if (tdm_add_rmsnorm(x->x, v->y, H, x->norm, H, M, eps, x->oh, xnb, st) != 0) return -1;
     x->pos += M;
     return 0;
 }
 
-/* The head on oh row r: FP32 logits into v->logits row j, the argmax into x->draft[j]. */
+/* The head on oh row r: FP32 logits into v->logits row j, the argmax into x->draft[j]. Row 0 reads
+ * the blocked copy mtp_rows wrote beside oh (a one-row product reads the copy's row 0 wherever the
+ * copy holds more rows; the other rows are not where a one-row product looks). */
 static int mtp_head(struct tdm_emtp *x, const struct tdm_engine_view *v, int r, int j)
 {
     const int H = v->m->cfg.hidden, V = v->m->cfg.vocab;
     float *lg = v->logits + (size_t)j * V;
-    if (tdm_matmul(x->draft_head, x->oh + (size_t)r * H, H, 1, lg, V, TDM_MM_F32, v->tiles, v->stream) ||
+    const uint16_t *xb = r == 0 ? tdm_engine_blocked(v->xn_b, 1) : NULL;
+    if (tdm_matmul_xb(x->draft_head, x->oh + (size_t)r * H, H, xb, 1, lg, V, TDM_MM_F32, v->tiles, v->stream) ||
         tdm_argmax_rows(lg, V, 1, V, x->amax, x->draft + j, v->stream))
         return -1;
     return 0;
