@@ -247,6 +247,10 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                         (a.xb ? TDM_MM_DIRECT_XB(TDM_MMF_NVFP4, t.nt, mt) : TDM_MM_DIRECT(TDM_MMF_NVFP4, t.nt, mt)) &&
                         tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
+    // A setting only the per-lane forms run as set (wk 4 at 17-32 rows): staged, its chains split
+    // over the cluster instead (tiles.h, tdm_tile_staged_fit; the table check saw that one fits).
+    if (!direct && tdm_tile_staged_fit(&t, (int)m) != 0) return tdm_err_prefix("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64,
+                                                                             tdm_wfmt_name(w->fmt), w->n, w->k, m);
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
     const size_t smem = tdm_tile_smem(&t, (int)m, direct);

@@ -1,6 +1,7 @@
 /* tandem-sweep — picks the launch setting of a skinny matrix kernel per weight shape (N, K):
  * enumerates candidate settings, drops every candidate whose output is not bit-identical to the
- * default setting's at every row count 1..32 (random inputs, rows that share inputs), times the
+ * default setting's at every row count 1..32 (random inputs, rows that share inputs; NVFP4 also
+ * from x's blocked copy, the per-lane forms the engine runs), times the
  * survivors over a cold working set, and writes the fastest into the kernel's tile table
  * (atomically, merged with the table's other shapes). A table that serves one row also gets a
  * few-row setting (tiles.h: lo) where another geometry is faster at one row and at every timed row
@@ -39,7 +40,8 @@ static void usage(FILE *f)
             "usage: %s [options]\n"
             "Sweeps the launch settings of the skinny matrix kernels per weight shape and writes the\n"
             "tile tables <dir>/<kernel>.json. Only settings whose output is bit-identical to the\n"
-            "default's at every row count 1..32 survive; the fastest over a cold working set wins.\n"
+            "default's at every row count 1..32 survive (NVFP4: with and without x's blocked copy);\n"
+            "the fastest over a cold working set wins.\n"
             "A table that serves one row also gets a few-row setting (\"lo\") where another of the\n"
             "identical settings is faster at one row: the fastest there, for the timed row counts up\n"
             "to --lo-rows at which it is still faster than the pick.\n"
@@ -279,18 +281,33 @@ static int plan_mode(const int *want, long reps, const char *json_path)
 
 /* Runs every row count 1..32 into out[m-1] (poisoned first): setting t where kernel kk serves m
  * rows, the serving kernel's default elsewhere (NVFP4 has one table for 1-16 rows and one for
- * 17-32; the rows of the other table still check that the candidate's rows agree with it). */
-static int run_all_rows(enum tdm_mmk kk, const struct tdm_dweight *w, const uint16_t *x, const struct tdm_tile *t,
-                        float **out, tdm_stream st)
+ * 17-32; the rows of the other table still check that the candidate's rows agree with it). With
+ * xbuf (NVFP4), each call reads x's blocked copy packed there where the copy serves m rows, as the
+ * engine's calls do (the per-lane forms); without, none does (the staged forms at 17-32 rows). */
+static int run_all_rows(enum tdm_mmk kk, const struct tdm_dweight *w, const uint16_t *x, uint16_t *xbuf,
+                        const struct tdm_tile *t, float **out, tdm_stream st)
 {
     for (int m = 1; m <= 32; m++) {
         const int serving = tdm_mmk_for(w->fmt, m);
         const struct tdm_tile def = tdm_tile_default((enum tdm_mmk)serving, w->n, w->k);
+        const uint16_t *xb = xbuf && tdm_mm_xb_serves(m, w->k) ? xbuf : NULL;
+        if (xb && tdm_mm_pack_xb(x, w->k, m, w->k, xbuf, st) != 0) return -1;
         if (tdm_dev_fill_bytes(out[m - 1], (size_t)(m * w->n * 4), 0, 0, 0xff, st) != 0) return -1;
-        if (tdm_matmul_skinny(w, x, w->k, m, out[m - 1], w->n, TDM_MM_F32, serving == (int)kk ? t : &def, st) != 0)
+        if (tdm_matmul_skinny_xb(w, x, w->k, xb, m, out[m - 1], w->n, TDM_MM_F32, serving == (int)kk ? t : &def, st) != 0)
             return -1;
     }
     return tdm_stream_sync(st);
+}
+
+/* The first row count at which got differs from ref (n outputs a row), its differing bytes in *d;
+ * 0 when none does. */
+static int first_diff(float **ref, float **got, int64_t n, int64_t *d, tdm_stream st)
+{
+    for (int m = 1; m <= 32; m++) {
+        if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), d, st) != 0) tdm_die_check(prog);
+        if (*d) return m;
+    }
+    return 0;
 }
 
 static void tile_json(json_t *o, const struct tdm_tile *t)
@@ -543,18 +560,16 @@ int main(int argc, char **argv)
             struct tdm_tile cand[512];
             int ncand = candidates((enum tdm_mmk)kk, n, k, cand, 512);
             /* the default twice: it must reproduce its own bits (a race would not) */
-            if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[0], ref, st) != 0 || run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[0], got, st) != 0) {
+            if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, NULL, &cand[0], ref, st) != 0 || run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, NULL, &cand[0], got, st) != 0) {
                 fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default setting fails: %s\n", prog, kname, n, k, tdm_err());
                 exit(TDM_EXIT_CHECK);
             }
-            for (int m = 1; m <= 32; m++) {
-                int64_t d;
-                if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) tdm_die_check(prog);
-                if (d) {
-                    fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default does not reproduce its bits at m=%d\n",
-                            prog, kname, n, k, m);
-                    exit(TDM_EXIT_CHECK);
-                }
+            int64_t d;
+            const int dm = first_diff(ref, got, n, &d, st);
+            if (dm) {
+                fprintf(stderr, "%s: %s %" PRId64 ",%" PRId64 ": the default does not reproduce its bits at m=%d\n", prog,
+                        kname, n, k, dm);
+                exit(TDM_EXIT_CHECK);
             }
             /* per candidate: whether it was timed, its sum, its time at timed row count ri at
              * cand_us[ci * nrows + ri] (tdm_tile_pick's layout), its nt */
@@ -562,18 +577,18 @@ int main(int argc, char **argv)
             static int cand_timed[512], cand_nt[512];
             for (int ci = 0; ci < ncand; ci++) {
                 char ts[96], verdict[256] = "identical";
+                int dm2;
                 cand_nt[ci] = cand[ci].nt;
                 tdm_tile_str(&cand[ci], ts, sizeof ts);
-                if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, &cand[ci], got, st) != 0) {
-                    snprintf(verdict, sizeof verdict, "failed: %s", tdm_err());
-                } else {
-                    for (int m = 1; m <= 32; m++) {
-                        int64_t d;
-                        if (tdm_dev_count_diff(ref[m - 1], got[m - 1], (size_t)(m * n * 4), &d, st) != 0) tdm_die_check(prog);
-                        if (d) {
-                            snprintf(verdict, sizeof verdict, "differs at m=%d (%" PRId64 " bytes)", m, d);
-                            break;
-                        }
+                /* every row count as the staged forms run it, then (NVFP4) from the blocked copy as the
+                 * per-lane forms do: a setting may run as set in the one and split over its cluster in
+                 * the other (tdm_tile_staged_fit) */
+                for (int form = 0; form < (fmt == TDM_W_NVFP4 ? 2 : 1) && strcmp(verdict, "identical") == 0; form++) {
+                    const char *how = form ? " from the blocked copy" : "";
+                    if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, form ? xbuf : NULL, &cand[ci], got, st) != 0) {
+                        snprintf(verdict, sizeof verdict, "failed%s: %s", how, tdm_err());
+                    } else if ((dm2 = first_diff(ref, got, n, &d, st)) != 0) {
+                        snprintf(verdict, sizeof verdict, "differs%s at m=%d (%" PRId64 " bytes)", how, dm2, d);
                     }
                 }
                 json_t *rec = json_object(), *times = json_object();

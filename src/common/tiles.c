@@ -125,6 +125,21 @@ size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct)
     return tree > staged ? tree : staged;
 }
 
+int tdm_tile_staged_fit(struct tdm_tile *t, int m)
+{
+    struct tdm_tile s = *t;
+    while (tdm_tile_smem(&s, m, 0) > SMEM_LIMIT) {
+        if (s.wk < 2 || s.cs * 2 > 8)
+            return tdm_errf("wk %d cs %d at %d rows: the staged form needs %zu bytes of shared memory (at most %d), and no "
+                            "split of its %d chains over a cluster of up to 8 CTAs fits", t->wk, t->cs, m,
+                            tdm_tile_smem(t, m, 0), SMEM_LIMIT, t->kchains);
+        s.wk /= 2;
+        s.cs *= 2;
+    }
+    *t = s;
+    return 0;
+}
+
 static int pow2_upto(int v, int max) { return v >= 1 && v <= max && (v & (v - 1)) == 0; }
 
 /* The geometry g of a setting over kchains chains, serving up to mmax rows (what: "" or "lo: "). */
@@ -144,9 +159,20 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
         return tdm_errf("%swn %d x wk %d warps exceed 256 threads", what, g->wn, g->wk);
     struct tdm_tile t = {.kchains = kchains};
     put_geom(&t, g);
-    if (tdm_tile_smem(&t, mmax, 0) > SMEM_LIMIT)   /* staged: the most a setting needs */
+    /* The staged form at the most rows served needs the most shared memory. Where the kernel has a
+     * per-lane form for the setting there (NVFP4: mm_layout.h, TDM_MM_DIRECT_XB), that form needs only
+     * the chains' sum, and a staged call runs the setting's chains split over the cluster instead
+     * (tdm_tile_staged_fit: the same bits), so it is enough that such a split exists. */
+    const int mt_max = mmax <= 8 ? 0 : mmax <= 16 ? 1 : 2;
+    if (fmt == TDM_MMF_NVFP4 && TDM_MM_DIRECT_XB(fmt, g->nt, mt_max)) {
+        if (tdm_tile_smem(&t, mmax, 1) > SMEM_LIMIT)
+            return tdm_errf("%sneeds %zu bytes of shared memory for its chains' sum at %d rows (at most %d)", what,
+                            tdm_tile_smem(&t, mmax, 1), mmax, SMEM_LIMIT);
+        if (tdm_tile_staged_fit(&t, mmax) != 0) return tdm_err_prefix("%s", what);
+    } else if (tdm_tile_smem(&t, mmax, 0) > SMEM_LIMIT) {
         return tdm_errf("%sneeds %zu bytes of shared memory at %d rows (at most %d)", what, tdm_tile_smem(&t, mmax, 0),
                         mmax, SMEM_LIMIT);
+    }
     return 0;
 }
 

@@ -71,6 +71,13 @@ struct tdm_tile tdm_tile_default(enum tdm_mmk kk, int64_t n, int64_t k);
 /* Shared memory (bytes) a setting needs at m rows: the staged activations or the chains' sum; with
  * direct (the activations loaded per lane, tdm_mm_direct_rows), the chains' sum alone. */
 size_t tdm_tile_smem(const struct tdm_tile *t, int m, int direct);
+/* The setting t (its geometry at m rows, tdm_tile_at) as the staged form can run it at m rows:
+ * where the staged activations of its wk chains a CTA exceed a CTA's shared memory (wk 4 at 17-32
+ * rows, a setting only the per-lane forms run as set), its chains move from a CTA's warps to the
+ * CTAs of its cluster, wk halved and cs doubled until they fit. Chain c is CTA c / wk's warp c % wk
+ * either way and the sum tree over the chains is the same, so the bits are too. 0, or -1 with
+ * tdm_err() when no split fits (t then unchanged). */
+int tdm_tile_staged_fit(struct tdm_tile *t, int m);
 /* 0 if t is a valid setting of kk for (n, k); else -1 with tdm_err() saying why. */
 int tdm_tile_check(enum tdm_mmk kk, int64_t n, int64_t k, const struct tdm_tile *t);
 /* tdm_tile_check without the rule that kchains is the shape's (tdm_mm_kchains): another sum order.

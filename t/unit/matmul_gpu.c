@@ -163,18 +163,18 @@ static struct tdm_tile_geom other_geom(enum tdm_mmk kk, int64_t n, int64_t k, co
     return (struct tdm_tile_geom){0, 0, 0, 0, 0};
 }
 
-/* NVFP4 at m = 1..16 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off),
- * per lane (on) and per lane from x's blocked copy (tdm_mm_pack_xb; the copy's own poisoned
- * elements past m rows are never read; with the tables also m = 17..32): in bad[0..2] the rows that
- * differ from the one-row calls' outputs y1 (FP32, n a row). Nonzero when a call fails. */
+/* NVFP4 at m = m0..m1 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off),
+ * per lane (on; at 17-32 rows staged too) and per lane from x's blocked copy (tdm_mm_pack_xb; the
+ * copy's own poisoned elements past m rows are never read): in bad[0..2] the rows that differ from
+ * the one-row calls' outputs y1 (FP32, n a row). Nonzero when a call fails. */
 static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int64_t k, int64_t n,
-                            const struct tdm_tile *t, const float *y1, float *ym, void *dy, int bad[3])
+                            const struct tdm_tile *t, int m0, int m1, const float *y1, float *ym, void *dy, int bad[3])
 {
     uint16_t *dxb = NULL;
     const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2;
     int rc = tdm_cuda_malloc((void **)&dxb, xbb + 16);
     for (int f = 0; f < 3 && !rc; f++)
-        for (int m = 1; m <= (f == 2 && !t ? 32 : 16) && !rc; m++) {
+        for (int m = m0; m <= m1 && !rc; m++) {
             const uint16_t *xb = f == 2 && xbb ? dxb : NULL;
             if (xb) rc = tdm_dev_fill_bytes(dxb, xbb, 7 + m, 0xff, 0, st) || tdm_mm_pack_xb(dx, k, m, k, dxb, st);
             tdm_mm_set_direct(f ? TDM_MM_DIRECT_ON : TDM_MM_DIRECT_OFF);
@@ -306,9 +306,9 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
      * every row count, so off compares the two forms): every row its one-row call's bits */
     if (fmt == TDM_W_NVFP4) {
         int direct_bad[3] = {0, 0, 0};
-        rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, y1, ym, dy2, direct_bad);
-        ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0 && direct_bad[2] == 0, "%s: m = 1..16 staged "
-           "(TANDEM_MM_DIRECT=off), loaded per lane (on) and per lane from the blocked copy (and it at 17..32): every row "
+        rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, 1, 32, y1, ym, dy2, direct_bad);
+        ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0 && direct_bad[2] == 0, "%s: m = 1..32 staged "
+           "(TANDEM_MM_DIRECT=off), loaded per lane (on; staged past 16) and per lane from the blocked copy: every row "
            "equals the one-row call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1], direct_bad[2],
            rc ? ": " : "", rc ? tdm_err() : "");
         const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, TDM_MM_XB_ROWS);
@@ -323,10 +323,26 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
         t4.pf = 1;
         if (!rc && tdm_tile_check(TDM_MMK_NVFP4, n, k, &t4) == 0) {
             int nt4_bad[3] = {0, 0, 0};
-            rc = forms_vs_one_row(&d, dx, k, n, &t4, y1, ym, dy2, nt4_bad);
+            rc = forms_vs_one_row(&d, dx, k, n, &t4, 1, 16, y1, ym, dy2, nt4_bad);
             ok(!rc && nt4_bad[0] == 0 && nt4_bad[1] == 0 && nt4_bad[2] == 0, "%s: nt 4 (four n8-tiles a warp, wn 2) at m = "
                "1..16, staged, per lane and from the blocked copy: every row equals the one-row call bit for bit (%d, %d, %d "
                "rows differ)%s%s", label, nt4_bad[0], nt4_bad[1], nt4_bad[2], rc ? ": " : "", rc ? tdm_err() : "");
+        }
+        /* four chains a CTA at 17-32 rows (wk 4): per lane from the blocked copy as set, staged with the
+         * chains split over the cluster (tiles.h: tdm_tile_staged_fit); where the shape's chains allow */
+        struct tdm_tile tw = tdm_tile_default(TDM_MMK_NVFP4_WIDE, n, k);
+        tw.nt = 2;
+        tw.wn = 2;
+        tw.wk = 4;
+        tw.cs = tw.kchains / 4;
+        tw.pf = 1;
+        if (!rc && tw.kchains % 4 == 0 && tdm_tile_check(TDM_MMK_NVFP4_WIDE, n, k, &tw) == 0) {
+            int wk4_bad[3] = {0, 0, 0};
+            rc = forms_vs_one_row(&d, dx, k, n, &tw, 17, 32, y1, ym, dy2, wk4_bad);
+            ok(!rc && wk4_bad[0] == 0 && wk4_bad[1] == 0 && wk4_bad[2] == 0, "%s: wk 4 cs %d at m = 17..32, staged (its "
+               "chains over the cluster) and per lane from the blocked copy (as set): every row equals the one-row call bit "
+               "for bit (%d, %d, %d rows differ)%s%s", label, tw.cs, wk4_bad[0], wk4_bad[1], wk4_bad[2], rc ? ": " : "",
+               rc ? tdm_err() : "");
         }
     }
     ok(!rc && table_bad == 0, "%s: the tile tables' setting gives the default setting's bits (%d row counts differ)", label, table_bad);

@@ -123,6 +123,28 @@ int main(void)
     t = tdm_tile_default(TDM_MMK_FP8, 17408, 5120);
     t.nt = 4;
     ok(tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) != 0, "FP8 with 4 n8-tiles a warp is refused: %s", tdm_err());
+    /* wk 4 at 17-32 rows: the per-lane form from the blocked copy runs it as set; the staged form's
+     * activations would need 384 KB, so a staged call splits the chains over the cluster */
+    t = (struct tdm_tile){.nt = 2, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8};
+    struct tdm_tile st = t;
+    ok(tdm_tile_check(TDM_MMK_NVFP4_WIDE, 5120, 17408, &t) == 0 && tdm_tile_smem(&t, 32, 0) > 232448 &&
+           tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 4 && st.kchains == 8 && st.wn == 2 && st.nt == 2 &&
+           tdm_tile_smem(&st, 32, 0) <= 232448,
+       "NVFP4 wk 4 cs 2 at 17-32 rows is valid (per lane); staged it runs wk 2 cs 4, the same 8 chains: %s",
+       tdm_tile_check(TDM_MMK_NVFP4_WIDE, 5120, 17408, &t) ? tdm_err() : "ok");
+    st = t;
+    ok(tdm_tile_staged_fit(&st, 16) == 0 && memcmp(&st, &t, sizeof st) == 0, "at 16 rows it fits staged as set");
+    t.nt = 1;   /* nt 1 has no per-lane form at 17-32 rows: the staged form must fit as set */
+    ok(tdm_tile_check(TDM_MMK_NVFP4_WIDE, 5120, 17408, &t) != 0 && strstr(tdm_err(), "shared memory"),
+       "nt 1 wk 4 at 17-32 rows (staged only) is refused: %s", tdm_err());
+    t = (struct tdm_tile){.nt = 2, .wn = 1, .wk = 8, .cs = 1, .pf = 1, .kchains = 8};
+    st = t;
+    ok(tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 4, "wk 8 cs 1 staged at 32 rows: wk 2 cs 4");
+    t = (struct tdm_tile){.nt = 2, .wn = 1, .wk = 8, .cs = 2, .pf = 1, .kchains = 16};
+    st = t;
+    ok(tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 8, "16 chains at wk 8 cs 2 staged at 32 rows: wk 2 cs 8");
+    ok(tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &(struct tdm_tile){.nt = 1, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8}) != 0,
+       "FP8 (no per-lane form) keeps the staged bound at 32 rows: %s", tdm_err());
     ok(tdm_mmk_for(3 /* NVFP4 */, 16) == TDM_MMK_NVFP4 && tdm_mmk_for(3, 17) == TDM_MMK_NVFP4_WIDE &&
        tdm_mmk_for(2, 32) == TDM_MMK_FP8 && tdm_mmk_for(3, 33) == -1, "kernel by rows: NVFP4 1-16, 17-32; FP8; none above 32");
 
