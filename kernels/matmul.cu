@@ -296,10 +296,11 @@ extern "C" int tdm_matmul_skinny_xb(const struct tdm_dweight *w, const uint16_t 
     return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, true);
 }
 
-extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
-                                      int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream)
+extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb,
+                                      int64_t m, void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
+                                      void *stream)
 {
-    return skinny(w, x, ldx, NULL, m, y, ldy, out, tile, stream, false);
+    return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, false);
 }
 
 extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,

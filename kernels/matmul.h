@@ -84,12 +84,12 @@ int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ld
 int tdm_matmul_skinny_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
                          void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream);
 
-/* tdm_matmul_skinny with a setting whose kchains may differ from the shape's (tdm_tile_check_plan):
+/* tdm_matmul_skinny_xb with a setting whose kchains may differ from the shape's (tdm_tile_check_plan):
  * another sum order, row-invariant in itself. For tandem-sweep --plan, which times chain counts to
- * choose tdm_mm_kchains; nothing that serves a model calls it. */
-int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m,
-                           void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile,
-                           void *stream);
+ * choose tdm_mm_kchains (with x's blocked copy where the engine has one, so that it times the forms
+ * the engine runs); nothing that serves a model calls it. */
+int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
+                           void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream);
 
 /* SwiGLU in one product: y[m][n] = bf16(bf16(silu(g)) * u) with g and u the BF16 outputs that
  * tdm_matmul would give for gate and up (the same bits: each warp takes both weights' rows of the

@@ -71,8 +71,9 @@ static void usage(FILE *f)
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
             "  --plan                 choose the chain rule instead: for every chain count of K the\n"
             "                         rule may pick, time every setting (no bit-identity check: each\n"
-            "                         count is another sum order) and print the best per count and\n"
-            "                         the rule's own pick; writes no table\n"
+            "                         count is another sum order; NVFP4 from x's blocked copy, as\n"
+            "                         the engine runs it) and print the best per count and the\n"
+            "                         rule's own pick; writes no table\n"
             "  -h, --help             this text\n"
             "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
             "usage, a malformed existing table, or when no CUDA device is visible.\n",
@@ -166,7 +167,7 @@ static int run_call_plan(void *p, int i, void *stream)
 {
     struct run *r = p;
     const struct tdm_dweight *w = &r->ws->w[i % r->ws->copies];
-    return tdm_matmul_skinny_plan(w, r->x, w->k, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
+    return tdm_matmul_skinny_plan(w, r->x, w->k, r->xb, r->m, r->y, w->n, TDM_MM_F32, r->tile, stream);
 }
 
 static void tile_json(json_t *o, const struct tdm_tile *t);
@@ -219,10 +220,11 @@ static int plan_mode(const int *want, long reps, const char *json_path)
             const int64_t n = shapes[si][0], k = shapes[si][1];
             struct tdm_wset tset;
             if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 3000 + si) != 0) tdm_die_check(prog);
-            uint16_t *x;
+            uint16_t *x, *xbuf = NULL;   /* NVFP4: x's blocked copy, packed per row count (time_rows) */
             float *y;
             if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_malloc((void **)&y, (size_t)(32 * n * 4)) != 0 ||
-                tdm_dev_fill_bf16(x, (size_t)(32 * k), 77 + si, 2.0f, st) != 0)
+                tdm_dev_fill_bf16(x, (size_t)(32 * k), 77 + si, 2.0f, st) != 0 ||
+                (fmt == TDM_W_NVFP4 && tdm_cuda_malloc((void **)&xbuf, (size_t)tdm_mm_xb_elems(k) * 2 + 16) != 0))
                 tdm_die_check(prog);
             const int rule = tdm_mm_kchains(n, k);
             double best_all = 1e300;
@@ -236,7 +238,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
                 for (int ci = 0; ci < ncand; ci++) {
                     double score;
                     json_t *times = json_object();
-                    struct run r = {NULL, x, y, 0, &cand[ci], &tset, NULL, NULL};
+                    struct run r = {NULL, x, y, 0, &cand[ci], &tset, xbuf, NULL};
                     const int ok = time_rows(run_call_plan, &r, rows, nrows, reps, st, times, NULL, &score) == 0;
                     if (!ok) fprintf(stderr, "# %s %" PRId64 ",%" PRId64 ": chains %d: %s\n", kname, n, k, c, tdm_err());
                     json_t *rec = json_object(), *setting = json_object();
@@ -267,6 +269,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
             printf("# %s %" PRId64 ",%" PRId64 ": fastest at %d chains, the rule picks %d\n", kname, n, k, best_c, rule);
             tdm_cuda_free(x);
             tdm_cuda_free(y);
+            tdm_cuda_free(xbuf);
             tdm_wset_free(&tset);
         }
     }
