@@ -238,7 +238,7 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
 {
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
     if (!vec) t.nt = t.pf = 1;
-    const int mt = m <= 8 ? 0 : m <= 16 ? 1 : 2;   // 0: rows 8-15 of the tile known zero
+    const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
     // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
     // load depth at most 8 rows. The load depth only orders the loads and the per-lane loads fetch

@@ -104,9 +104,10 @@ int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweigh
 /* Whether the one launch is the faster at m rows of gate's format, where it can run (the engine's
  * TANDEM_MLP_FUSE=auto): at every row count but NVFP4's 9-16, where it ran a 16-layer 27B's 12- and
  * 16-row verifies ~0.1 ms slower than the three launches, and the pair alone 51.6 us against two
- * products' 2 x 20.5 at 16 rows (bench/NOTES.md, the one-launch SwiGLU at 9-16 rows: under ncu the
- * same a warp, 2.30x the cycles for 2x the bytes, in 1.83 waves of CTAs against 0.92; why is open).
- * A speed fact only: the bits are the same. */
+ * products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row SwiGLU pair) its warps are
+ * latency-bound at the plain product's issue rate and it executes 2.33x the instructions for 2x the
+ * bytes (the SwiGLU epilogue), so it cannot beat the two launches there. A speed fact only: the bits
+ * are the same. */
 int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m);
 int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                       const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,

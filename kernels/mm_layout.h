@@ -70,6 +70,8 @@
 /* The same from x's blocked copy (xb below): also at 17-32 rows with nt 2, the weights as the A
  * operand there too (mm_skinny.cuh: XB, SWAP). */
 #define TDM_MM_DIRECT_XB(fmt, nt, mt) (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2))
+/* The mt of TDM_MM_DIRECT and TDM_MM_DIRECT_XB that serves m rows (0: at most 8, 1: 9-16, 2: 17-32). */
+TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 
 /* Whether the kernels are built for (fmt, nt, mt, pf). */
 TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)

@@ -163,8 +163,7 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
      * per-lane form for the setting there (NVFP4: mm_layout.h, TDM_MM_DIRECT_XB), that form needs only
      * the chains' sum, and a staged call runs the setting's chains split over the cluster instead
      * (tdm_tile_staged_fit: the same bits), so it is enough that such a split exists. */
-    const int mt_max = mmax <= 8 ? 0 : mmax <= 16 ? 1 : 2;
-    if (fmt == TDM_MMF_NVFP4 && TDM_MM_DIRECT_XB(fmt, g->nt, mt_max)) {
+    if (TDM_MM_DIRECT_XB(fmt, g->nt, tdm_mm_rows_mt(mmax))) {
         if (tdm_tile_smem(&t, mmax, 1) > SMEM_LIMIT)
             return tdm_errf("%sneeds %zu bytes of shared memory for its chains' sum at %d rows (at most %d)", what,
                             tdm_tile_smem(&t, mmax, 1), mmax, SMEM_LIMIT);
