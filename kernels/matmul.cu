@@ -239,14 +239,18 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
     if (!vec) t.nt = t.pf = 1;
     const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
-    // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows with the activations loaded per lane (mm_skinny.cuh: DA;
-    // by default from TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the
-    // load depth at most 8 rows. The load depth only orders the loads and the per-lane loads fetch
-    // the same operands: the bits are the same.
-    const bool direct = w->fmt == TDM_W_NVFP4 && vec &&
-                        (a.xb ? TDM_MM_DIRECT_XB(TDM_MMF_NVFP4, t.nt, mt) : TDM_MM_DIRECT(TDM_MMF_NVFP4, t.nt, mt)) &&
-                        tdm_mm_direct_rows(m);
+    // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows (1-32 from x's blocked copy) and FP8 at 1-32 rows from the
+    // copy with the activations loaded per lane (mm_skinny.cuh: DA; by default from
+    // TDM_MM_DIRECT_AUTO_ROWS rows, matmul.h). TDM_MM_DIRECT_PF, if set, overrides the load depth at
+    // most 8 rows. The load depth only orders the loads and the per-lane loads fetch the same
+    // operands: the bits are the same.
+    static_assert(TDM_W_FP8 == TDM_MMF_FP8 && TDM_W_NVFP4 == TDM_MMF_NVFP4 && TDM_W_BF16 == TDM_MMF_BF16,
+                  "enum tdm_wfmt holds the TDM_MMF_* values (mm_layout.h)");
+    const int f = (int)w->fmt;
+    const bool direct = tdm_mm_fmt_reads_xb(f) && vec &&
+                        (a.xb ? TDM_MM_DIRECT_XB(f, t.nt, mt) : TDM_MM_DIRECT(f, t.nt, mt)) && tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
+    if (direct && a.xb) t.pf = TDM_MM_DIRECT_XB_PF(f, mt, t.pf);
     // A setting only the per-lane forms run as set (wk 4 at 17-32 rows): staged, its chains split
     // over the cluster instead (tiles.h, tdm_tile_staged_fit; the table check saw that one fits).
     if (!direct && tdm_tile_staged_fit(&t, (int)m) != 0) return tdm_err_prefix("matmul: %s %" PRId64 "x%" PRId64 " m=%" PRId64,
@@ -258,7 +262,7 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     cudaError_t e;
     switch (w->fmt) {
     case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, smem, st); break;
-    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
+    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, smem, st); break;
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }
     if (e != cudaSuccess) {

@@ -128,8 +128,8 @@ int64_t tdm_matmul_bytes(const struct tdm_dweight *w, int64_t m);
 int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8_t set, void *stream);
 /* Fills n BF16 values uniform in [-amp, amp). */
 int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream);
-/* Which NVFP4 products of 1-16 rows load their activations per lane instead of staging them in
- * shared memory (kernels/mm_skinny.cuh: DA; the operands are the same, so the bits): TANDEM_MM_DIRECT,
+/* Which NVFP4 products of 1-16 rows (from x's blocked copy: NVFP4 and FP8 products of 1-32 rows)
+ * load their activations per lane instead of staging them in shared memory (kernels/mm_skinny.cuh: DA; the operands are the same, so the bits): TANDEM_MM_DIRECT,
  * read at the first call unless tdm_mm_set_direct() said otherwise (tests compare the forms in one
  * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows, which is
  * every row count since the form keeps the table's load depth and zeros in rows 8-15. Measured inside

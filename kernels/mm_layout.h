@@ -67,9 +67,15 @@
  * same at 1-8 rows and 1.4x slower at 16; inside the engine's rounds, NVFP4 faster at 1-16 rows
  * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). The forms fetch the same operands: the same bits. */
 #define TDM_MM_DIRECT(fmt, nt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= ((nt) <= 2 ? 1 : 0))
-/* The same from x's blocked copy (xb below): also at 17-32 rows with nt 2, the weights as the A
- * operand there too (mm_skinny.cuh: XB, SWAP). */
-#define TDM_MM_DIRECT_XB(fmt, nt, mt) (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2))
+/* The same from x's blocked copy (xb below): NVFP4 also at 17-32 rows with nt 2, the weights as the
+ * A operand there too (mm_skinny.cuh: XB, SWAP); FP8 at nt 1 and 1-32 rows (from the copy only: it
+ * shares NVFP4's unit order, tdm_mm_bk). */
+#define TDM_MM_DIRECT_XB(fmt, nt, mt) \
+    (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2) || ((fmt) == TDM_MMF_FP8 && (nt) == 1))
+/* The load depth (pf) at which the per-lane forms from the blocked copy run a setting of depth pf at
+ * mt: FP8's 17-32-row form is built at pf 1 only (at pf 3 it spills on sm_121a); the depth only
+ * orders the loads, so the bits are the same. */
+#define TDM_MM_DIRECT_XB_PF(fmt, mt, pf) ((fmt) == TDM_MMF_FP8 && (mt) == 2 ? 1 : (pf))
 /* The mt of TDM_MM_DIRECT and TDM_MM_DIRECT_XB that serves m rows (0: at most 8, 1: 9-16, 2: 17-32). */
 TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 
@@ -102,13 +108,18 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  *   NVFP4: the chunk is 16 bytes = 4 words; word w holds k = 8w .. 8w+7, nibble i = k 8w+i.
  *          The decoder pairs nibble j with nibble j+4 of a word (one multiply places both), so
  *          step s = 2w + p takes pairs (2p + r, 2p + r + 4) of word w.
- *   FP8:   the chunk is 32 bytes = 8 words; word s holds k = 4s .. 4s+3. The decoder pairs
- *          byte 0 with 2 (B register 0) and byte 1 with 3 (register 1).
+ *   FP8:   the chunk is 32 bytes = 8 words; word w holds k = 4w .. 4w+3. The decoder takes the
+ *          words of one unit (2u, 2u+1: k 8u .. 8u+7) in NVFP4's k order, so that the FP8 forms
+ *          read the same activation units, the blocked copy (xb below) among them: one byte
+ *          permute a pair of words (tdm_fp8_pair) puts bytes 0-1 of both words (k 8u+0, +1, +4,
+ *          +5) in one word and bytes 2-3 in the other, then the placement pairs byte 0 with 2
+ *          (B register 0) and 1 with 3 (register 1), as NVFP4 pairs nibbles j and j + 4.
+ *          (Before, step s took word s alone, k 4s .. 4s+3: other sums inside an mma, so the
+ *          FP8 products' bits changed with the order.)
  *   BF16:  the chunk is 64 bytes = 16 words; step s takes words 2s, 2s+1 as they are. */
 TDM_HD int tdm_mm_bk(int fmt, int s, int r, int h)
 {
-    if (fmt == TDM_MMF_NVFP4) return 8 * (s >> 1) + 2 * (s & 1) + r + 4 * h;
-    if (fmt == TDM_MMF_FP8) return 4 * s + r + 2 * h;
+    if (fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8) return 8 * (s >> 1) + 2 * (s & 1) + r + 4 * h;
     return 4 * s + 2 * r + h;
 }
 
@@ -147,14 +158,15 @@ TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
  * e's bits 1, 0, 2. */
 TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 {
-    if (fmt == TDM_MMF_NVFP4) return 4 * ((e >> 1) & 1) + 2 * (e & 1) + (e >> 2);
+    if (fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8) return 4 * ((e >> 1) & 1) + 2 * (e & 1) + (e >> 2);
     for (int q = 0; q < 8; q++)
         if (tdm_mm_unit_k(fmt, q) == e) return q;
     return -1;
 }
 
 /* ---- the blocked activation copy (xb) ------------------------------------------------------------
- * The per-lane NVFP4 form (mm_skinny.cuh: DA; 1-16 rows, 1-32 from the copy) reads, for each unit
+ * The per-lane NVFP4 and FP8 forms (mm_skinny.cuh: DA; NVFP4 1-16 rows from x, 1-32 from the copy;
+ * FP8 1-32 from the copy) read, for each unit
  * u of a slab, row g's 16 bytes at lane chunk t: from a row-major x, 8 rows x 4 chunks 64 bytes apart touch 16 lines of
  * 128 bytes a load and use half of each 32-byte sector, and each unit is permuted in registers (4
  * PRMT). The xb copy holds the same values with every unit already permuted (tdm_mm_permute_unit)
@@ -167,6 +179,9 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * the blocked activation copies): a 27B token's NVFP4 products 8.00 -> 6.6 ms at 8 rows, 12.1 ->
  * 8.1 at 16. */
 #define TDM_MM_XB_ROWS 32
+/* Whether the skinny kernels of format fmt read x's blocked copy where a caller gives one (NVFP4
+ * and FP8 share its unit order: tdm_mm_bk). */
+TDM_HD int tdm_mm_fmt_reads_xb(int fmt) { return fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8; }
 /* Elements of an xb copy for K inputs. */
 TDM_HD int64_t tdm_mm_xb_elems(int64_t k) { return (int64_t)TDM_MM_XB_ROWS * (k / TDM_MM_SLAB_K) * TDM_MM_SLAB_K; }
 /* Whether m rows of K inputs have an xb copy to read: 1..TDM_MM_XB_ROWS rows, and a full slab of K. */
@@ -264,6 +279,17 @@ TDM_HD uint32_t tdm_fp8_place(uint32_t q, int r)
     return (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
 }
 #define TDM_FP8_UNPLACE 0x7B807B80u /* BF16x2 of 2^120 */
+/* The pair word j (0, 1) of FP8 words w0, w1 (k 8u .. 8u+3 and 8u+4 .. 8u+7 of one unit): bytes
+ * 2j, 2j+1 of w0, then bytes 2j, 2j+1 of w1, i.e. k 8u + 2j, + 2j+1, + 2j+4, + 2j+5; placed
+ * (tdm_fp8_place) into the B registers of step 2u + j (tdm_mm_bk). One PRMT on the device. */
+TDM_HD uint32_t tdm_fp8_pair(uint32_t w0, uint32_t w1, int j)
+{
+#ifdef __CUDA_ARCH__
+    return __byte_perm(w0, w1, j ? 0x7632 : 0x5410);
+#else
+    return j ? (w0 >> 16) | (w1 & 0xffff0000u) : (w0 & 0xffffu) | (w1 << 16);
+#endif
+}
 
 /* ---- the split of K -------------------------------------------------------------------------- */
 /* K is cut into kchains chains of chain_len = ceil(slabs / kchains) slabs: chain c takes slabs

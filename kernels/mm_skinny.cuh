@@ -111,6 +111,31 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p)
     return __ldcs(reinterpret_cast<const uint4 *>(p));
 #endif
 }
+// TDM_MM_L2PF_FP8 (0, 64, 128 or 256; default 256): the same for the FP8 weights' loads in the skinny
+// kernel, whose lanes read a row's whole 128 bytes of a slab (NVFP4: 64), so that only 256 reaches
+// into the next slab. Measured on the H200 (bench/NOTES.md, FP8 per lane from the blocked copy): a
+// 27B token's FP8 products at 1 / 8 / 16 / 32 rows 10.8 / 11.1 / 13.6 / 19.7 ms at 128, 10.1 / 10.1 /
+// 13.0 / 19.1 at 256. A build-time knob for A/B runs.
+#ifndef TDM_MM_L2PF_FP8
+#define TDM_MM_L2PF_FP8 256
+#endif
+template <int FMT>
+__device__ __forceinline__ uint4 ldg_weights(const uint8_t *p)
+{
+#if TDM_MM_L2PF_FP8 != TDM_MM_L2PF
+    if constexpr (FMT == TDM_MMF_FP8) {
+        uint4 v;
+#if TDM_MM_L2PF_FP8
+        asm("ld.global.cs.L2::" TDM_MM_STR(TDM_MM_L2PF_FP8) "B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#else
+        v = __ldcs(reinterpret_cast<const uint4 *>(p));
+#endif
+        return v;
+    }
+#endif
+    return ldg_stream(p);
+}
 __device__ __forceinline__ uint32_t ldg_stream_u16(const uint8_t *p)
 {
 #if TDM_MM_L2PF
@@ -180,7 +205,7 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     if (VEC && full) {
 #pragma unroll
         for (int i = 0; i < NW / 4; i++) {
-            uint4 v = ldg_stream(p + 16 * i);
+            uint4 v = ldg_weights<FMT>(p + 16 * i);
             c.w[4 * i] = v.x; c.w[4 * i + 1] = v.y; c.w[4 * i + 2] = v.z; c.w[4 * i + 3] = v.w;
         }
     } else {
@@ -294,10 +319,12 @@ __device__ __forceinline__ void bregs(const Chunk<FMT> &c, int u, uint32_t sa, u
     if constexpr (FMT == TDM_MMF_NVFP4) {
         nvfp4_bregs(c.w[u], u < 2 ? sa : sb, b);
     } else if constexpr (FMT == TDM_MMF_FP8) {
-        b[0] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 0), TDM_FP8_UNPLACE);
-        b[1] = bf16x2_mul(tdm_fp8_place(c.w[2 * u], 1), TDM_FP8_UNPLACE);
-        b[2] = bf16x2_mul(tdm_fp8_place(c.w[2 * u + 1], 0), TDM_FP8_UNPLACE);
-        b[3] = bf16x2_mul(tdm_fp8_place(c.w[2 * u + 1], 1), TDM_FP8_UNPLACE);
+        // unit u's two words in NVFP4's k order (mm_layout.h: tdm_mm_bk, tdm_fp8_pair)
+        const uint32_t p0 = tdm_fp8_pair(c.w[2 * u], c.w[2 * u + 1], 0), p1 = tdm_fp8_pair(c.w[2 * u], c.w[2 * u + 1], 1);
+        b[0] = bf16x2_mul(tdm_fp8_place(p0, 0), TDM_FP8_UNPLACE);
+        b[1] = bf16x2_mul(tdm_fp8_place(p0, 1), TDM_FP8_UNPLACE);
+        b[2] = bf16x2_mul(tdm_fp8_place(p1, 0), TDM_FP8_UNPLACE);
+        b[3] = bf16x2_mul(tdm_fp8_place(p1, 1), TDM_FP8_UNPLACE);
     } else {
 #pragma unroll
         for (int j = 0; j < 4; j++) b[j] = c.w[4 * u + j];
@@ -345,7 +372,8 @@ constexpr int MIN_BLOCKS = 2;
 // (84-102 unbounded); the 17-32-row per-lane forms to TDM_MM_XB32_REGS (96, with a few spilled
 // bytes: see there); the rest to the MIN_BLOCKS bound.
 // The per-lane activation forms (DA) spill at 96 on sm_121a (GB10, never run here; the cliff was
-// measured on the H200 only), so there they get the MIN_BLOCKS bound.
+// measured on the H200 only), so there they get the MIN_BLOCKS bound; so do FP8's per-lane forms
+// (from the blocked copy) on sm_90, which spill 4-48 bytes at 96.
 // TDM_MM_XB32_REGS: the register cap of the 17-32-row per-lane forms (NVFP4 from the blocked copy,
 // MTA 2) on sm_90; 0 the MIN_BLOCKS bound (128). At 128 a scheduler holds 4 warps, and the 27B's
 // large shapes at 17-32 rows ran 363 CTAs of 6 warps on 264 slots (1.37 waves; ncu on 17408x5120 at
@@ -363,9 +391,9 @@ constexpr int skinny_regs()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
     if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
 #endif
-    if (TDM_MM_XB32_REGS && DA && MTA == 2) return TDM_MM_XB32_REGS;
+    if (TDM_MM_XB32_REGS && DA && MTA == 2 && FMT == TDM_MMF_NVFP4) return TDM_MM_XB32_REGS;
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
-    const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1;
+    const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1 && !DA;
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);
 }
 
@@ -384,7 +412,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTA) : TDM_MM_DIRECT(FMT, NT, MTA)),
                   "per-lane activations are built for NVFP4 at 1-16 rows (nt 4: 1-8), and from the blocked copy at nt 2 "
-                  "also at 17-32");
+                  "also at 17-32; for FP8 from the blocked copy at nt 1");
     constexpr int MT = MTA == 0 ? 1 : MTA;
     constexpr bool LO8 = MTA == 0;
     // SWAP (TDM_MM_SWAP; the per-lane NVFP4 form at most 8 rows, tiles in pairs): each mma takes the
@@ -409,6 +437,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // wins. Inside the engine it first lost at one row (3.34 against 3.22 ms on a 16-layer 27B):
     // at most 8 rows it forced pf 3 and copied rows 0-7 into rows 8-15. With the table's pf and
     // zeros there it wins at 1-16 rows (kernels/matmul.h, TDM_MM_DIRECT_AUTO_ROWS).
+    // FP8 (nt 1) runs the per-lane form from the blocked copy only, at 1-32 rows: it reads the copy's
+    // units in NVFP4's k order (mm_layout.h: tdm_mm_bk), the staged and checked forms the same order.
     // XB (DA with a.xb): the fast slabs' units come from x's blocked copy (mm_layout.h: xb), written
     // by the kernel that wrote x: the 8 rows of a load are 512 contiguous bytes instead of 16 lines
     // half used, and the units are permuted already. The same values, so the same bits.
@@ -511,7 +541,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             const uint8_t *p = wp[nt] + (int64_t)i * SB;
 #pragma unroll
             for (int q = 0; q < CB / 16; q++) {
-                uint4 v = ldg_stream(p + 16 * q);
+                uint4 v = ldg_weights<FMT>(p + 16 * q);
                 dst[nt].w[4 * q] = v.x; dst[nt].w[4 * q + 1] = v.y; dst[nt].w[4 * q + 2] = v.z; dst[nt].w[4 * q + 3] = v.w;
             }
             if constexpr (FMT == TDM_MMF_NVFP4) {
@@ -914,7 +944,7 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
 {
-    if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT))
+    if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
         if (direct && a.xb) return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
     if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
         if (direct && !a.xb) return launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
@@ -949,5 +979,6 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
 // The per-format entry points (nvfp4_skinny.cu, fp8_skinny.cu, bf16_skinny.cu).
 cudaError_t tdm_mm_skinny_nvfp4(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct,
                                 size_t smem, cudaStream_t st);
-cudaError_t tdm_mm_skinny_fp8(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);
+cudaError_t tdm_mm_skinny_fp8(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct,
+                              size_t smem, cudaStream_t st);
 cudaError_t tdm_mm_skinny_bf16(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);

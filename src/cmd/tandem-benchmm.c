@@ -35,7 +35,7 @@ static void usage(FILE *f)
             "  --no-baseline    skip cuBLAS and cuBLASLt\n"
             "  --no-token       skip the whole-token lines\n"
             "  --no-xb          our kernels read the activations as written at every row count (by default\n"
-            "                   NVFP4 at 1-32 rows reads their blocked copy, packed once before the timing,\n"
+            "                   NVFP4 and FP8 at 1-32 rows read their blocked copy, packed once before the timing,\n"
             "                   as the engine's kernels write it beside x: kernels/mm_layout.h)\n"
             "  --json FILE      every measurement as JSON\n"
             "  -h, --help       this text\n"
@@ -326,7 +326,7 @@ int main(int argc, char **argv)
            "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n"
            "# lt-fp8 = cuBLASLt FP8 (e4m3 activations): b = block scales (128x128 weight, 1x128 activation), t = per-tensor\n"
            "#          scales where cuBLASLt has no block-scaled algorithm for the shape\n");
-    printf("# nvfp4 at 1-32 rows reads %s\n", use_xb ? "x's blocked copy (packed once before the timing, as the engine's kernels "
+    printf("# nvfp4 and fp8 at 1-32 rows read %s\n", use_xb ? "x's blocked copy (packed once before the timing, as the engine's kernels "
                                                         "write it beside x)" : "x as written (--no-xb)");
     printf("%-15s %-26s %11s %5s | %8s %7s %5s %8s | %8s %7s %5s | %8s %8s %8s | %6s\n", "model", "projection", "N,K", "rows",
            "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");
@@ -367,7 +367,7 @@ int main(int argc, char **argv)
             snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, n, k);
             for (int ri = 0; ri < nrows; ri++) {
                 const int64_t m = rows[ri];
-                const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 reads it; FP8 ignores it */
+                const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 and FP8 read it */
                 struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL};
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);

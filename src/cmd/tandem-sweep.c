@@ -1,7 +1,7 @@
 /* tandem-sweep — picks the launch setting of a skinny matrix kernel per weight shape (N, K):
  * enumerates candidate settings, drops every candidate whose output is not bit-identical to the
- * default setting's at every row count 1..32 (random inputs, rows that share inputs; NVFP4 also
- * from x's blocked copy, the per-lane forms the engine runs), times the
+ * default setting's at every row count 1..32 (random inputs, rows that share inputs; NVFP4 and FP8
+ * also from x's blocked copy, the per-lane forms the engine runs), times the
  * survivors over a cold working set, and writes the fastest into the kernel's tile table
  * (atomically, merged with the table's other shapes). A table that serves one row also gets a
  * few-row setting (tiles.h: lo) where another geometry is faster at one row and at every timed row
@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "usage: %s [options]\n"
             "Sweeps the launch settings of the skinny matrix kernels per weight shape and writes the\n"
             "tile tables <dir>/<kernel>.json. Only settings whose output is bit-identical to the\n"
-            "default's at every row count 1..32 survive (NVFP4: with and without x's blocked copy);\n"
+            "default's at every row count 1..32 survive (NVFP4, FP8: with and without x's blocked copy);\n"
             "the fastest over a cold working set wins.\n"
             "A table that serves one row also gets a few-row setting (\"lo\") where another of the\n"
             "identical settings is faster at one row: the fastest there, for the timed row counts up\n"
@@ -71,7 +71,7 @@ static void usage(FILE *f)
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
             "  --plan                 choose the chain rule instead: for every chain count of K the\n"
             "                         rule may pick, time every setting (no bit-identity check: each\n"
-            "                         count is another sum order; NVFP4 from x's blocked copy, as\n"
+            "                         count is another sum order; NVFP4 and FP8 from x's blocked copy, as\n"
             "                         the engine runs it) and print the best per count and the\n"
             "                         rule's own pick; writes no table\n"
             "  -h, --help             this text\n"
@@ -153,7 +153,7 @@ struct run {
     int64_t m;
     const struct tdm_tile *tile;
     struct tdm_wset *ws;   /* timing: rotate over its copies */
-    uint16_t *xbuf;        /* timing NVFP4: room for x's blocked copy (time_rows packs it at 1-32 rows), or NULL */
+    uint16_t *xbuf;        /* timing NVFP4, FP8: room for x's blocked copy (time_rows packs it at 1-32 rows), or NULL */
     const uint16_t *xb;    /* the copy the call reads, or NULL */
 };
 
@@ -180,7 +180,7 @@ static int time_rows(tdm_launch_fn fn, struct run *r, const int *rows, int nrows
     *score = 0;
     for (int ri = 0; ri < nrows; ri++) {
         r->m = rows[ri];
-        /* NVFP4 at 1-32 rows reads x's blocked copy, as the engine's kernels write it beside x */
+        /* NVFP4 and FP8 at 1-32 rows read x's blocked copy, as the engine's kernels write it beside x */
         const int64_t k = r->ws->w[0].k;
         r->xb = NULL;
         if (r->xbuf && tdm_mm_xb_serves(r->m, k)) {
@@ -220,11 +220,11 @@ static int plan_mode(const int *want, long reps, const char *json_path)
             const int64_t n = shapes[si][0], k = shapes[si][1];
             struct tdm_wset tset;
             if (tdm_wset_alloc(&tset, fmt, n, k, TDM_DT_F32, 8 * l2, 2, 3000 + si) != 0) tdm_die_check(prog);
-            uint16_t *x, *xbuf = NULL;   /* NVFP4: x's blocked copy, packed per row count (time_rows) */
+            uint16_t *x, *xbuf = NULL;   /* NVFP4, FP8: x's blocked copy, packed per row count (time_rows) */
             float *y;
             if (tdm_cuda_malloc((void **)&x, (size_t)(32 * k * 2)) != 0 || tdm_cuda_malloc((void **)&y, (size_t)(32 * n * 4)) != 0 ||
                 tdm_dev_fill_bf16(x, (size_t)(32 * k), 77 + si, 2.0f, st) != 0 ||
-                (fmt == TDM_W_NVFP4 && tdm_cuda_malloc((void **)&xbuf, (size_t)tdm_mm_xb_elems(k) * 2 + 16) != 0))
+                (tdm_mm_fmt_reads_xb(fmt) && tdm_cuda_malloc((void **)&xbuf, (size_t)tdm_mm_xb_elems(k) * 2 + 16) != 0))
                 tdm_die_check(prog);
             const int rule = tdm_mm_kchains(n, k);
             double best_all = 1e300;
@@ -285,7 +285,7 @@ static int plan_mode(const int *want, long reps, const char *json_path)
 /* Runs every row count 1..32 into out[m-1] (poisoned first): setting t where kernel kk serves m
  * rows, the serving kernel's default elsewhere (NVFP4 has one table for 1-16 rows and one for
  * 17-32; the rows of the other table still check that the candidate's rows agree with it). With
- * xbuf (NVFP4), each call reads x's blocked copy packed there where the copy serves m rows, as the
+ * xbuf (NVFP4, FP8), each call reads x's blocked copy packed there where the copy serves m rows, as the
  * engine's calls do (the per-lane forms); without, none does (the staged forms at 17-32 rows). */
 static int run_all_rows(enum tdm_mmk kk, const struct tdm_dweight *w, const uint16_t *x, uint16_t *xbuf,
                         const struct tdm_tile *t, float **out, tdm_stream st)
@@ -583,10 +583,10 @@ int main(int argc, char **argv)
                 int dm2;
                 cand_nt[ci] = cand[ci].nt;
                 tdm_tile_str(&cand[ci], ts, sizeof ts);
-                /* every row count as the staged forms run it, then (NVFP4) from the blocked copy as the
+                /* every row count as the staged forms run it, then (NVFP4, FP8) from the blocked copy as the
                  * per-lane forms do: a setting may run as set in the one and split over its cluster in
                  * the other (tdm_tile_staged_fit) */
-                for (int form = 0; form < (fmt == TDM_W_NVFP4 ? 2 : 1) && strcmp(verdict, "identical") == 0; form++) {
+                for (int form = 0; form < (tdm_mm_fmt_reads_xb(fmt) ? 2 : 1) && strcmp(verdict, "identical") == 0; form++) {
                     const char *how = form ? " from the blocked copy" : "";
                     if (run_all_rows((enum tdm_mmk)kk, &vset.w[0], x, form ? xbuf : NULL, &cand[ci], got, st) != 0) {
                         snprintf(verdict, sizeof verdict, "failed%s: %s", how, tdm_err());
@@ -604,7 +604,7 @@ int main(int argc, char **argv)
                 json_object_set_new(rec, "default", json_boolean(ci == 0));
                 double score = 0;
                 int timed = strcmp(verdict, "identical") == 0;
-                struct run r = {NULL, x, tim, 0, &cand[ci], &tset, fmt == TDM_W_NVFP4 ? xbuf : NULL, NULL};
+                struct run r = {NULL, x, tim, 0, &cand[ci], &tset, tdm_mm_fmt_reads_xb(fmt) ? xbuf : NULL, NULL};
                 if (timed && time_rows(run_call, &r, rows, nrows, reps, st, times, &cand_us[ci * nrows], &score) != 0) {
                     snprintf(verdict, sizeof verdict, "timing failed: %s", tdm_err());
                     timed = 0;

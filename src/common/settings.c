@@ -54,14 +54,14 @@ const struct tdm_setting_def tdm_settings[] = {
      "for it before reading their inputs (kernels/pdl.cuh); the same kernels, so the same bits; off launches "
      "each kernel after the one before it has finished (the older path, for comparison)"},
     {"TANDEM_MM_DIRECT", "auto", "auto|on|off",
-     "CUDA: which NVFP4 products of 1-16 rows have each lane load its activations from global memory (no "
-     "shared-memory staging, no CTA barrier in the K loop) instead of the CTA staging them: auto and on at "
-     "every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
+     "CUDA: which NVFP4 products of 1-16 rows (from x's blocked copy: NVFP4 and FP8 products of 1-32 rows) "
+     "have each lane load its activations from global memory (no shared-memory staging, no CTA barrier in "
+     "the K loop) instead of the CTA staging them: auto and on at every row count (measured inside the engine's rounds: faster at 1-16 rows; auto is kept for a future "
      "row threshold), off at none; the same operands, so the same bits"},
     {"TANDEM_MM_XB", "on", "on|off",
      "CUDA engine: on has the kernels that write a product's input at 1-32 rows (the norms, the GDN gated "
-     "norm, attention's output, SiLU x up) also write its blocked copy, from which the NVFP4 products that "
-     "load their activations per lane read them: 8 rows a load in 512 contiguous bytes and no permute "
+     "norm, attention's output, SiLU x up) also write its blocked copy, from which the NVFP4 and FP8 products "
+     "that load their activations per lane read them: 8 rows a load in 512 contiguous bytes and no permute "
      "(kernels/mm_layout.h); the same values, so the same bits; off reads every input as written (the "
      "older path, for comparison)"},
     {"TANDEM_DRAFT_FORMAT", "stored", "stored|nvfp4",

@@ -199,10 +199,11 @@ static void bregs(int fmt, const uint32_t *w, uint32_t sc_nv, int u, uint32_t b[
         uint32_t mult = nvfp4_mult((uint8_t)(u < 2 ? sc_nv & 0xff : sc_nv >> 8));
         for (int j = 0; j < 4; j++) b[j] = bmul(tdm_nvfp4_place(w[u], j), mult);
     } else if (fmt == TDM_W_FP8) {
-        b[0] = bmul(tdm_fp8_place(w[2 * u], 0), TDM_FP8_UNPLACE);
-        b[1] = bmul(tdm_fp8_place(w[2 * u], 1), TDM_FP8_UNPLACE);
-        b[2] = bmul(tdm_fp8_place(w[2 * u + 1], 0), TDM_FP8_UNPLACE);
-        b[3] = bmul(tdm_fp8_place(w[2 * u + 1], 1), TDM_FP8_UNPLACE);
+        const uint32_t p0 = tdm_fp8_pair(w[2 * u], w[2 * u + 1], 0), p1 = tdm_fp8_pair(w[2 * u], w[2 * u + 1], 1);
+        b[0] = bmul(tdm_fp8_place(p0, 0), TDM_FP8_UNPLACE);
+        b[1] = bmul(tdm_fp8_place(p0, 1), TDM_FP8_UNPLACE);
+        b[2] = bmul(tdm_fp8_place(p1, 0), TDM_FP8_UNPLACE);
+        b[3] = bmul(tdm_fp8_place(p1, 1), TDM_FP8_UNPLACE);
     } else {
         for (int j = 0; j < 4; j++) b[j] = w[4 * u + j];
     }

@@ -8,10 +8,10 @@
  *     so does one with a few-row geometry of its own at 1-8 rows (tiles.h: lo);
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
- *   NVFP4 at 1-16 rows in each activation form (TANDEM_MM_DIRECT on: loaded per lane; off: staged;
- *     per lane from x's blocked copy, mm_layout.h: xb) against the one-row calls, bit for bit, and
- *     tdm_mm_pack_xb against the layout's index on the host; SwiGLU from the blocked copy, writing
- *     y's, the same bits and the copy equal to y packed.
+ *   NVFP4 and FP8 at 1-32 rows in each activation form (TANDEM_MM_DIRECT on: NVFP4 loaded per lane
+ *     at 1-16 rows; off: staged; per lane from x's blocked copy, mm_layout.h: xb) against the
+ *     one-row calls, bit for bit, and tdm_mm_pack_xb against the layout's index on the host; SwiGLU
+ *     from the blocked copy, writing y's, the same bits and the copy equal to y packed.
  * And the programmatic launches (kernels/pdl.cuh, TANDEM_PDL): a chain of norm -> product pairs
  * through one reused activation buffer, each product launched while its norm may still run, gives
  * the plain launches' bits, eager and from a graph (a product that read its input before the norm
@@ -163,8 +163,9 @@ static struct tdm_tile_geom other_geom(enum tdm_mmk kk, int64_t n, int64_t k, co
     return (struct tdm_tile_geom){0, 0, 0, 0, 0};
 }
 
-/* NVFP4 at m = m0..m1 rows with the tables (t NULL) or the setting t, staged (TANDEM_MM_DIRECT=off),
- * per lane (on; at 17-32 rows staged too) and per lane from x's blocked copy (tdm_mm_pack_xb; the
+/* NVFP4 or FP8 at m = m0..m1 rows with the tables (t NULL) or the setting t, staged
+ * (TANDEM_MM_DIRECT=off), on without the copy (NVFP4: per lane at 1-16 rows, staged at 17-32; FP8:
+ * staged) and per lane from x's blocked copy (tdm_mm_pack_xb; the
  * copy's own poisoned elements past m rows are never read): in bad[0..2] the rows that differ from
  * the one-row calls' outputs y1 (FP32, n a row). Nonzero when a call fails. */
 static int forms_vs_one_row(const struct tdm_dweight *d, const uint16_t *dx, int64_t k, int64_t n,
@@ -301,16 +302,19 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
        "bits (%d of %d row counts differ)", label, lo_bad, lo_runs);
     ok(!rc && twin_bad == 0 && unwritten == 0, "%s: twins, m = 2..32 rows equal one-row calls bit for bit (%d rows differ, "
        "%d outputs unwritten)%s%s", label, twin_bad, unwritten, rc ? ": " : "", rc ? tdm_err() : "");
-    /* NVFP4 at 1-16 rows, each form at every row count (TANDEM_MM_DIRECT on: the activations loaded
-     * per lane; off: staged; the one-row calls above ran the default, auto, which is per lane at
-     * every row count, so off compares the two forms): every row its one-row call's bits */
-    if (fmt == TDM_W_NVFP4) {
+    /* NVFP4 and FP8, each form at every row count 1..32 (TANDEM_MM_DIRECT on: NVFP4's activations
+     * loaded per lane at 1-16 rows; off: staged; and per lane from the blocked copy; the one-row calls
+     * above ran the default, auto, without a copy: NVFP4 per lane, FP8 staged): every row its one-row
+     * call's bits */
+    if (tdm_mm_fmt_reads_xb(fmt)) {
         int direct_bad[3] = {0, 0, 0};
         rc = rc || forms_vs_one_row(&d, dx, k, n, NULL, 1, 32, y1, ym, dy2, direct_bad);
         ok(!rc && direct_bad[0] == 0 && direct_bad[1] == 0 && direct_bad[2] == 0, "%s: m = 1..32 staged "
-           "(TANDEM_MM_DIRECT=off), loaded per lane (on; staged past 16) and per lane from the blocked copy: every row "
-           "equals the one-row call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0], direct_bad[1], direct_bad[2],
-           rc ? ": " : "", rc ? tdm_err() : "");
+           "(TANDEM_MM_DIRECT=off), on without the copy (NVFP4 per lane to 16 rows, else staged) and per lane from the "
+           "blocked copy: every row equals the one-row call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0],
+           direct_bad[1], direct_bad[2], rc ? ": " : "", rc ? tdm_err() : "");
+    }
+    if (fmt == TDM_W_NVFP4) {
         const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, TDM_MM_XB_ROWS);
         ok(pk == 0, "%s: tdm_mm_pack_xb of 32 rows = the layout's index on the host (%lld elements differ)", label,
            (long long)pk);
