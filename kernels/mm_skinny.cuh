@@ -372,8 +372,8 @@ constexpr int MIN_BLOCKS = 2;
 // (84-102 unbounded); the 17-32-row per-lane forms to TDM_MM_XB32_REGS (96, with a few spilled
 // bytes: see there); the rest to the MIN_BLOCKS bound.
 // The per-lane activation forms (DA) spill at 96 on sm_121a (GB10, never run here; the cliff was
-// measured on the H200 only), so there they get the MIN_BLOCKS bound; so do FP8's per-lane forms
-// (from the blocked copy) on sm_90, which spill 4-48 bytes at 96.
+// measured on the H200 only), so there they get the MIN_BLOCKS bound; FP8's per-lane forms (from the
+// blocked copy) on sm_90 TDM_MM_FP8_XB_REGS.
 // TDM_MM_XB32_REGS: the register cap of the 17-32-row per-lane forms (NVFP4 from the blocked copy,
 // MTA 2) on sm_90; 0 the MIN_BLOCKS bound (128). At 128 a scheduler holds 4 warps, and the 27B's
 // large shapes at 17-32 rows ran 363 CTAs of 6 warps on 264 slots (1.37 waves; ncu on 17408x5120 at
@@ -385,6 +385,15 @@ constexpr int MIN_BLOCKS = 2;
 #ifndef TDM_MM_XB32_REGS
 #define TDM_MM_XB32_REGS 96
 #endif
+// TDM_MM_FP8_XB_REGS: the register cap of FP8's per-lane forms (from the blocked copy) on sm_90 (96, the
+// default), or 0: the MIN_BLOCKS bound (they take 113-126 registers there, 4 warps a scheduler). At 96
+// ptxas spills a few bytes in some (t/kernel-resources.t names the exception). Measured on the H200
+// (bench/NOTES.md, FP8 per lane from the blocked copy): a 27B token's FP8 products at 1 / 8 / 16 / 32
+// rows 9.83 / 10.20 / 12.99 / 18.5 ms at the bound, 9.68 / 9.62 / 12.36 / 16.8 at 96. A build-time knob
+// for A/B runs.
+#ifndef TDM_MM_FP8_XB_REGS
+#define TDM_MM_FP8_XB_REGS 96
+#endif
 template <int FMT, int NT, int MTA, int PF, bool DA>
 constexpr int skinny_regs()
 {
@@ -392,6 +401,7 @@ constexpr int skinny_regs()
     if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
 #endif
     if (TDM_MM_XB32_REGS && DA && MTA == 2 && FMT == TDM_MMF_NVFP4) return TDM_MM_XB32_REGS;
+    if (TDM_MM_FP8_XB_REGS && DA && FMT == TDM_MMF_FP8) return TDM_MM_FP8_XB_REGS;
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1 && !DA;
     return nvfp4 || fp8 ? 96 : 65536 / (MAX_THREADS * MIN_BLOCKS);

@@ -143,8 +143,14 @@ int main(void)
     t = (struct tdm_tile){.nt = 2, .wn = 1, .wk = 8, .cs = 2, .pf = 1, .kchains = 16};
     st = t;
     ok(tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 8, "16 chains at wk 8 cs 2 staged at 32 rows: wk 2 cs 8");
-    ok(tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &(struct tdm_tile){.nt = 1, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8}) != 0,
-       "FP8 (no per-lane form) keeps the staged bound at 32 rows: %s", tdm_err());
+    /* FP8 has a per-lane form at nt 1 from the blocked copy (mm_layout.h: TDM_MM_DIRECT_XB): the same rule */
+    t = (struct tdm_tile){.nt = 1, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8};
+    st = t;
+    ok(tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &t) == 0 && tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 4,
+       "FP8 nt 1 wk 4 cs 2 at 32 rows is valid (per lane); staged it runs wk 2 cs 4: %s",
+       tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &t) ? tdm_err() : "ok");
+    ok(tdm_tile_check(TDM_MMK_BF16, 5120, 17408, &(struct tdm_tile){.nt = 1, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8}) != 0,
+       "BF16 (no per-lane form) keeps the staged bound at 32 rows: %s", tdm_err());
     ok(tdm_mmk_for(3 /* NVFP4 */, 16) == TDM_MMK_NVFP4 && tdm_mmk_for(3, 17) == TDM_MMK_NVFP4_WIDE &&
        tdm_mmk_for(2, 32) == TDM_MMK_FP8 && tdm_mmk_for(3, 33) == -1, "kernel by rows: NVFP4 1-16, 17-32; FP8; none above 32");
 
