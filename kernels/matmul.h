@@ -129,10 +129,11 @@ int tdm_dev_fill_bytes(void *p, size_t bytes, uint64_t seed, uint8_t mask, uint8
 /* Fills n BF16 values uniform in [-amp, amp). */
 int tdm_dev_fill_bf16(uint16_t *p, size_t n, uint64_t seed, float amp, void *stream);
 /* Which NVFP4 products of 1-16 rows (from x's blocked copy: NVFP4 and FP8 products of 1-32 rows)
- * load their activations per lane instead of staging them in shared memory (kernels/mm_skinny.cuh: DA; the operands are the same, so the bits): TANDEM_MM_DIRECT,
- * read at the first call unless tdm_mm_set_direct() said otherwise (tests compare the forms in one
- * process; -1 reads the setting again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows, which is
- * every row count since the form keeps the table's load depth and zeros in rows 8-15. Measured inside
+ * load their activations per lane instead of staging them in shared memory (kernels/mm_skinny.cuh:
+ * DA; the operands are the same, so the bits): TANDEM_MM_DIRECT, read at the first call unless
+ * tdm_mm_set_direct() said otherwise (tests compare the forms in one process; -1 reads the setting
+ * again). Auto, the default: from TDM_MM_DIRECT_AUTO_ROWS rows, which is every row count since the
+ * form keeps the table's load depth and zeros in rows 8-15. Measured inside
  * the engine's rounds on the H200 (a 16-layer 27B, tandem-benchround, bench/NOTES.md, the direct
  * form's load depth): per lane against staged, a one-row verify 3.221 against 3.233 ms, 2 rows 2 %
  * faster, 3-4 rows 5 %, 8 rows 10 %, 16 rows 1 %. */

@@ -63,8 +63,7 @@ struct tdm_engine {
     struct dlayer *ly;                      /* [L] */
     int prow;                               /* rows of the activations: the prefill chunk (>= ROWS) */
     int fuse_ba, n_one_ba;                  /* TANDEM_GDN_FUSE_BA; the layers whose b and a are one product */
-    int fuse_mlp;                           /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can: 0 off,
-                                               1 on, 2 auto (where tdm_matmul_swiglu_pays too) */
+    enum tdm_mlp_fuse fuse_mlp;             /* TANDEM_MLP_FUSE: gate, up and SiLU x up as one product where it can */
     int mm_xb;                              /* TANDEM_MM_XB: the products' inputs also as blocked copies (xb) */
     int concurrent;                         /* TANDEM_CONCURRENT: sibling projections on e->side (side_ok) */
     tdm_stream side;                        /* the second stream (NULL when off) */
@@ -437,7 +436,7 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     if (tdm_tiles_load(NULL, arch, &e->tiles) != 0 || tdm_stream_create(&e->st) != 0) goto fail;
     e->fuse_ba = strcmp(tdm_setting("TANDEM_GDN_FUSE_BA"), "off") != 0;
     const char *fm = tdm_setting("TANDEM_MLP_FUSE");
-    e->fuse_mlp = strcmp(fm, "off") == 0 ? 0 : strcmp(fm, "on") == 0 ? 1 : 2;
+    e->fuse_mlp = strcmp(fm, "off") == 0 ? TDM_MLP_FUSE_OFF : strcmp(fm, "on") == 0 ? TDM_MLP_FUSE_ON : TDM_MLP_FUSE_AUTO;
     e->mm_xb = strcmp(tdm_setting("TANDEM_MM_XB"), "off") != 0;
     e->concurrent = strcmp(tdm_setting("TANDEM_CONCURRENT"), "off") != 0;
     if (e->concurrent && (tdm_stream_create(&e->side) != 0 || tdm_event_create_sync(&e->fork_ev) != 0 ||
@@ -496,9 +495,9 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
-            e->fuse_mlp == 2   ? "one launch where it is the faster (not NVFP4 at 9-16 rows)"
-            : e->fuse_mlp == 1 ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
-                               : "three launches (TANDEM_MLP_FUSE=off)",
+            e->fuse_mlp == TDM_MLP_FUSE_AUTO   ? "one launch where it is the faster (not NVFP4 at 9-16 rows)"
+            : e->fuse_mlp == TDM_MLP_FUSE_ON   ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
+                                               : "three launches (TANDEM_MLP_FUSE=off)",
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
             tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",
@@ -710,7 +709,7 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     return tdm_matmul_xb(&d->o, e->att, (int64_t)Hq * D, blocked(e->att_b, M), M, e->y, H, TDM_MM_BF16, t, st);
 }
 
-int tdm_engine_dense_mlp(int fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
                          const struct tdm_dweight *down, const uint16_t *xn, const uint16_t *xnb, int H, int M,
                          uint16_t *g, uint16_t *u, uint16_t *gb, int64_t I, uint16_t *y, const struct tdm_tiles *t,
                          void *st)
@@ -718,7 +717,8 @@ int tdm_engine_dense_mlp(int fuse, const struct tdm_dweight *gate, const struct 
     /* gate, up and SiLU x up in one launch where the setting allows and (auto) where that is the
      * faster (tdm_matmul_swiglu: the same bits as the three launches, so the choice, made per row
      * count, changes none) */
-    const int fused = fuse && tdm_matmul_swiglu_ok(gate, up, xn, H, M, t) && (fuse == 1 || tdm_matmul_swiglu_pays(gate, M));
+    const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, M, t) &&
+                      (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, M));
     if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
                      tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) || tdm_silu_mul(g, u, I, M, g, gb, st)) ||

@@ -25,6 +25,9 @@ int tdm_engine_commit_rows(struct tdm_engine *e, int j);
  * again (the head's logits buffer included); the MTP launches on the same stream. final_xn [R][H]:
  * the main model's final-norm output of the last forward chunk or verify (final_rows rows; 0 after
  * a reset or a failed pass); no pass but a forward or a verify writes it. */
+/* TANDEM_MLP_FUSE: whether a dense MLP runs gate, up and SiLU x up as one SwiGLU product
+ * (tdm_matmul_swiglu) where the setting allows: never, always, or where tdm_matmul_swiglu_pays. */
+enum tdm_mlp_fuse { TDM_MLP_FUSE_OFF, TDM_MLP_FUSE_ON, TDM_MLP_FUSE_AUTO };
 struct tdm_engine_view {
     const struct tdm_model *m;
     int ctx;
@@ -37,7 +40,7 @@ struct tdm_engine_view {
     uint16_t *g, *u;                            /* dense MLP [ROWS][I]; NULL when every layer is MoE */
     uint16_t *xn_b, *att_b, *g_b;               /* blocked copies of H-, Hq*D- and I-wide product inputs
                                                  * (TANDEM_MM_XB; NULL when off): tdm_engine_blocked */
-    int fuse_mlp;                               /* TANDEM_MLP_FUSE: 0 off, 1 on, 2 auto (tdm_engine_dense_mlp) */
+    enum tdm_mlp_fuse fuse_mlp;                 /* TANDEM_MLP_FUSE (tdm_engine_dense_mlp) */
     float *attn_scratch;                        /* tdm_attn_scratch_bytes(ROWS, Hq, D, ctx) */
     float *logits;                              /* [ROWS][V] */
     struct tdm_emoe *moe;
@@ -53,10 +56,10 @@ void tdm_engine_view(struct tdm_engine *e, struct tdm_engine_view *v);
 static inline uint16_t *tdm_engine_blocked(uint16_t *buf, int M) { return M <= TDM_MM_XB_ROWS ? buf : NULL; }
 /* A dense MLP on M rows (the main layers' and the MTP layer's): y = down(silu(xn gate^T) * xn up^T)
  * with g [M][I] (and u, three launches) as its intermediate, in one SwiGLU launch where fuse
- * (TANDEM_MLP_FUSE: 0 off, 1 on, 2 auto: where tdm_matmul_swiglu_pays) and the setting allow, else
+ * (enum tdm_mlp_fuse) and the setting allow, else
  * gate, up and SiLU x up; the same bits either way. xnb, gb: the blocked copies of xn (read) and g
  * (written, then read by down), or NULL. */
-int tdm_engine_dense_mlp(int fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
                          const struct tdm_dweight *down, const uint16_t *xn, const uint16_t *xnb, int H, int M,
                          uint16_t *g, uint16_t *u, uint16_t *gb, int64_t I, uint16_t *y, const struct tdm_tiles *t,
                          void *st);
