@@ -117,9 +117,11 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  *          (Before, step s took word s alone, k 4s .. 4s+3: other sums inside an mma, so the
  *          FP8 products' bits changed with the order.)
  *   BF16:  the chunk is 64 bytes = 16 words; step s takes words 2s, 2s+1 as they are. */
+/* Whether format fmt takes NVFP4's k order (below): NVFP4 and FP8. */
+TDM_HD int tdm_mm_nvfp4_order(int fmt) { return fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8; }
 TDM_HD int tdm_mm_bk(int fmt, int s, int r, int h)
 {
-    if (fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8) return 8 * (s >> 1) + 2 * (s & 1) + r + 4 * h;
+    if (tdm_mm_nvfp4_order(fmt)) return 8 * (s >> 1) + 2 * (s & 1) + r + 4 * h;
     return 4 * s + 2 * r + h;
 }
 
@@ -158,7 +160,7 @@ TDM_HD void tdm_mm_permute_unit(int fmt, const uint32_t in[4], uint32_t out[4])
  * e's bits 1, 0, 2. */
 TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 {
-    if (fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8) return 4 * ((e >> 1) & 1) + 2 * (e & 1) + (e >> 2);
+    if (tdm_mm_nvfp4_order(fmt)) return 4 * ((e >> 1) & 1) + 2 * (e & 1) + (e >> 2);
     for (int q = 0; q < 8; q++)
         if (tdm_mm_unit_k(fmt, q) == e) return q;
     return -1;
@@ -179,9 +181,9 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * the blocked activation copies): a 27B token's NVFP4 products 8.00 -> 6.6 ms at 8 rows, 12.1 ->
  * 8.1 at 16. */
 #define TDM_MM_XB_ROWS 32
-/* Whether the skinny kernels of format fmt read x's blocked copy where a caller gives one (NVFP4
- * and FP8 share its unit order: tdm_mm_bk). */
-TDM_HD int tdm_mm_fmt_reads_xb(int fmt) { return fmt == TDM_MMF_NVFP4 || fmt == TDM_MMF_FP8; }
+/* Whether the skinny kernels of format fmt read x's blocked copy where a caller gives one: the
+ * formats in its unit order (tdm_mm_nvfp4_order). */
+TDM_HD int tdm_mm_fmt_reads_xb(int fmt) { return tdm_mm_nvfp4_order(fmt); }
 /* Elements of an xb copy for K inputs. */
 TDM_HD int64_t tdm_mm_xb_elems(int64_t k) { return (int64_t)TDM_MM_XB_ROWS * (k / TDM_MM_SLAB_K) * TDM_MM_SLAB_K; }
 /* Whether m rows of K inputs have an xb copy to read: 1..TDM_MM_XB_ROWS rows, and a full slab of K. */

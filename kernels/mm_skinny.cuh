@@ -100,16 +100,20 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 #define TDM_MM_STR2(x) #x
 #define TDM_MM_STR(x) TDM_MM_STR2(x)
+// 16 bytes of weights past L1, asking L2 for the L2B bytes around them (0: none; 64, 128 or 256).
+#define TDM_MM_LDG_CS_L2(B, v, p)                                                                 \
+    asm("ld.global.cs.L2::" #B "B.v4.u32 {%0, %1, %2, %3}, [%4];"                                 \
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p))
+template <int L2B = TDM_MM_L2PF>
 __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p)
 {
-#if TDM_MM_L2PF
+    static_assert(L2B == 0 || L2B == 64 || L2B == 128 || L2B == 256, "an L2 prefetch of 0, 64, 128 or 256 bytes");
     uint4 v;
-    asm("ld.global.cs.L2::" TDM_MM_STR(TDM_MM_L2PF) "B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    if constexpr (L2B == 64) TDM_MM_LDG_CS_L2(64, v, p);
+    else if constexpr (L2B == 128) TDM_MM_LDG_CS_L2(128, v, p);
+    else if constexpr (L2B == 256) TDM_MM_LDG_CS_L2(256, v, p);
+    else v = __ldcs(reinterpret_cast<const uint4 *>(p));
     return v;
-#else
-    return __ldcs(reinterpret_cast<const uint4 *>(p));
-#endif
 }
 // TDM_MM_L2PF_FP8 (0, 64, 128 or 256; default 256): the same for the FP8 weights' loads in the skinny
 // kernel, whose lanes read a row's whole 128 bytes of a slab (NVFP4: 64), so that only 256 reaches
@@ -119,22 +123,11 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p)
 #ifndef TDM_MM_L2PF_FP8
 #define TDM_MM_L2PF_FP8 256
 #endif
+// 16 bytes of a weight row of format FMT (ldg_stream at the format's L2 prefetch)
 template <int FMT>
 __device__ __forceinline__ uint4 ldg_weights(const uint8_t *p)
 {
-#if TDM_MM_L2PF_FP8 != TDM_MM_L2PF
-    if constexpr (FMT == TDM_MMF_FP8) {
-        uint4 v;
-#if TDM_MM_L2PF_FP8
-        asm("ld.global.cs.L2::" TDM_MM_STR(TDM_MM_L2PF_FP8) "B.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-#else
-        v = __ldcs(reinterpret_cast<const uint4 *>(p));
-#endif
-        return v;
-    }
-#endif
-    return ldg_stream(p);
+    return ldg_stream<FMT == TDM_MMF_FP8 ? TDM_MM_L2PF_FP8 : TDM_MM_L2PF>(p);
 }
 __device__ __forceinline__ uint32_t ldg_stream_u16(const uint8_t *p)
 {

@@ -563,9 +563,6 @@ static int gdn_conv(struct tdm_engine *e, const struct dlayer *d, const uint16_t
     return tdm_gdn_conv(x, C, d->conv_w, d->conv_state, M, C, K, e->cv, st);
 }
 
-/* A product input's blocked copy for M rows (struct tdm_engine: xn_b ...; engine_impl.h) */
-static uint16_t *blocked(uint16_t *buf, int M) { return tdm_engine_blocked(buf, M); }
-
 /* A verify (chain or tree): the conv and recurrence only read their states, and the rows'
  * in_proj_qkv, b and a outputs stay in the layer's round buffers for the commit (commit_launches);
  * a tree's nodes run the tree kernels (layers.h, Trees). A forward of more than ROWS rows (a
@@ -616,9 +613,9 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
     /* the gated norm's arguments: inside the recurrence (layers.h: struct tdm_gdn_gnorm), or for the
      * gated-norm kernel after it (TANDEM_GDN_FUSED_NORM off, and a prefill chunk's chunked recurrence,
      * which has no fused form) */
-    const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, blocked(e->gn_b, M)};
+    const struct tdm_gdn_gnorm gnf = {e->z, (int64_t)Hv * Dv, d->gnorm, c->rms_eps, e->gn, tdm_engine_blocked(e->gn_b, M)};
     const struct tdm_gdn_gnorm *gn = e->gn_fused && !prefill ? &gnf : NULL;
-    const uint16_t *xnb = blocked(e->xn_b, M);
+    const uint16_t *xnb = tdm_engine_blocked(e->xn_b, M);
     int bad = d->grouped ? tdm_matmul_xb(&d->qkvz, e->xn, H, xnb, M, e->qkvz, W, TDM_MM_BF16, t, st) ||
                                tdm_matmul_xb(&d->ba, e->xn, H, xnb, M, e->ba, 2 * Hv, TDM_MM_BF16, t, ss)
                          : tdm_matmul_xb(&d->qkv, e->xn, H, xnb, M, x, C, TDM_MM_BF16, t, st) ||
@@ -646,7 +643,7 @@ static int gdn_mixer(struct tdm_engine *e, struct dlayer *d, int M, enum pass p,
          : pend ? tdm_gdn_recur_pend(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, pend, gn, st)
                 : tdm_gdn_recur(e->cv, bb, ld, aa, ld, d->A_log, d->dt_bias, d->S, M, Hk, Hv, Dk, Dv, e->o, gn, st)) ||
         (!gn && tdm_gdn_gated_norm(e->o, gnf.z, gnf.ldz, gnf.w, M, Hv, Dv, gnf.eps, gnf.y, gnf.yb, st)) ||
-        tdm_matmul_xb(&d->out, e->gn, (int64_t)Hv * Dv, blocked(e->gn_b, M), M, e->y, H, TDM_MM_BF16, t, st))
+        tdm_matmul_xb(&d->out, e->gn, (int64_t)Hv * Dv, tdm_engine_blocked(e->gn_b, M), M, e->y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
 }
@@ -670,7 +667,7 @@ static int attn_rows(struct tdm_engine *e, struct dlayer *d, int M, int graphed)
         const int m = M - r0 < ROWS ? M - r0 : ROWS;
         if (tdm_attn_decode(e->q + r0 * HqD, e->qg + r0 * ldqg, ldqg, d->kc, d->vc, m, Hq, Hkv, D, pos_host(e, M, graphed) + r0,
                             graphed ? e->d_pos : NULL, e->ctx, e->attn_scratch, e->att + r0 * HqD,
-                            r0 == 0 ? blocked(e->att_b, M) : NULL, e->st) != 0)
+                            r0 == 0 ? tdm_engine_blocked(e->att_b, M) : NULL, e->st) != 0)
             return -1;
     }
     return 0;
@@ -689,7 +686,7 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
     const int two = side_ok(e, M);
     void *ss = two ? e->side : st; /* the sibling products' stream */
     if (two && side_fork(e) != 0) return -1;
-    const uint16_t *xnb = blocked(e->xn_b, M);
+    const uint16_t *xnb = tdm_engine_blocked(e->xn_b, M);
     const int bad = tdm_matmul_xb(&d->q, e->xn, H, xnb, M, e->qg, ldqg, TDM_MM_BF16, t, st) ||
                     tdm_matmul_xb(&d->k, e->xn, H, xnb, M, e->kk, ldkv, TDM_MM_BF16, t, ss) ||
                     tdm_matmul_xb(&d->v, e->xn, H, xnb, M, e->vv, ldkv, TDM_MM_BF16, t, ss);
@@ -700,13 +697,13 @@ static int attn_mixer(struct tdm_engine *e, struct dlayer *d, int M, int graphed
                                                D, c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc,
                                                d->vc, st) ||
                              tdm_attn_tree(e->q, e->qg, ldqg, d->kc, d->vc, e->d_parent, M, Hq, Hkv, D, pos, dpos, e->ctx,
-                                           e->attn_scratch, e->att, blocked(e->att_b, M), st)
+                                           e->attn_scratch, e->att, tdm_engine_blocked(e->att_b, M), st)
                        : tdm_qk_norm_rope(e->qg, ldqg, e->kk, e->vv, ldkv, d->q_norm, d->k_norm, M, Hq, Hkv, D,
                                           c->rotary_dim, c->rope_theta, c->rms_eps, pos, dpos, e->ctx, e->q, d->kc, d->vc,
                                           st) ||
                              attn_rows(e, d, M, graphed))
         return -1;
-    return tdm_matmul_xb(&d->o, e->att, (int64_t)Hq * D, blocked(e->att_b, M), M, e->y, H, TDM_MM_BF16, t, st);
+    return tdm_matmul_xb(&d->o, e->att, (int64_t)Hq * D, tdm_engine_blocked(e->att_b, M), M, e->y, H, TDM_MM_BF16, t, st);
 }
 
 int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
@@ -729,8 +726,8 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
 
 static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 {
-    return tdm_engine_dense_mlp(e->fuse_mlp, &d->gate, &d->up, &d->down, e->xn, blocked(e->xn_b, M), e->m->cfg.hidden, M,
-                                e->g, e->u, blocked(e->g_b, M), e->m->cfg.intermediate, e->y, e->tiles, e->st);
+    return tdm_engine_dense_mlp(e->fuse_mlp, &d->gate, &d->up, &d->down, e->xn, tdm_engine_blocked(e->xn_b, M), e->m->cfg.hidden, M,
+                                e->g, e->u, tdm_engine_blocked(e->g_b, M), e->m->cfg.intermediate, e->y, e->tiles, e->st);
 }
 
 /* Whether a pass takes the pending rows of a deferred commit up (gdn_mixer: tdm_gdn_conv_pending on
@@ -768,9 +765,9 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
     const uint16_t *pend = NULL; /* the previous layer's MLP output, added by the next norm */
     for (int i = 0; i < c->n_layers; i++) {
         struct dlayer *d = &e->ly[i];
-        if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, blocked(e->xn_b, M), st) != 0) return -1;
+        if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, tdm_engine_blocked(e->xn_b, M), st) != 0) return -1;
         if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p, take) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
-        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, blocked(e->xn_b, M), st) != 0 ||
+        if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, tdm_engine_blocked(e->xn_b, M), st) != 0 ||
             (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
             return -1;
         pend = e->y;

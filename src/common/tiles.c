@@ -160,7 +160,7 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
     struct tdm_tile t = {.kchains = kchains};
     put_geom(&t, g);
     /* The staged form at the most rows served needs the most shared memory. Where the kernel has a
-     * per-lane form for the setting there (NVFP4: mm_layout.h, TDM_MM_DIRECT_XB), that form needs only
+     * per-lane form for the setting there (NVFP4, FP8: mm_layout.h, TDM_MM_DIRECT_XB), that form needs only
      * the chains' sum, and a staged call runs the setting's chains split over the cluster instead
      * (tdm_tile_staged_fit: the same bits), so it is enough that such a split exists. */
     if (TDM_MM_DIRECT_XB(fmt, g->nt, tdm_mm_rows_mt(mmax))) {
