@@ -726,8 +726,9 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
 
 static int mlp(struct tdm_engine *e, struct dlayer *d, int M)
 {
-    return tdm_engine_dense_mlp(e->fuse_mlp, &d->gate, &d->up, &d->down, e->xn, tdm_engine_blocked(e->xn_b, M), e->m->cfg.hidden, M,
-                                e->g, e->u, tdm_engine_blocked(e->g_b, M), e->m->cfg.intermediate, e->y, e->tiles, e->st);
+    return tdm_engine_dense_mlp(e->fuse_mlp, &d->gate, &d->up, &d->down, e->xn, tdm_engine_blocked(e->xn_b, M),
+                                e->m->cfg.hidden, M, e->g, e->u, tdm_engine_blocked(e->g_b, M), e->m->cfg.intermediate,
+                                e->y, e->tiles, e->st);
 }
 
 /* Whether a pass takes the pending rows of a deferred commit up (gdn_mixer: tdm_gdn_conv_pending on
