@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 $SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --out "$tmp/sm" --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 skip_without_device $rc "$tmp/a.err"
-echo "1..8"
+echo "1..11"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.err" "$tmp/b.err" 2>/dev/null | sed 's/^/# /'; fi; }
 T=$tmp/sm/nvfp4-skinny.json
@@ -54,3 +54,13 @@ split_main_fastest() {
     [ -n "$mine" ] && awk -v a="$mine" -v b="$least" 'BEGIN { exit !(a + 0 == b + 0) }'
 }
 t "split: the main setting is the fastest of its nt at 16 rows in the report" split_main_fastest
+$SW --plan --shape 48,5120 --kernel nvfp4-skinny --reps 2 --json "$tmp/p.json" >"$tmp/p.out" 2>"$tmp/p.err"
+rcp=$?
+rule=$(sed -n 's/^# nvfp4-skinny 48,5120: fastest at \([0-9]*\) chains, the rule picks \([0-9]*\)$/\2/p' "$tmp/p.out")
+t "--plan: exit 0, one verdict line, the rule's count among the timed counts" \
+  "[ $rcp -eq 0 ] && [ -n \"$rule\" ] && awk -v r=\"$rule\" '\$1 == \"nvfp4-skinny\" && \$2 == \"48,5120\" && \$3 == r && /the rule.s count/ { f = 1 } END { exit !f }' $tmp/p.out"
+t "--plan: the report holds timed candidates of the shape" \
+  "[ \"\$($JG $tmp/p.json 0.n)\" = 48 ] && [ \"\$($JG $tmp/p.json 0.k)\" = 5120 ] && $JG $tmp/p.json 0.score_us >/dev/null && $JG $tmp/p.json 0.us.1 >/dev/null"
+$SW --plan --shape 48,5120 --kernel nvfp4-skinny --out "$tmp/x" >"$tmp/q.out" 2>"$tmp/q.err"
+rcq=$?
+t "--plan with --out: exit 2 naming the conflict, no table" "[ $rcq -eq 2 ] && grep -q 'writes no table' $tmp/q.err && [ ! -e $tmp/x ]"
