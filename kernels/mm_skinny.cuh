@@ -372,10 +372,10 @@ constexpr int MIN_BLOCKS = 2;
 // large shapes at 17-32 rows ran 363 CTAs of 6 warps on 264 slots (1.37 waves; ncu on 17408x5120 at
 // 32 rows: 2.6 warps a scheduler active, 0.31 instructions a cycle). At 96 (the default) 5 warps, 3
 // such CTAs a SM, one wave; ptxas spilled 40 + 44 bytes in the plain form and 12 + 24 in the SwiGLU
-// form when measured, 12 + 16 and 20 + 32 with nvcc 13.0 (t/kernel-resources.t names the
-// exception). Measured on the H200 (bench/NOTES.md, the 17-32-row
-// forms at 96 registers), with the wide table re-swept for it: a 27B token's products at 17 / 24 / 32
-// rows 13.7 / 14.1 / 14.6 -> 12.7 / 13.1 / 13.5 ms. A build-time knob for A/B runs.
+// form when measured, 12 + 16 and 20 + 32 with nvcc 13.0 (t/kernel-resources.t names the exception).
+// Measured on the H200 (bench/NOTES.md, the 17-32-row forms at 96 registers), with the wide table
+// re-swept for it: a 27B token's products at 17 / 24 / 32 rows 13.7 / 14.1 / 14.6 -> 12.7 / 13.1 /
+// 13.5 ms. A build-time knob for A/B runs.
 #ifndef TDM_MM_XB32_REGS
 #define TDM_MM_XB32_REGS 96
 #endif

@@ -9,8 +9,8 @@
 #     17-32-row forms that read the blocked copy (NVFP4 nt 2, pf 1, the plain and the SwiGLU form,
 #     sm_90) are capped at 96 registers (TDM_MM_XB32_REGS) for 5 warps a scheduler, where ptxas
 #     spilled 40 + 44 and 12 + 24 bytes when measured (12 + 16 and 20 + 32 with nvcc 13.0); up to 32
-#     bytes of stack and 96 spilled bytes pass for them
-#     alone, at most 96 registers (bench/NOTES.md, the 17-32-row forms at 96 registers: 7-8 %
+#     bytes of stack and 96 spilled bytes pass for them alone, at most 96 registers (bench/NOTES.md,
+#     the 17-32-row forms at 96 registers: 7-8 %
 #     faster than at 128 with its 4 spilled bytes); and FP8's per-lane forms from the blocked copy
 #     (nt 1, sm_90), capped at 96 (TDM_MM_FP8_XB_REGS), where ptxas spills 4 + 4 bytes at 1-8 rows and
 #     20 + 28 at 17-32, under the same limits (bench/NOTES.md, FP8 per lane from the blocked copy:

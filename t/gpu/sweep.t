@@ -3,7 +3,9 @@
 # few-row setting of at most --lo-rows rows where one is faster at one row) load back, a second
 # sweep merges into them (reading and validating the first), --lo-rows 0 writes none, the
 # --json report times the rows each table serves, and --objective split's main setting is the
-# fastest of its nt at 16 rows in its own report, its few-row setting (if any) serving rows 1..8.
+# fastest of its nt at 16 rows in its own report, its few-row setting (if any) serving rows 1..8;
+# --plan prints the best setting of each chain count with the rule's count marked and its verdict
+# line, reports every timed candidate in --json, and refuses --out (it writes no table).
 # Skips without a CUDA device.
 SW=bin/tandem-sweep
 JG=build/t/json_get
@@ -15,7 +17,7 @@ rc=$?
 skip_without_device $rc "$tmp/a.err"
 echo "1..11"
 n=0
-t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.err" "$tmp/b.err" 2>/dev/null | sed 's/^/# /'; fi; }
+t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp"/*.err 2>/dev/null | sed 's/^/# /'; fi; }
 T=$tmp/sm/nvfp4-skinny.json
 timed() { for r in "$@"; do $JG "$tmp/a.json" "0.us.$r" >/dev/null || return 1; done; }
 t "exit 0, a table for the shape" "[ $rc -eq 0 ] && [ \"\$($JG $T kernel)\" = '\"nvfp4-skinny\"' ] && $JG $T shapes.1024,5120.kchains >/dev/null"
