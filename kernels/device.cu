@@ -45,9 +45,25 @@ extern "C" int tdm_cuda_malloc(void **p, size_t bytes)
 }
 
 extern "C" void tdm_cuda_free(void *p) { if (p) cudaFree(p); }
-extern "C" int tdm_cuda_h2d(void *d, const void *s, size_t n) { TDM_CUDA_TRY(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice)); return 0; }
+// cudaMemcpy from pageable host memory may return before its last DMA has landed, and cudaMemset
+// returns at once; both run on the legacy stream, which the non-blocking streams the kernels run on
+// (tdm_stream_create) do not wait for. So both wait here: a kernel launched after the call, on any
+// stream, reads the bytes written. (matmul.t failed once in a way this would explain, a check
+// of a freshly uploaded x run beside the other GPU tests; bench/NOTES.md, "Uploads that had not
+// landed".)
+extern "C" int tdm_cuda_h2d(void *d, const void *s, size_t n)
+{
+    TDM_CUDA_TRY(cudaMemcpy(d, s, n, cudaMemcpyHostToDevice));
+    TDM_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
+    return 0;
+}
 extern "C" int tdm_cuda_d2h(void *d, const void *s, size_t n) { TDM_CUDA_TRY(cudaMemcpy(d, s, n, cudaMemcpyDeviceToHost)); return 0; }
-extern "C" int tdm_cuda_memset(void *p, int b, size_t n) { TDM_CUDA_TRY(cudaMemset(p, b, n)); return 0; }
+extern "C" int tdm_cuda_memset(void *p, int b, size_t n)
+{
+    TDM_CUDA_TRY(cudaMemset(p, b, n));
+    TDM_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));   // as tdm_cuda_h2d
+    return 0;
+}
 extern "C" int tdm_cuda_sync(void) { TDM_CUDA_TRY(cudaDeviceSynchronize()); return 0; }
 extern "C" int tdm_cuda_mem_info(size_t *f, size_t *t) { TDM_CUDA_TRY(cudaMemGetInfo(f, t)); return 0; }
 

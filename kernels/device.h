@@ -21,6 +21,8 @@ int tdm_cuda_device_info(int dev, struct tdm_device_info *info);
 
 int tdm_cuda_malloc(void **p, size_t bytes);
 void tdm_cuda_free(void *p);
+/* Copies and fills that have landed when they return: a kernel launched after them on any stream
+ * sees the bytes (device.cu). */
 int tdm_cuda_h2d(void *dst, const void *src, size_t bytes);
 int tdm_cuda_d2h(void *dst, const void *src, size_t bytes);
 int tdm_cuda_memset(void *p, int byte, size_t bytes);

@@ -2,6 +2,7 @@
 // project's kernels: the baselines tandem-benchmm measures in the same run.
 #include "matmul.h"
 #include "cuda_check.h"
+#include "device.h"
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdlib.h>
@@ -52,9 +53,9 @@ extern "C" int tdm_cublas_create(struct tdm_cublas **out, void *stream)
     float *ones = (float *)malloc(ONES * sizeof(float));
     if (!ones) return tdm_errf("cuBLAS: out of memory");
     for (int i = 0; i < ONES; i++) ones[i] = 1.0f;
-    cudaError_t ce = cudaMemcpy(h->one, ones, ONES * sizeof(float), cudaMemcpyHostToDevice);
+    const int rc = tdm_cuda_h2d(h->one, ones, ONES * sizeof(float));   // waits for the copy (device.cu)
     free(ones);
-    TDM_CUDA_TRY(ce);
+    if (rc != 0) return -1;
     BLAS_TRY(cublasCreate(&h->blas));
     BLAS_TRY(cublasSetStream(h->blas, h->st));
     BLAS_TRY(cublasSetWorkspace(h->blas, h->ws, h->ws_bytes));
