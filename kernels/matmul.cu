@@ -247,6 +247,13 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     static_assert(TDM_W_FP8 == TDM_MMF_FP8 && TDM_W_NVFP4 == TDM_MMF_NVFP4 && TDM_W_BF16 == TDM_MMF_BF16,
                   "enum tdm_wfmt holds the TDM_MMF_* values (mm_layout.h)");
     const int f = (int)w->fmt;
+    // The nt the kernel runs the setting at (mm_layout.h: FP8's nt 2 as nt 1 over twice the warps
+    // where it has no per-lane form from the copy): the same CTAs and columns, so the same bits.
+    const int form_nt = TDM_MM_FORM_NT(f, t.nt, mt, a.xb && vec && tdm_mm_direct_rows(m));
+    if (form_nt != t.nt) {
+        t.wn = t.wn * t.nt / form_nt;
+        t.nt = form_nt;
+    }
     const bool direct = tdm_mm_fmt_reads_xb(f) && vec &&
                         (a.xb ? TDM_MM_DIRECT_XB(f, t.nt, mt) : TDM_MM_DIRECT(f, t.nt, mt)) && tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
@@ -335,7 +342,8 @@ static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dwei
     if (k < 0) return false;
     *kk = (enum tdm_mmk)k;
     *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
-    return tdm_tile_at(t, m).nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    return gate->fmt != TDM_W_FP8 /* no FP8 SwiGLU form: its nt 2 serves plain products (mm_layout.h) */ &&
+           tdm_tile_at(t, m).nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
 }
 
 extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,

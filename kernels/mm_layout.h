@@ -68,10 +68,18 @@
  * (kernels/matmul.h: TDM_MM_DIRECT_AUTO_ROWS). The forms fetch the same operands: the same bits. */
 #define TDM_MM_DIRECT(fmt, nt, mt) ((fmt) == TDM_MMF_NVFP4 && (mt) <= ((nt) <= 2 ? 1 : 0))
 /* The same from x's blocked copy (xb below): NVFP4 also at 17-32 rows with nt 2, the weights as the
- * A operand there too (mm_skinny.cuh: XB, SWAP); FP8 at nt 1 and 1-32 rows (from the copy only: it
- * shares NVFP4's unit order, tdm_mm_bk). */
-#define TDM_MM_DIRECT_XB(fmt, nt, mt) \
-    (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2) || ((fmt) == TDM_MMF_FP8 && (nt) == 1))
+ * A operand there too (mm_skinny.cuh: XB, SWAP); FP8 at nt 1 and 1-32 rows and at nt 2 and 1-16 rows,
+ * the weights as A there (from the copy only: it shares NVFP4's unit order, tdm_mm_bk). */
+#define TDM_MM_DIRECT_XB(fmt, nt, mt)                                                                 \
+    (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2) ||                \
+     ((fmt) == TDM_MMF_FP8 && ((nt) == 1 || ((nt) == 2 && (mt) <= 1))))
+/* The nt a setting of nt tiles a warp runs at, at mt, per lane from the blocked copy (xb_lane) or not:
+ * FP8's nt 2 is built per lane from the copy at 1-16 rows only (the weights as the mma's A operand,
+ * SWAP; its staged form took 145-196 registers); everywhere else it runs as nt 1 over twice the
+ * warps (wn), the same CTAs, chains and output columns, each column's operations the same: the same
+ * bits (t/gpu/matmul.t's twins compare every m against one-row calls). */
+#define TDM_MM_FORM_NT(fmt, nt, mt, xb_lane) \
+    ((fmt) == TDM_MMF_FP8 && (nt) == 2 && !((xb_lane) && (mt) <= 1) ? 1 : (nt))
 /* The load depth (pf) at which the per-lane forms from the blocked copy run a setting of depth pf at
  * mt: FP8's 17-32-row form is built at pf 1 only (at pf 3 it spills on sm_121a); the depth only
  * orders the loads, so the bits are the same. */
@@ -79,9 +87,11 @@
 /* The mt of TDM_MM_DIRECT and TDM_MM_DIRECT_XB that serves m rows (0: at most 8, 1: 9-16, 2: 17-32). */
 TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 
-/* Whether the kernels are built for (fmt, nt, mt, pf). */
+/* Whether the kernels are built for (fmt, nt, mt, pf): a TDM_MM_VARIANTS entry, or FP8 nt 2 at pf 1
+ * (per lane from the copy at 1-16 rows, else as nt 1: TDM_MM_FORM_NT). */
 TDM_HD int tdm_mm_variant_built(int fmt, int nt, int mt, int pf)
 {
+    if (fmt == TDM_MMF_FP8 && nt == 2 && pf == 1) nt = 1;
 #define TDM_MM_VARIANT_IS(F, NT, MT, PF) if (fmt == (F) && nt == (NT) && mt == (MT) && pf == (PF)) return 1;
     TDM_MM_VARIANTS(TDM_MM_VARIANT_IS)
 #undef TDM_MM_VARIANT_IS

@@ -480,8 +480,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         const int base = GLU ? wcol : wcol + 8 * nt;
         const bool up = GLU && nt == 1;
         brow[nt] = min(base + g, a.n - 1);
-        ccol0[nt] = min(base + 2 * t, a.n - 1);
-        ccol1[nt] = min(base + 2 * t + 1, a.n - 1);
+        // FP8's block scales follow the C columns: in SWAP the lane's C values of tile nt are its own
+        // weight row brow's (C rows g and g + 8 are tiles np and np + 1; see the scale's use)
+        ccol0[nt] = SWAP ? brow[nt] : min(base + 2 * t, a.n - 1);
+        ccol1[nt] = SWAP ? brow[nt] : min(base + 2 * t + 1, a.n - 1);
         wm[nt] = up ? a.w_up : a.w;
         sm[nt] = up ? a.scale_up : a.scale;
         r0[nt] = up ? a.row0_up : a.row0;
@@ -703,8 +705,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
                         for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 16 mt + 8 h + g
                             const uint4 p = unit(mt, h);   // into accumulators [np + h][mt]
-                            mma_bf16(acc[np + h][mt], b0[0], b1[0], b0[1], b1[1], p.x, p.y);
-                            mma_bf16(acc[np + h][mt], b0[2], b1[2], b0[3], b1[3], p.z, p.w);
+                            float(&c)[4] = FMT == TDM_MMF_FP8 ? blk[np + h][mt] : acc[np + h][mt];
+                            mma_bf16(c, b0[0], b1[0], b0[1], b1[1], p.x, p.y);
+                            mma_bf16(c, b0[2], b1[2], b0[3], b1[3], p.z, p.w);
                         }
                 }
             } else {
@@ -741,12 +744,20 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             }
         }
         if constexpr (FMT == TDM_MMF_FP8) {   // the block scale onto the block's partial sum
+            // SWAP: accumulators np + h hold activation rows 8 h + 2t, + 1 (c & 1) of the weight rows g
+            // of tiles np (c 0-1) and np + 1 (c 2-3), each scale its row's (ccol above); at most 8
+            // rows np + 1's stay unused. Else: C columns 2t, 2t + 1 (c & 1) of tile nt.
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++) {
+                if (SWAP && LO8 && nt % 2) continue;
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) acc[nt][mt][c] = fmaf(blk[nt][mt][c], ch[nt].sc[c & 1], acc[nt][mt][c]);
+                    for (int c = 0; c < 4; c++) {
+                        const float s = SWAP ? ch[nt - nt % 2 + (c >> 1)].sc[0] : ch[nt].sc[c & 1];
+                        acc[nt][mt][c] = fmaf(blk[nt][mt][c], s, acc[nt][mt][c]);
+                    }
+            }
         }
     };
 
@@ -942,8 +953,8 @@ template <int FMT, int NT, int MT, int PF, bool DA, bool XB>
 cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
     if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA, XB>(a, wn, cs, smem, st);
-    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true, DA, XB>(a, wn, cs, smem, st);
-    return cudaErrorInvalidValue;
+    if constexpr (NT == 2 && FMT != TDM_MMF_FP8) return launch<FMT, NT, MT, PF, true, true, DA, XB>(a, wn, cs, smem, st);
+    return cudaErrorInvalidValue;   // FP8 has no SwiGLU form (matmul.cu: swiglu_setting)
 }
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
@@ -967,6 +978,14 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
         return mt <= 1 ? launch<FMT, 1, 1, 1, false, false>(a, wn, cs, smem, st)
                        : launch<FMT, 1, 2, 1, false, false>(a, wn, cs, smem, st);
     }
+    // FP8 nt 2 (TDM_MM_FORM_NT; the caller ran every other case as nt 1): per lane from the copy at
+    // 1-16 rows, no staged or SwiGLU form built.
+    if constexpr (FMT == TDM_MMF_FP8)
+        if (nt == 2) {
+            if (!direct || !a.xb || pf != 1 || mt > 1 || a.w_up != nullptr) return cudaErrorInvalidValue;
+            return mt == 0 ? launch<FMT, 2, 0, 1, true, false, true, true>(a, wn, cs, smem, st)
+                           : launch<FMT, 2, 1, 1, true, false, true, true>(a, wn, cs, smem, st);
+        }
 #define TDM_MM_LAUNCH_IF(F, NT_, MT_, PF_)                                                     \
     if constexpr (F == FMT) {                                                                   \
         if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, st); \

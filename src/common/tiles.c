@@ -155,15 +155,20 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
     if (!pow2_upto(g->wk, 8)) return tdm_errf("%swk %d: expected 1, 2, 4 or 8", what, g->wk);
     if (g->cs < 1 || g->cs > 8) return tdm_errf("%scs %d: expected 1..8", what, g->cs);
     if (g->wk * g->cs != kchains) return tdm_errf("%swk %d x cs %d is not kchains %d", what, g->wk, g->cs, kchains);
-    if (32 * g->wn * g->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
-        return tdm_errf("%swn %d x wk %d warps exceed 256 threads", what, g->wn, g->wk);
+    /* the warps a CTA runs: FP8's nt 2 runs as nt 1 over twice the warps where it has no per-lane
+     * form (kernels/mm_layout.h: TDM_MM_FORM_NT) */
+    const int run_wn = g->wn * g->nt / TDM_MM_FORM_NT(fmt, g->nt, 2, 0);
+    if (32 * run_wn * g->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
+        return tdm_errf("%swn %d x wk %d warps exceed 256 threads%s", what, g->wn, g->wk,
+                        run_wn != g->wn ? " (run as nt 1 over twice the warps)" : "");
     struct tdm_tile t = {.kchains = kchains};
     put_geom(&t, g);
     /* The staged form at the most rows served needs the most shared memory. Where the kernel has a
      * per-lane form for the setting there (NVFP4, FP8: mm_layout.h, TDM_MM_DIRECT_XB), that form needs only
      * the chains' sum, and a staged call runs the setting's chains split over the cluster instead
      * (tdm_tile_staged_fit: the same bits), so it is enough that such a split exists. */
-    if (TDM_MM_DIRECT_XB(fmt, g->nt, tdm_mm_rows_mt(mmax))) {
+    const int mt_max = tdm_mm_rows_mt(mmax);
+    if (TDM_MM_DIRECT_XB(fmt, TDM_MM_FORM_NT(fmt, g->nt, mt_max, 1), mt_max)) {
         if (tdm_tile_smem(&t, mmax, 1) > SMEM_LIMIT)
             return tdm_errf("%sneeds %zu bytes of shared memory for its chains' sum at %d rows (at most %d)", what,
                             tdm_tile_smem(&t, mmax, 1), mmax, SMEM_LIMIT);

@@ -44,6 +44,7 @@ static float frand(void) { return (float)((next() >> 40) & 0xffffff) / 8388608.0
 
 static struct tdm_tiles *tiles;
 static tdm_stream st;
+static int fp8_nt2_cases;   /* FP8 shapes whose nt 2 setting ran (run_case) */
 
 struct hweight {
     struct tdm_qweight q;
@@ -313,6 +314,29 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
            "(TANDEM_MM_DIRECT=off), on without the copy (NVFP4 per lane to 16 rows, else staged) and per lane from the "
            "blocked copy: every row equals the one-row call bit for bit (%d, %d, %d rows differ)%s%s", label, direct_bad[0],
            direct_bad[1], direct_bad[2], rc ? ": " : "", rc ? tdm_err() : "");
+    }
+    if (fmt == TDM_W_FP8) {
+        /* FP8 nt 2 (mm_layout.h: TDM_MM_FORM_NT): the weights as the mma's A operand per lane from the
+         * blocked copy at 1-16 rows, nt 1 over twice the warps elsewhere: every row at 1..32 rows its
+         * one-row call's bits (the table's nt 1), where the setting is valid for the shape */
+        struct tdm_tile t2 = tdm_tile_default(TDM_MMK_FP8, n, k);
+        t2.nt = 2;
+        t2.wn = t2.wk >= 4 ? 1 : 2;
+        if (t2.wk > 4) {   /* at most 8 warps as nt 1: 2 wn wk */
+            t2.wk = 4;
+            t2.cs = t2.kchains / 4;
+        }
+        t2.pf = 1;
+        t2.lo_rows = 0;
+        if (!rc && tdm_tile_check(TDM_MMK_FP8, n, k, &t2) == 0) {
+            int nt2_bad[3] = {0, 0, 0};
+            fp8_nt2_cases++;
+            rc = forms_vs_one_row(&d, dx, k, n, &t2, 1, 32, y1, ym, dy2, nt2_bad);
+            ok(!rc && nt2_bad[0] == 0 && nt2_bad[1] == 0 && nt2_bad[2] == 0, "%s: nt 2 (wn %d wk %d) at m = 1..32, staged, "
+               "on without the copy and per lane from the blocked copy: every row equals the one-row call bit for bit (%d, "
+               "%d, %d rows differ)%s%s", label, t2.wn, t2.wk, nt2_bad[0], nt2_bad[1], nt2_bad[2], rc ? ": " : "",
+               rc ? tdm_err() : "");
+        }
     }
     if (fmt == TDM_W_NVFP4) {
         const int64_t pk = rc ? -1 : pack_vs_host(hx, dx, k, TDM_MM_XB_ROWS);
@@ -617,6 +641,8 @@ int main(void)
             snprintf(label, sizeof label, "tiny %s %lldx%lld", tdm_wfmt_name(fmts[f]), (long long)tiny[i][0], (long long)tiny[i][1]);
             run_case(label, fmts[f], TDM_DT_F32, tiny[i][0], tiny[i][1], 0, tiny[i][0]);
         }
+    ok(fp8_nt2_cases >= 10, "FP8 nt 2 ran on %d shapes (the models' and the edge shapes where the setting is valid)",
+       fp8_nt2_cases);
     /* SwiGLU in one product: the 27B's MLP (the shipped tables: nt 2 at 1-16 and 17-32 rows), a
      * shape whose last CTA is partial, and BF16 where a setting takes nt 2 */
     run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);

@@ -2,6 +2,7 @@
  * sweep's writer reads back, a missing shape or file falls back to the default, a malformed
  * table is an error that names the file, and the sweep's objectives pick as tiles.h says. */
 #include "err.h"
+#include "mm_layout.h"
 #include "tap.h"
 #include "tiles.h"
 #include <stdio.h>
@@ -149,6 +150,21 @@ int main(void)
     ok(tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &t) == 0 && tdm_tile_staged_fit(&st, 32) == 0 && st.wk == 2 && st.cs == 4,
        "FP8 nt 1 wk 4 cs 2 at 32 rows is valid (per lane); staged it runs wk 2 cs 4: %s",
        tdm_tile_check(TDM_MMK_FP8, 5120, 17408, &t) ? tdm_err() : "ok");
+    /* FP8 nt 2: per lane from the copy at 1-16 rows, elsewhere nt 1 over twice the warps
+     * (mm_layout.h: TDM_MM_FORM_NT): pf 1 only, and the doubled warps within the CTA's bound */
+    t = (struct tdm_tile){.nt = 2, .wn = 2, .wk = 2, .cs = 1, .pf = 1, .kchains = 2};
+    ok(tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) == 0 && TDM_MM_FORM_NT(TDM_MMF_FP8, 2, 1, 1) == 2 &&
+           TDM_MM_FORM_NT(TDM_MMF_FP8, 2, 2, 1) == 1 && TDM_MM_FORM_NT(TDM_MMF_FP8, 2, 0, 0) == 1 &&
+           TDM_MM_FORM_NT(TDM_MMF_NVFP4, 2, 2, 0) == 2,
+       "FP8 nt 2 wn 2 wk 2 pf 1 is valid; it runs nt 2 per lane from the copy at 1-16 rows, else nt 1: %s",
+       tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) ? tdm_err() : "ok");
+    t.pf = 3;
+    ok(tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) != 0 && strstr(tdm_err(), "built for"), "FP8 nt 2 at pf 3 is refused: %s",
+       tdm_err());
+    t = (struct tdm_tile){.nt = 2, .wn = 4, .wk = 2, .cs = 1, .pf = 1, .kchains = 2};
+    ok(tdm_tile_check(TDM_MMK_FP8, 17408, 5120, &t) != 0 && strstr(tdm_err(), "twice the warps") &&
+           tdm_tile_check(TDM_MMK_NVFP4, 17408, 5120, &t) == 0,
+       "FP8 nt 2 wn 4 wk 2 (16 warps as nt 1) is refused, NVFP4's is valid: %s", tdm_err());
     ok(tdm_tile_check(TDM_MMK_BF16, 5120, 17408, &(struct tdm_tile){.nt = 1, .wn = 2, .wk = 4, .cs = 2, .pf = 1, .kchains = 8}) != 0,
        "BF16 (no per-lane form) keeps the staged bound at 32 rows: %s", tdm_err());
     ok(tdm_mmk_for(3 /* NVFP4 */, 16) == TDM_MMK_NVFP4 && tdm_mmk_for(3, 17) == TDM_MMK_NVFP4_WIDE &&
