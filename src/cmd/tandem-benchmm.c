@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "device.h"
 #include "err.h"
+#include "jsonfile.h"
 #include "matmul.h"
 #include "mm_layout.h"
 #include "settings.h"
@@ -447,8 +448,8 @@ int main(int argc, char **argv)
         }
         json_object_set_new(rec, "token_27b", tok);
     }
-    if (json_path && json_dump_file(rec, json_path, JSON_INDENT(1)) != 0) {
-        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+    if (json_path && tdm_json_write_atomic(json_path, rec, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, tdm_err());
         return TDM_EXIT_USAGE;
     }
     json_decref(rec);

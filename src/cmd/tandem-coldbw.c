@@ -3,6 +3,7 @@
  * must read over its time) at one shape and row count. Medians of repeats; a table on stdout. */
 #include "device.h"
 #include "err.h"
+#include "jsonfile.h"
 #include "matmul.h"
 #include "mm_layout.h"
 #include "settings.h"
@@ -250,8 +251,8 @@ int main(int argc, char **argv)
         tdm_wset_free(&ws);
         tdm_tiles_free(tiles);
     }
-    if (json_path && json_dump_file(rec, json_path, JSON_INDENT(2)) != 0) {
-        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+    if (json_path && tdm_json_write_atomic(json_path, rec, JSON_INDENT(2)) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, tdm_err());
         return TDM_EXIT_USAGE;
     }
     json_decref(rec);

@@ -9,6 +9,7 @@
  * time. */
 #include "device.h"
 #include "err.h"
+#include "jsonfile.h"
 #include "formats.h"
 #include "matmul.h"
 #include "settings.h"
@@ -273,8 +274,8 @@ static int plan_mode(const int *want, long reps, const char *json_path)
             tdm_wset_free(&tset);
         }
     }
-    if (json_path && json_dump_file(report, json_path, JSON_INDENT(1)) != 0) {
-        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+    if (json_path && tdm_json_write_atomic(json_path, report, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, tdm_err());
         return TDM_EXIT_USAGE;
     }
     json_decref(report);
@@ -658,8 +659,8 @@ int main(int argc, char **argv)
             write_table(path, (enum tdm_mmk)kk, arch, info.name, sweep_desc, picked, npicked);
         }
     }
-    if (json_path && json_dump_file(report, json_path, JSON_INDENT(1)) != 0) {
-        fprintf(stderr, "%s: %s: cannot write\n", prog, json_path);
+    if (json_path && tdm_json_write_atomic(json_path, report, JSON_INDENT(1)) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, tdm_err());
         return TDM_EXIT_USAGE;
     }
     json_decref(report);

@@ -2,6 +2,7 @@
 #include "err.h"
 #include "fileio.h"
 #include <stdlib.h>
+#include <string.h>
 
 json_t *tdm_json_read_object(const char *path, size_t cap)
 {
@@ -21,4 +22,21 @@ json_t *tdm_json_read_object(const char *path, size_t cap)
         return NULL;
     }
     return root;
+}
+
+int tdm_json_write_atomic(const char *path, const json_t *j, size_t flags)
+{
+    char *text = json_dumps(j, flags);
+    if (!text) return tdm_errf("%s: cannot format the JSON", path);
+    const size_t len = strlen(text);
+    char *nl = malloc(len + 2); /* a trailing newline keeps the file friendly to diff and cat */
+    int rc = nl ? 0 : tdm_errf("%s: out of memory", path);
+    if (nl) {
+        memcpy(nl, text, len);
+        nl[len] = '\n';
+        rc = tdm_write_file_atomic(path, nl, len + 1);
+        free(nl);
+    }
+    free(text);
+    return rc;
 }

@@ -1,6 +1,5 @@
 #include "tiles.h"
 #include "err.h"
-#include "fileio.h"
 #include "jsonfile.h"
 #include "linear.h"
 #include "settings.h"
@@ -414,19 +413,8 @@ int tdm_tile_table_write(const char *path, const struct tdm_tile_table *tb)
         json_object_set_new(shapes, key, o);
     }
     json_object_set_new(root, "shapes", shapes);
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    const int rc = tdm_json_write_atomic(path, root, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(root);
-    if (!text) return tdm_errf("%s: cannot format the table", path);
-    size_t len = strlen(text);
-    char *nl = malloc(len + 2); /* a trailing newline keeps the file friendly to diff and cat */
-    int rc = nl ? 0 : tdm_errf("%s: out of memory", path);
-    if (nl) {
-        memcpy(nl, text, len);
-        nl[len] = '\n';
-        rc = tdm_write_file_atomic(path, nl, len + 1);
-        free(nl);
-    }
-    free(text);
     return rc;
 }
 

@@ -2,12 +2,14 @@
  * sweep's writer reads back, a missing shape or file falls back to the default, a malformed
  * table is an error that names the file, and the sweep's objectives pick as tiles.h says. */
 #include "err.h"
+#include "jsonfile.h"
 #include "mm_layout.h"
 #include "tap.h"
 #include "tiles.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +86,38 @@ static void test_objectives(void)
     const int none[6] = {0, 0, 0, 0, 0, 0};
     ok(tdm_tile_pick(TDM_OBJ_DECODE, rows, 5, 2, 6, us, none, nt, &pick, &lo, &lo_rows) == -1 && pick == -1,
        "nothing timed: -1");
+}
+
+/* tdm_json_write_atomic (jsonfile.h), which writes the tables and the tools' --json reports: the
+ * object reads back equal, the file ends with a newline, no temporary is left beside it; a path
+ * that cannot be created fails naming the file and leaves nothing. */
+static void test_json_write(const char *dir)
+{
+    char path[400], bad[400];
+    snprintf(path, sizeof path, "%s/report.json", dir);
+    snprintf(bad, sizeof bad, "%s/no-such-dir/report.json", dir);
+    json_t *j = json_pack("{s:i, s:[f, s], s:{s:b}}", "n", 17408, "us", 20.5, "x", "k", "lo", "on", 1);
+    int rc = tdm_json_write_atomic(path, j, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_t *back = rc == 0 ? tdm_json_read_object(path, 1 << 20) : NULL;
+    ok(rc == 0 && back && json_equal(j, back), "tdm_json_write_atomic: the object reads back equal%s%s", rc ? ": " : "",
+       rc ? tdm_err() : "");
+    FILE *f = fopen(path, "rb");
+    int last = EOF;
+    if (f) {
+        for (int c; (c = fgetc(f)) != EOF;) last = c;
+        fclose(f);
+    }
+    ok(last == '\n', "and the file ends with a newline");
+    int tmps = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) tmps += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    ok(d && tmps == 0, "no temporary left beside it (%d)", tmps);
+    rc = tdm_json_write_atomic(bad, j, 0);
+    ok(rc == -1 && strstr(tdm_err(), bad) && access(bad, F_OK) != 0, "a path that cannot be created: -1 naming it (%s)",
+       tdm_err());
+    json_decref(back);
+    json_decref(j);
 }
 
 int main(void)
@@ -292,6 +326,7 @@ int main(void)
         tl = NULL;
     }
     test_objectives();
+    test_json_write(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
