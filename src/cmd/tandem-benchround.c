@@ -9,7 +9,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include "model.h"
 #include "settings.h"
 #include "spec.h"
@@ -621,13 +621,11 @@ int main(int argc, char **argv)
                                 (int)reps, "warmup", WARMUP, "mtp",
                                 "present", m->has_mtp, "timed", mtp, "note", mtp_note, "step", st, "chain", chain, "tree",
                                 tree, "spec", sp, "step_again", step_json(step_end, c->vocab), "acceptance", acc, "targets", tg);
-        char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        json_decref(rec);
-        if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) {
-            fprintf(stderr, "%s: %s\n", prog, s ? tdm_err() : "out of memory");
+        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, tdm_err());
             rc = TDM_EXIT_USAGE;
         }
-        free(s);
+        json_decref(rec);
     } else {
         json_decref(acc);
         json_decref(tg);

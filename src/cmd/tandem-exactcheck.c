@@ -13,7 +13,7 @@
 #include "backend.h"
 #include "engine.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include "model.h"
 #include "ref.h"
 #include "settings.h"
@@ -553,13 +553,11 @@ int main(int argc, char **argv)
                                 (double)min_margin, "twins", twins, "device_ids", dev_ids, "speculative", spec, "graphs",
                                 graphs, "failures", failures, "near_ties", near_ties, "verdict", failures ? "fail" : "pass");
         if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
-        char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        json_decref(rec);
-        if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) {
+        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
             fprintf(stderr, "%s: %s\n", prog, tdm_err());
             rc = TDM_EXIT_USAGE;
         }
-        free(s);
+        json_decref(rec);
     } else {
         json_decref(twins);
         json_decref(dev_ids);

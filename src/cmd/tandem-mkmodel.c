@@ -5,7 +5,7 @@
 #include "cli.h"
 #include "config.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include "formats.h"
 #include "linear.h"
 #include "parallel.h"
@@ -599,13 +599,7 @@ static int write_json(const char *dir, const char *file, json_t *j)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (!s) return tdm_errf("%s: cannot encode JSON", path);
-    size_t n = strlen(s);
-    s[n] = '\n';
-    int rc = tdm_write_file_atomic(path, s, n + 1);
-    free(s);
-    return rc;
+    return tdm_json_write_atomic(path, j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 }
 
 /* ---- options ---- */

@@ -11,7 +11,7 @@
 #include "device.h"
 #include "engine.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include "model.h"
 #include "ref.h"
 #include "safetensors.h"
@@ -373,16 +373,14 @@ int main(int argc, char **argv)
                                 "new_tokens", (int)n_new, "sure_margin", (double)SURE_MARGIN, "paths", "prefill",
                                 path_json(&A, T, (int)n_new), "decode", path_json(&B, T, (int)n_new), "reference",
                                 path_json(&R, T, 0), "comparisons", cmps, "greedy", gr, "gate", gate);
-        char *s = rec ? json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(rec);
-        if (!s) {
+        if (!rec) {
             fprintf(stderr, "%s: %s: could not build the JSON record\n", prog, json_path);
             rc = TDM_EXIT_USAGE;
-        } else if (tdm_write_file_atomic(json_path, s, strlen(s)) != 0) {
+        } else if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
             fprintf(stderr, "%s: %s\n", prog, tdm_err());
             rc = TDM_EXIT_USAGE;
         }
-        free(s);
+        json_decref(rec);
     }
     json_decref(ar.sure_rows);
     json_decref(br.sure_rows);

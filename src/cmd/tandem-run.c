@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "err.h"
-#include "fileio.h"
+#include "jsonfile.h"
 #include "model.h"
 #include "ref.h"
 #include "safetensors.h"
@@ -185,10 +185,11 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
                                                           "bytes_per_draft", (json_int_t)mt->draft_bytes_now,
                                                           "bytes_per_draft_stored", (json_int_t)mt->draft_bytes));
         json_object_set_new(rec, "head", head_json(m));
-        char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, tdm_err());
+            rc = 1;
+        }
         json_decref(rec);
-        if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }
-        free(s);
     }
     free(out);
     free(rows);
@@ -403,10 +404,11 @@ int main(int argc, char **argv)
                                                           "gdn_state", (json_int_t)sb.gdn_state, "kv", (json_int_t)sb.kv,
                                                           "total", (json_int_t)sb.total));
         json_object_set_new(rec, "head", head_json(m));
-        char *s = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, tdm_err());
+            rc = 1;
+        }
         json_decref(rec);
-        if (!s || tdm_write_file_atomic(json_path, s, strlen(s)) != 0) { fprintf(stderr, "%s: %s\n", prog, tdm_err()); rc = 1; }
-        free(s);
     }
     free(dump.v); free(logits); free(out); free(prompt); free(force);
     tdm_ref_free(f.r);
