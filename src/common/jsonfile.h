@@ -1,4 +1,5 @@
-/* jsonfile.h — a small JSON file (config, shard index, tile table) read whole and parsed. */
+/* jsonfile.h — a small JSON file (config, shard index, tile table, a tool's report), read whole
+ * and parsed, or written atomically. */
 #ifndef TDM_JSONFILE_H
 #define TDM_JSONFILE_H
 #include <jansson.h>
