@@ -45,6 +45,11 @@ t "and writes a table per kernel, headed 'none (defaults)'" sh -c "grep -q 'none
     [ -f '$tmp/sm_90/nvfp4-skinny-wide.json' ] && [ -f '$tmp/sm_90/fp8.json' ] && [ -f '$tmp/sm_90/bf16.json' ]"
 t "a second --write-defaults merges into the table" sh -c "bin/tandem-sweep --shape 100,1040 --kernel fp8 --write-defaults \
     --out '$tmp/sm_90' 2>/dev/null && grep -q '\"100,1040\"' '$tmp/sm_90/fp8.json' && grep -q '\"12288,2048\"' '$tmp/sm_90/fp8.json'"
+t "--note is appended to the table's sweep line" sh -c "bin/tandem-sweep --shape 64,2048 --kernel fp8 --write-defaults \
+    --note 'why: a note' --out '$tmp/note' 2>/dev/null && grep -q '\"sweep\": \"none (defaults); why: a note\"' '$tmp/note/fp8.json'"
+t "tandem-sweep --note past 600 characters: exit 2 naming --note" exits 2 "--note" bin/tandem-sweep --shape 64,256 \
+    --write-defaults --out "$tmp/note" --note "$(printf '%0601d' 0)"
+t "tandem-sweep --plan --note: exit 2, --plan writes no table" exits 2 "writes no table" bin/tandem-sweep --plan --shape 64,256 --note x
 fx=${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny/nvfp4
 if [ -f "$fx/config.json" ]; then
     t "tandem-sweep -m DIR takes a checkpoint's projection shapes" sh -c "bin/tandem-sweep -m '$fx' --kernel nvfp4-skinny \

@@ -34,6 +34,9 @@ static const char *prog = "tandem-sweep";
  * at one row and 2 % at two, the same at three, and 1-3 % slower at 4-16 rows, where their lone
  * timing had them faster. */
 #define SWEEP_LO_ROWS 2
+#define SWEEP_NOTE_MAX 600   /* --note's characters at most */
+/* --objective's names, by enum tdm_tile_objective (tiles.h) */
+static const char *const objective_names[] = {[TDM_OBJ_SUM] = "sum", [TDM_OBJ_DECODE] = "decode", [TDM_OBJ_SPLIT] = "split"};
 
 static void usage(FILE *f)
 {
@@ -67,6 +70,9 @@ static void usage(FILE *f)
             "                         (default %d, split %d: in the engine's rounds the small CTAs that\n"
             "                         win at one row tie at 3 rows and lose from 4, where the lone timing\n"
             "                         has them win)\n"
+            "  --note TEXT            appended to the header line that says how the table was made\n"
+            "                         (its \"sweep\"; at most %d characters): why, on what card, what\n"
+            "                         the sweep was for. A merge rewrites that line for the whole table\n"
             "  --write-defaults       write tables holding each shape's default setting; needs no GPU\n"
             "  --arch NAME            architecture for --write-defaults (default sm_90)\n"
             "  --device NAME          device named in the header for --write-defaults (default \"any\")\n"
@@ -78,7 +84,7 @@ static void usage(FILE *f)
             "  -h, --help             this text\n"
             "Exit 0; 1 when the default setting fails or does not reproduce its own bits; 2 on bad\n"
             "usage, a malformed existing table, or when no CUDA device is visible.\n",
-            prog, TDM_TILE_LO_ROWS_MAX, SWEEP_LO_ROWS, TDM_TILE_LO_ROWS_MAX);
+            prog, TDM_TILE_LO_ROWS_MAX, SWEEP_LO_ROWS, TDM_TILE_LO_ROWS_MAX, SWEEP_NOTE_MAX);
 }
 
 
@@ -377,22 +383,31 @@ int main(int argc, char **argv)
         {"write-defaults", no_argument, 0, 'D'}, {"arch", required_argument, 0, 'a'},
         {"device", required_argument, 0, 'd'}, {"model", required_argument, 0, 'm'},
         {"plan", no_argument, 0, 'P'}, {"objective", required_argument, 0, 'O'},
-        {"lo-rows", required_argument, 0, 'L'},
+        {"lo-rows", required_argument, 0, 'L'}, {"note", required_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int want[TDM_MMK_COUNT] = {0}, any_kernel = 0, defaults_only = 0, plan_only = 0;
     enum tdm_tile_objective objective = TDM_OBJ_SUM;
     int lo_cap = -1;   /* -1: the objective's default */
     long reps = 10;
-    const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL;
+    const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL, *note = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
         switch (c) {
-        case 'O':
-            if (strcmp(optarg, "sum") == 0) objective = TDM_OBJ_SUM;
-            else if (strcmp(optarg, "decode") == 0) objective = TDM_OBJ_DECODE;
-            else if (strcmp(optarg, "split") == 0) objective = TDM_OBJ_SPLIT;
-            else tdm_die_usage(prog, "--objective: expected sum, decode or split, not", optarg);
+        case 'O': {
+            int o = 0;
+            while (o <= TDM_OBJ_SPLIT && strcmp(optarg, objective_names[o]) != 0) o++;
+            if (o > TDM_OBJ_SPLIT) tdm_die_usage(prog, "--objective: expected sum, decode or split, not", optarg);
+            objective = (enum tdm_tile_objective)o;
+            break;
+        }
+        case 'N':
+            if (strlen(optarg) > SWEEP_NOTE_MAX) {
+                char want_s[64];
+                snprintf(want_s, sizeof want_s, "--note: at most %d characters, not %zu", SWEEP_NOTE_MAX, strlen(optarg));
+                tdm_die_usage(prog, want_s, NULL);
+            }
+            note = optarg;
             break;
         case 'L': {
             char *end;
@@ -466,17 +481,18 @@ int main(int argc, char **argv)
             }
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     if (plan_only) {
-        if (defaults_only || out_dir) tdm_die_usage(prog, "--plan writes no table: not with --write-defaults or --out", NULL);
+        if (defaults_only || out_dir || note)
+            tdm_die_usage(prog, "--plan writes no table: not with --write-defaults, --out or --note", NULL);
         return plan_mode(want, reps, json_path);
     }
 
-    char arch[32], dir[4096], sweep_desc[256];
+    char arch[32], dir[4096], sweep_desc[SWEEP_NOTE_MAX + 512];
     struct tdm_device_info info;
     memset(&info, 0, sizeof info);
     if (defaults_only) {
         snprintf(arch, sizeof arch, "%s", arch_opt ? arch_opt : "sm_90");
         snprintf(info.name, sizeof info.name, "%s", device_opt ? device_opt : "any");
-        snprintf(sweep_desc, sizeof sweep_desc, "none (defaults)");
+        snprintf(sweep_desc, sizeof sweep_desc, "none (defaults)%s%s", note ? "; " : "", note ? note : "");
     } else {
         if (arch_opt || device_opt) tdm_die_usage(prog, "--arch and --device go with --write-defaults", NULL);
         if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
@@ -485,8 +501,9 @@ int main(int argc, char **argv)
         time_t now = time(NULL);
         char date[32];
         strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
-        snprintf(sweep_desc, sizeof sweep_desc, "tandem-sweep %s, reps %ld, bit-identical to the default at rows 1..32, "
-                 "timed in a CUDA graph over a cold working set", date, reps);
+        snprintf(sweep_desc, sizeof sweep_desc, "tandem-sweep %s, reps %ld, objective %s, lo-rows %d, bit-identical to the "
+                 "default at rows 1..32, timed in a CUDA graph over a cold working set%s%s", date, reps,
+                 objective_names[objective], lo_cap, note ? "; " : "", note ? note : "");
     }
     if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
     else snprintf(dir, sizeof dir, "%s/%s", tdm_setting("TANDEM_TILES"), arch);
