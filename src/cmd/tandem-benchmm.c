@@ -323,6 +323,14 @@ int main(int argc, char **argv)
     read_gbps = cold_read_gbps();
     printf("# %s (%s, %d SMs, L2 %zu MiB); cold streaming read %.0f GB/s; tiles %s/%s; median of %d; weights rotate over >= 8x L2\n",
            info.name, arch, info.sm_count, l2 >> 20, read_gbps, tdm_setting("TANDEM_TILES"), arch, reps);
+    json_t *swept_on = json_object();   /* the card each table was swept on (tables are keyed by arch alone) */
+    printf("# tables swept on:");
+    for (int kk = 0; kk < TDM_MMK_COUNT; kk++) {
+        const char *dev = tdm_tiles_device(tiles, (enum tdm_mmk)kk);
+        printf("%s %s %s", kk ? ";" : "", tdm_mmk_name((enum tdm_mmk)kk), dev ? dev : "(no table: defaults)");
+        json_object_set_new(swept_on, tdm_mmk_name((enum tdm_mmk)kk), dev ? json_string(dev) : json_null());
+    }
+    printf("\n");
     printf("# columns: us = microseconds per product; GB/s = bytes it must read (weights, scales, activations) / time;\n"
            "# %%rd = fraction of the cold read figure; g = inside a CUDA graph, e = eager; x = cuBLAS BF16 (graph) / NVFP4 (graph)\n"
            "# lt-fp8 = cuBLASLt FP8 (e4m3 activations): b = block scales (128x128 weight, 1x128 activation), t = per-tensor\n"
@@ -333,6 +341,7 @@ int main(int argc, char **argv)
            "nvfp4 g", "GB/s", "%rd", "nvfp4 e", "fp8 g", "GB/s", "%rd", "bf16 g", "bf16 e", "lt-fp8 g", "x");
     json_t *rec = json_object(), *arr = json_array();
     json_object_set_new(rec, "device", json_string(info.name));
+    json_object_set_new(rec, "tables_swept_on", swept_on);
     json_object_set_new(rec, "read_gbps", json_real(read_gbps));
 
     /* activations for every row count: BF16 and e4m3 */

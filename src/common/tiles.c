@@ -222,6 +222,7 @@ const char *tdm_tiles_arch(int major, int minor, char *buf, size_t len)
 struct table {
     int n;
     struct tdm_tile_entry *e;
+    char device[128];   /* the header's "device": the card it was swept on ("" without a table) */
 };
 struct tdm_tiles {
     struct table t[TDM_MMK_COUNT];
@@ -247,8 +248,9 @@ static int want_string(const char *path, json_t *root, const char *field, const 
     return 0;
 }
 
-int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
-                        struct tdm_tile_entry **entries, int *count)
+/* tdm_tile_table_read, and the header's "device" into device[devlen] when device is not NULL. */
+static int read_table(const char *path, enum tdm_mmk kk, const char *arch, struct tdm_tile_entry **entries, int *count,
+                      char *device, size_t devlen)
 {
     *entries = NULL;
     *count = 0;
@@ -259,6 +261,7 @@ int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch,
     if (want_string(path, root, "kernel", tdm_mmk_name(kk)) || want_string(path, root, "arch", arch) ||
         want_string(path, root, "device", NULL) || want_string(path, root, "sweep", NULL))
         goto out;
+    if (device) snprintf(device, devlen, "%s", json_string_value(json_object_get(root, "device")));
     json_t *shapes = json_object_get(root, "shapes");
     if (!json_is_object(shapes)) { tdm_errf("%s: \"shapes\" missing or not an object", path); goto out; }
     size_t n = json_object_size(shapes), i = 0, text = 0;
@@ -322,6 +325,11 @@ out:
     return rc;
 }
 
+int tdm_tile_table_read(const char *path, enum tdm_mmk kk, const char *arch, struct tdm_tile_entry **entries, int *count)
+{
+    return read_table(path, kk, arch, entries, count, NULL, 0);
+}
+
 int tdm_tiles_load(const char *dir, const char *arch, struct tdm_tiles **out)
 {
     *out = NULL;
@@ -339,7 +347,7 @@ int tdm_tiles_load(const char *dir, const char *arch, struct tdm_tiles **out)
             return -1;
         }
         fclose(f);
-        if (tdm_tile_table_read(path, (enum tdm_mmk)kk, arch, &t->t[kk].e, &t->t[kk].n) != 0) {
+        if (read_table(path, (enum tdm_mmk)kk, arch, &t->t[kk].e, &t->t[kk].n, t->t[kk].device, sizeof t->t[kk].device) != 0) {
             tdm_tiles_free(t);
             return -1;
         }
@@ -361,6 +369,11 @@ static const struct tdm_tile_entry *lookup(const struct tdm_tiles *t, enum tdm_m
     for (int i = 0; i < t->t[kk].n; i++)
         if (t->t[kk].e[i].n == n && t->t[kk].e[i].k == k) return &t->t[kk].e[i];
     return NULL;
+}
+
+const char *tdm_tiles_device(const struct tdm_tiles *t, enum tdm_mmk kk)
+{
+    return t && kk < TDM_MMK_COUNT && t->t[kk].device[0] ? t->t[kk].device : NULL;
 }
 
 struct tdm_tile tdm_tiles_get(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k)

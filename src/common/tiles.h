@@ -94,6 +94,9 @@ int tdm_tiles_load(const char *dir, const char *arch, struct tdm_tiles **out);
 void tdm_tiles_free(struct tdm_tiles *t);
 /* The setting for kernel kk and shape (n, k): the table's entry, else the default. t may be NULL. */
 struct tdm_tile tdm_tiles_get(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k);
+/* The device kernel kk's table was swept on (its header's "device"), or NULL without a table. Tables
+ * are keyed by architecture alone: an H100 and an H200 (both sm_90) read the same ones. */
+const char *tdm_tiles_device(const struct tdm_tiles *t, enum tdm_mmk kk);
 /* Whether the table has an entry for the shape (else the default is used). */
 int tdm_tiles_has(const struct tdm_tiles *t, enum tdm_mmk kk, int64_t n, int64_t k);
 /* The architecture directory name for a compute capability: "sm_90", "sm_121". */

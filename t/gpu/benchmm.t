@@ -1,7 +1,8 @@
 #!/bin/sh
 # tandem-benchmm on the GPU, the 27B's shapes at one and 16 rows with one repeat: a line per
 # projection and row count, the SwiGLU pair's line (mlp.gate+up) with a time, and the --json
-# record holding it. Skips without a CUDA device.
+# record holding it; the header names the card each shipped table was swept on, as the record does.
+# Skips without a CUDA device.
 JG=build/t/json_get
 . t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
@@ -9,7 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 bin/tandem-benchmm --model qwen3.8-27b --rows 1,16 --reps 1 --no-baseline --no-token --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 skip_without_device $rc "$tmp/a.err"
-echo "1..4"
+echo "1..5"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.out" "$tmp/a.err" | sed 's/^/# /'; fi; }
 t "exit 0" "[ $rc -eq 0 ]"
@@ -28,3 +29,7 @@ swiglu_json() {
     return 1
 }
 t "--json: the pair's record, marked swiglu, with its time" swiglu_json
+t "the card each table was swept on: a header line and the record's tables_swept_on (the shipped fp8 table's)" \
+  "grep -q '^# tables swept on: nvfp4-skinny [^;]*; nvfp4-skinny-wide ' $tmp/a.out &&
+   arch=\$(sed -n '1s/^# .* (\\(sm_[0-9]*\\), .*/\\1/p' $tmp/a.out) &&
+   [ \"\$($JG $tmp/a.json tables_swept_on.fp8)\" = \"\$($JG tiles/\$arch/fp8.json device)\" ]"

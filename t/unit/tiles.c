@@ -316,6 +316,9 @@ int main(void)
     got = tdm_tiles_get(tl, TDM_MMK_FP8, 17408, 5120);
     ok(got.nt == 1 && got.wn == 5 && got.pf == 3 && got.lo_rows == 2 && got.lo.nt == 1 && got.lo.wn == 2 && got.lo.wk == 2,
        "and its entry is used (5 warps along n; at 1-2 rows 2 warps of 2 chains)");
+    ok(tdm_tiles_device(tl, TDM_MMK_FP8) && strcmp(tdm_tiles_device(tl, TDM_MMK_FP8), "x") == 0 &&
+           tdm_tiles_device(tl, TDM_MMK_BF16) == NULL && tdm_tiles_device(NULL, TDM_MMK_FP8) == NULL,
+       "the card a table was swept on is its header's device; none without a table");
     tdm_tiles_free(tl);
 
     /* the shipped tables */
