@@ -1,8 +1,8 @@
 #include "jsonfile.h"
 #include "err.h"
 #include "fileio.h"
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 json_t *tdm_json_read_object(const char *path, size_t cap)
 {
@@ -26,17 +26,12 @@ json_t *tdm_json_read_object(const char *path, size_t cap)
 
 int tdm_json_write_atomic(const char *path, const json_t *j, size_t flags)
 {
-    char *text = json_dumps(j, flags);
-    if (!text) return tdm_errf("%s: cannot format the JSON", path);
-    const size_t len = strlen(text);
-    char *nl = malloc(len + 2); /* a trailing newline keeps the file friendly to diff and cat */
-    int rc = nl ? 0 : tdm_errf("%s: out of memory", path);
-    if (nl) {
-        memcpy(nl, text, len);
-        nl[len] = '\n';
-        rc = tdm_write_file_atomic(path, nl, len + 1);
-        free(nl);
+    struct tdm_atomic a;
+    if (tdm_atomic_open(&a, path) != 0) return -1;
+    /* a trailing newline keeps the file friendly to diff and cat */
+    if (json_dumpf(j, a.f, flags) != 0 || fputc('\n', a.f) == EOF) {
+        tdm_atomic_abort(&a);
+        return tdm_errf("%s: cannot write the JSON", path);
     }
-    free(text);
-    return rc;
+    return tdm_atomic_commit(&a);
 }
