@@ -264,7 +264,8 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                                                                              tdm_wfmt_name(w->fmt), w->n, w->k, m);
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
-    const size_t smem = tdm_tile_smem(&t, (int)m, direct);
+    size_t smem = tdm_tile_smem(&t, (int)m, direct);
+    if (direct && a.xb && tdm_mm_xs_runs(f, mt, t.wn, t.wk)) smem = tdm_mm_xs_smem(t.wk, mt, smem);   // x's slabs staged (mm_layout.h)
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {

@@ -26,6 +26,7 @@
  * tdm_mm_bk(fmt, s, r, h) for B register r and half h. */
 #ifndef TDM_MM_LAYOUT_H
 #define TDM_MM_LAYOUT_H
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -191,6 +192,50 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * the blocked activation copies): a 27B token's NVFP4 products 8.00 -> 6.6 ms at 8 rows, 12.1 ->
  * 8.1 at 16. */
 #define TDM_MM_XB_ROWS 32
+/* XS: the per-lane forms from the blocked copy at mt >= TDM_MM_XS_MT (2, the default: 17-32 rows; 1:
+ * 9-32; 0: 1-32) take x's slabs into shared memory with bulk copies (cp.async.bulk, completion on an
+ * mbarrier a stage), a ring of TDM_MM_XS_STAGES slabs a chain, the copy of a slab issued by one lane of
+ * the chain's first warp a ring ahead of its use; every warp of the chain reads its units from there
+ * (mm_skinny.cuh, XS). Otherwise each lane loads its units from global memory where the mma uses them.
+ * The same values in the same mmas: the same bits.
+ * TDM_MM_XS: 0 never, 1 (the default) FP8 only, 2 FP8 and NVFP4. Build-time knobs for A/B runs (the
+ * launcher sizes the shared memory by them: tdm_mm_xs_smem). Measured on an H100 (bench/NOTES.md, x's
+ * slabs by bulk copies), against 0 in the same call: a 27B token's FP8 products at 17 / 24 / 32 rows
+ * 17.37-17.54 / 17.38-17.41 / 17.48-17.52 -> 16.96-17.00 / 16.93-16.96 / 17.06-17.08 ms (q_proj 50.3 ->
+ * 36.0 us at 32 rows); NVFP4 shapes 3-9 % faster alone where it runs (the SwiGLU pair, q_proj, the 80B's
+ * in_proj_qkvz) but the token in one graph 1-2 % slower (9.37-9.63 / 9.41-9.63 / 9.82-9.96 -> 9.50-9.54 /
+ * 9.58-9.59 / 10.09-10.13), hence FP8 only. */
+#ifndef TDM_MM_XS
+#define TDM_MM_XS 1
+#endif
+#ifndef TDM_MM_XS_MT
+#define TDM_MM_XS_MT 2
+#endif
+/* Whether the per-lane form of format fmt from the blocked copy at mt stages x's slabs (XS). (A macro:
+ * a constant expression in the kernel's template.) */
+#define TDM_MM_XS_AT(fmt, mt) \
+    ((TDM_MM_XS == 2 || (TDM_MM_XS == 1 && (fmt) == TDM_MMF_FP8)) && (mt) >= TDM_MM_XS_MT)
+/* Whether a launch of wk chains of wn warps a CTA stages (XS at fmt, mt): only where a chain's warps
+ * share the slabs (wn >= 2) and the CTA runs at most 2 chains (its rings 64 KB). With one warp a chain
+ * the ring only hides latency, at the cost of the CTAs its shared memory keeps off the SM: the 27B's
+ * NVFP4 wn 1 shapes (down_proj, out_proj, mtp.fc, in_proj_qkv; wk 4) at 32 rows took 31-56 % longer
+ * with it on an H100. */
+TDM_HD int tdm_mm_xs_runs(int fmt, int mt, int wn, int wk) { return TDM_MM_XS_AT(fmt, mt) && wn >= 2 && wk <= 2; }
+/* Rows of a staged slab at mt (0: at most 8 rows, 1: 9-16, 2: 17-32) and its bytes: the copy's four
+ * units of those rows (at 32 rows the copy's slab in one piece, else a piece a unit). */
+#define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 1 ? 16 : 8)
+#define TDM_MM_XS_STAGE_BYTES(mt) (TDM_MM_UNITS * TDM_MM_XS_ROWS(mt) * TDM_MM_CHUNK_K * 2)
+/* Stages (slabs) of a chain's ring. */
+#define TDM_MM_XS_STAGES 4
+/* Bytes of the rings' mbarriers (two a stage), rounded to 128: the rings follow them, and the
+ * chains' partial sums (the tree) start there too once the K loop is done. */
+TDM_HD int tdm_mm_xs_bar_bytes(int wk) { return (16 * wk * TDM_MM_XS_STAGES + 127) / 128 * 128; }
+/* The dynamic shared memory of an XS launch of wk chains a CTA at mt whose tree needs tree bytes. */
+TDM_HD size_t tdm_mm_xs_smem(int wk, int mt, size_t tree)
+{
+    const size_t ring = (size_t)wk * TDM_MM_XS_STAGES * TDM_MM_XS_STAGE_BYTES(mt);
+    return (size_t)tdm_mm_xs_bar_bytes(wk) + (ring > tree ? ring : tree);
+}
 /* Whether the skinny kernels of format fmt read x's blocked copy where a caller gives one: the
  * formats in its unit order (tdm_mm_nvfp4_order). */
 TDM_HD int tdm_mm_fmt_reads_xb(int fmt) { return tdm_mm_nvfp4_order(fmt); }

@@ -156,6 +156,35 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+// The mbarriers and bulk copies of XS (mm_layout.h: TDM_MM_XS), shared-memory addresses as 32 bits.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    // (the retry loop inside the asm, its labels local to the block: no loop for the compiler to
+    // bracket as divergent)
+    asm volatile("{\n .reg .pred p;\n XS_WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra XS_WAIT;\n}" ::"r"(bar), "r"(parity) : "memory");
+}
+// Arrives on bar, which is to expect bytes more from copies.
+__device__ __forceinline__ void mbar_arrive_expect(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared, counted on bar.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // Bytes [0, valid) of a chunk, zero past it, with byte loads (tails and unaligned rows).
 template <int NW>
 __device__ __forceinline__ void load_bytes(uint32_t (&w)[NW], const uint8_t *p, int valid)
@@ -409,7 +438,7 @@ constexpr int skinny_regs()
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
 // DA: the activations loaded per lane (TDM_MM_DIRECT, TANDEM_MM_DIRECT; see the kernel's start).
 // XB (with DA): the fast slabs' activations from the blocked copy a.xb instead of x (see XB below).
-template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA, bool XB>
+template <int FMT, int NT, int MTA, int PF, bool VEC, bool GLU, bool DA, bool XB, bool XS_>
 __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel(const SkinnyArgs a)
 {
     static_assert(!XB || DA, "the blocked copy is read by the per-lane form only");
@@ -446,7 +475,22 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // XB (DA with a.xb): the fast slabs' units come from x's blocked copy (mm_layout.h: xb), written
     // by the kernel that wrote x: the 8 rows of a load are 512 contiguous bytes instead of 16 lines
     // half used, and the units are permuted already. The same values, so the same bits.
-    extern __shared__ __align__(16) uint8_t smem[];
+    // XS (XS_; mm_layout.h: TDM_MM_XS, tdm_mm_xs_runs): x's slabs come into shared memory by bulk
+    // copies, a ring of S = TDM_MM_XS_STAGES slabs a chain, each stage an mbarrier "full" (the copy's
+    // bytes landed) and "empty" (every warp of the chain has read it). Lane 0 of the chain's first
+    // warp copies slab i + S - 1 before it computes slab i (once the chain's warps are done with slab
+    // i - 1, whose stage it takes); each warp waits for slab i's stage, reads its units from there (512
+    // consecutive bytes a warp and unit: no bank conflicts), orders those reads before the copy
+    // engine's next write there (fence.proxy.async: without it 15-33 rows of 17-32-row products came
+    // out wrong on 17408x5120 in two runs of t/gpu/matmul.t, none in the run with it) and releases the stage. A
+    // stage holds the slab's four units of XS_ROWS rows (the copy's layout with fewer rows). Layout:
+    // the barriers (tdm_mm_xs_bar_bytes), then the rings, chain w's stage s at (w * S + s) * XS_STAGE;
+    // after the K loop the tree from the rings' start. Why: ncu on the NVFP4 form at 32 rows (H200,
+    // bench/NOTES.md) had 64 % of the warps' samples wait on the units' global loads at their mmas.
+    static_assert(!XS_ || (XB && TDM_MM_XS_AT(FMT, MTA)), "XS is built for the per-lane forms from the blocked copy (mm_layout.h)");
+    constexpr bool XS = XS_;
+    constexpr int XS_ROWS = TDM_MM_XS_ROWS(MTA), XS_STAGE = TDM_MM_XS_STAGE_BYTES(MTA);
+    extern __shared__ __align__(128) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
     constexpr int CB = FmtInfo<FMT>::NUM * TDM_MM_CHUNK_K / FmtInfo<FMT>::DEN;   // lane chunk bytes
@@ -652,7 +696,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // generic-to-shared conversion per load.)
     const uint32_t aquad_s = (uint32_t)__cvta_generic_to_shared(aquad) + 16 * lane;
     auto compute = [&](const Chunk<FMT>(&ch)[NT], int i, uint32_t ab, auto staged) {
-        constexpr int MODE = (int)decltype(staged)::value;   // 1 staged, 0 checked, 2 direct
+        constexpr int MODE = (int)decltype(staged)::value;   // 1 staged, 0 checked, 2 direct, 3 direct from XS's ring
         const int slab = s_begin + i;
         const int64_t kbase = (int64_t)slab * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * t;
         uint32_t sa[NT], sb[NT];
@@ -677,7 +721,14 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         for (int u = 0; u < TDM_MM_UNITS; u++) {
             // per lane (not staged): unit u of activation row 16 mt + 8 h + g, permuted
             auto unit = [&](int mt, int h) -> uint4 {
-                if constexpr (MODE == 2 && XB) {   // the blocked copy: permuted already
+                if constexpr (MODE == 3) {   // XS: the copy's slab in shared memory at ab (+ this lane's 16 bytes)
+                    uint4 v;
+                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                                 : "r"(ab + 2 * ((16 * mt + 8 * h) * TDM_MM_CHUNK_K + u * XS_ROWS * TDM_MM_CHUNK_K)));
+                    return v;
+                }
+                else if constexpr (MODE == 2 && XB) {   // the blocked copy: permuted already
                     // At 17-32 rows the four row offsets are xbo[0] plus constants, unclamped: rows past m
                     // read what the copy holds there (room for 32 rows), and their results are never
                     // summed or stored. Three registers fewer (with clamps the plain form spilled at 128).
@@ -763,6 +814,22 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 
     static_assert(CH % D == 0, "the weight ring depth must divide the staged chunk");
     Chunk<FMT> ring[D][NT];
+    constexpr int xs_stages = TDM_MM_XS_STAGES;
+    const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t xs_bars = smem_s + 16u * (uint32_t)(wk * xs_stages);   // this chain's full[s] at + 8 s, empty[s] + 8 (S + s)
+    const uint32_t xs_ring = smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(wk * xs_stages * XS_STAGE);
+    (void)xs_bars; (void)xs_ring;
+    if constexpr (XS) {
+        if (tid == 0) {
+            for (int e = 0; e < a.wk * xs_stages; e++) {
+                const uint32_t b = smem_s + 16u * (uint32_t)(e / xs_stages * xs_stages) + 8u * (uint32_t)(e % xs_stages);
+                mbar_init(b, 1);                                      // full: the copying lane's arrival + the bytes
+                mbar_init(b + 8u * (uint32_t)xs_stages, (uint32_t)wn_count);   // empty: each warp of the chain
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+    }
     // Before the wait (pdl.cuh; weights are no kernel's output): the first PF slabs of weights into
     // the ring, so that a kernel started early has them on the way while the kernel before it
     // finishes. (Asking L2 for the next 8 slabs of each row there as well made a 27B token 9-13 %
@@ -778,7 +845,54 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         // had the warps wait at the loop's top branch for the ring's predicated loads. The same
         // operands and order, so the same bits. At 9-16 rows and at pf 3 the two loops spilled.
         int i0 = 0;
-        if constexpr (TDM_MM_FLAT && LO8 && PF == 1) {
+        if constexpr (XS) {
+            // The loop in whole rounds of the ring (every stage index a constant).
+            const bool copier = wn == 0 && lane == 0;
+            const uint16_t *src = a.xb + (size_t)s_begin * XB_SLAB;
+            const uint32_t lane_off = 2u * (uint32_t)(g * TDM_MM_CHUNK_K + 8 * t);
+            auto copy = [&](int j, uint32_t st) {   // slab j of the chain into stage st
+                const uint32_t full = xs_bars + 8u * st, dst = xs_ring + st * XS_STAGE;
+                mbar_arrive_expect(full, XS_STAGE);
+                if constexpr (XS_ROWS == TDM_MM_XB_ROWS)   // the copy's slab in one piece
+                    bulk_copy_g2s(dst, src + (size_t)j * XB_SLAB, XS_STAGE, full);
+                else
+#pragma unroll
+                    for (int u = 0; u < TDM_MM_UNITS; u++)   // unit u's first XS_ROWS rows
+                        bulk_copy_g2s(dst + (uint32_t)(u * XS_STAGE / TDM_MM_UNITS), src + (size_t)j * XB_SLAB + u * XB_UNIT,
+                                      XS_STAGE / TDM_MM_UNITS, full);
+            };
+            auto rounds = [&](auto stages) {
+                constexpr int S = decltype(stages)::value;
+                static_assert(S % D == 0, "the weight ring's depth divides the stages");
+                if (copier)
+                    for (int j = 0; j < S - 1 && j < Lf; j++) copy(j, (uint32_t)j);
+                uint32_t ph = 0;   // parity of the round
+                for (; i0 < Lf; i0 += S, ph ^= 1u) {
+#pragma unroll
+                    for (int j = 0; j < S; j++) {
+                        const int i = i0 + j;
+                        if (i < Lf) {
+                            if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
+                            if (copier && i + S - 1 < Lf) {   // into slab i - 1's stage, once every warp read it
+                                const uint32_t st = (uint32_t)((j + S - 1) % S);
+                                if (i >= 1) mbar_wait(xs_bars + 8u * (S + st), j == 0 ? ph ^ 1u : ph);
+                                copy(i + S - 1, st);
+                            }
+                            mbar_wait(xs_bars + 8u * (uint32_t)j, ph);
+                            compute(ring[j % D], i, xs_ring + (uint32_t)(j * XS_STAGE) + lane_off,
+                                    std::integral_constant<int, 3>());
+                            // every lane's reads of the stage ordered before the copy engine's next write
+                            // there (another proxy), then the warp's release
+                            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                            __syncwarp();
+                            if (lane == 0) mbar_arrive(xs_bars + 8u * (uint32_t)(S + j));
+                        }
+                    }
+                }
+            };
+            rounds(std::integral_constant<int, xs_stages>());
+        }
+        if constexpr (TDM_MM_FLAT && LO8 && PF == 1 && !XS) {
             for (; i0 + D <= Lf; i0 += D) {
 #pragma unroll
                 for (int j = 0; j < D; j++) {
@@ -787,16 +901,17 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                 }
             }
         }
-        for (; i0 < Lf; i0 += D) {
+        if constexpr (!XS)
+            for (; i0 < Lf; i0 += D) {
 #pragma unroll
-            for (int j = 0; j < D; j++) {
-                const int i = i0 + j;
-                if (i < Lf) {
-                    if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
-                    compute(ring[j], i, 0u, std::integral_constant<int, 2>());
+                for (int j = 0; j < D; j++) {
+                    const int i = i0 + j;
+                    if (i < Lf) {
+                        if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
+                        compute(ring[j], i, 0u, std::integral_constant<int, 2>());
+                    }
                 }
             }
-        }
     } else if (nch > 0) {
         stage(0);
         for (int c = 0; c < nch; c++) {
@@ -831,7 +946,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 
     // ---- the sum of the chains, then the output ----
     const int rstride = cols + 8;                // floats; 8 mod 32 keeps the fragment stores conflict-free
-    float *red = reinterpret_cast<float *>(smem);
+    float *red = reinterpret_cast<float *>(smem + (XS ? tdm_mm_xs_bar_bytes(a.wk) : 0));
     {
         float *mine = red + (size_t)wk * ROWS * rstride;
         if constexpr (SWAP) {   // C rows: the weight rows g of tiles np and np + 1; columns: activation rows 2t, 2t + 1
@@ -907,10 +1022,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 }
 
 // Launches one instantiation with the setting's grid, block, cluster and shared memory.
-template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false, bool XB = false>
+template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false, bool XB = false, bool XS = false>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA, XB>;
+    auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA, XB, XS>;
     // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
     // need, so that no later call (perhaps inside a graph capture) has to.
     static size_t allowed = 48 * 1024;
@@ -949,18 +1064,22 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
 // The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
 // direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one;
 // the per-lane form reads the blocked copy where the caller gave one (XB).
-template <int FMT, int NT, int MT, int PF, bool DA, bool XB>
+template <int FMT, int NT, int MT, int PF, bool DA, bool XB, bool XS = false>
 cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
-    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA, XB>(a, wn, cs, smem, st);
-    if constexpr (NT == 2 && FMT != TDM_MMF_FP8) return launch<FMT, NT, MT, PF, true, true, DA, XB>(a, wn, cs, smem, st);
+    if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA, XB, XS>(a, wn, cs, smem, st);
+    if constexpr (NT == 2 && FMT != TDM_MMF_FP8) return launch<FMT, NT, MT, PF, true, true, DA, XB, XS>(a, wn, cs, smem, st);
     return cudaErrorInvalidValue;   // FP8 has no SwiGLU form (matmul.cu: swiglu_setting)
 }
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
 {
     if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
-        if (direct && a.xb) return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
+        if (direct && a.xb) {
+            if constexpr (TDM_MM_XS_AT(FMT, MT))   // x's slabs staged where the chain's warps share them (mm_layout.h)
+                if (tdm_mm_xs_runs(FMT, MT, wn, a.wk)) return launch_glu<FMT, NT, MT, PF, true, true, true>(a, wn, cs, smem, st);
+            return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
+        }
     if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
         if (direct && !a.xb) return launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
     return launch_glu<FMT, NT, MT, PF, false, false>(a, wn, cs, smem, st);

@@ -37,11 +37,11 @@ for o in $objs; do
                                             print o, arch, f, r, s, l; f = "" }' "${o%.o}.res"
 done | grep -E 'skinny_kernel|attn_partial_kernel|recur_kernel' >"$tmp"
 n=$(wc -l <"$tmp")
-HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]ELb[01]EEE'
+HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]ELb[01]ELb0EEE'
 hot=$(grep -cE "$HOT" "$tmp")
 echo "1..$((n + 3))"
 t=0
-XB32='_ZN6tdm_mm13skinny_kernelILi3ELi2ELi2ELi1ELb1ELb[01]ELb1ELb1EEE|_ZN6tdm_mm13skinny_kernelILi2ELi1ELi[012]ELi[13]ELb1ELb0ELb1ELb1EEE|_ZN6tdm_mm13skinny_kernelILi2ELi2ELi[01]ELi1ELb1ELb0ELb1ELb1EEE'
+XB32='_ZN6tdm_mm13skinny_kernelILi3ELi2ELi2ELi1ELb1ELb[01]ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi1ELi[012]ELi[13]ELb1ELb0ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi2ELi[01]ELi1ELb1ELb0ELb1ELb1ELb0EEE'
 while read -r o arch f r s l; do
     t=$((t + 1))
     if [ "$s" = 0 ] && [ "$l" = 0 ]; then
