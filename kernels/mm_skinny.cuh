@@ -1021,11 +1021,30 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     }
 }
 
+// TDM_MM_CARVEOUT: -1 (the default) leaves the shared-memory carveout to the driver; 0-100 asks for
+// that percentage of the SM's L1/shared memory as shared memory for every skinny instantiation
+// (cudaFuncAttributePreferredSharedMemoryCarveout), so that kernels with different shared-memory
+// needs (XS's 64 KB against ~14 KB) ask for the same split. A build-time knob for A/B runs; not yet
+// measured (bench/NOTES.md, the plan: whether a carveout change between kernels is what made NVFP4's
+// XS token slower in one graph while its shapes were faster alone).
+#ifndef TDM_MM_CARVEOUT
+#define TDM_MM_CARVEOUT -1
+#endif
+
 // Launches one instantiation with the setting's grid, block, cluster and shared memory.
 template <int FMT, int NT, int MT, int PF, bool VEC, bool GLU, bool DA = false, bool XB = false, bool XS = false>
 cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
     auto kern = skinny_kernel<FMT, NT, MT, PF, VEC, GLU, DA, XB, XS>;
+    static_assert(TDM_MM_CARVEOUT >= -1 && TDM_MM_CARVEOUT <= 100, "TDM_MM_CARVEOUT: -1, or a percentage");
+    if constexpr (TDM_MM_CARVEOUT >= 0) {   // once per instantiation
+        static bool carved = false;
+        if (!carved) {
+            const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, TDM_MM_CARVEOUT);
+            if (e != cudaSuccess) return e;
+            carved = true;
+        }
+    }
     // Raise the dynamic shared memory limit once per instantiation, to what the largest setting may
     // need, so that no later call (perhaps inside a graph capture) has to.
     static size_t allowed = 48 * 1024;
