@@ -482,8 +482,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // i - 1, whose stage it takes); each warp waits for slab i's stage, reads its units from there (512
     // consecutive bytes a warp and unit: no bank conflicts), orders those reads before the copy
     // engine's next write there (fence.proxy.async: without it 15-33 rows of 17-32-row products came
-    // out wrong on 17408x5120 in two runs of t/gpu/matmul.t, none in the run with it) and releases the stage. A
-    // stage holds the slab's four units of XS_ROWS rows (the copy's layout with fewer rows). Layout:
+    // out wrong on 17408x5120 in two runs of t/gpu/matmul.t, none in the run with it) and releases
+    // the stage. A stage holds the slab's four units of XS_ROWS rows (the copy's layout with fewer
+    // rows). Layout:
     // the barriers (tdm_mm_xs_bar_bytes), then the rings, chain w's stage s at (w * S + s) * XS_STAGE;
     // after the K loop the tree from the rings' start. Why: ncu on the NVFP4 form at 32 rows (H200,
     // bench/NOTES.md) had 64 % of the warps' samples wait on the units' global loads at their mmas.
