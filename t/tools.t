@@ -78,5 +78,9 @@ if [ -d "$F" ]; then
        [ \$(build/t/json_get $tmp/r.json step_bytes.kv) -eq \$((2 * (40 + 2 + 1) * 2 * 64 * 2)) ] &&
        w=\$(build/t/json_get $tmp/r.json step_bytes.weights) && [ \$w -gt 2000000 ] &&
        [ \$(build/t/json_get $tmp/r.json step_bytes.total) -eq \$((w + 3 * 2 * 6 * 64 * 64 * 4 + 2 * 43 * 2 * 64 * 2)) ]"
+    t "tandem-run --json into a directory that does not exist: exit 2, one line naming the file, nothing left behind" \
+      "build/san/bin/tandem-run -m $F/nvfp4 -p $F/prompt.tok -n 2 --backend cpu --json $tmp/none/r.json >/dev/null 2>$tmp/err;
+       [ \$? -eq 2 ] && [ \$(grep -vc '^# ' $tmp/err) -eq 1 ] && grep -v '^# ' $tmp/err | grep -q '^tandem-run: .*none/r.json' &&
+       [ ! -e $tmp/none ]"
 fi
 echo "1..$n"

@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "Exit status: 0 done, 1 a CUDA call failed during the forward or a round (or a device greedy id\n"
             "differed from the host argmax of the same logits), 2 bad usage or bad input\n"
             "(one line on stderr naming the file and fault; also: no device, an unsupported layout or --spec\n"
-            "combination, out of device memory).\n",
+            "combination, out of device memory, a --json FILE that cannot be written).\n",
             TDM_SPEC_DEFAULT_DRAFT, TDM_SPEC_DEFAULT_NGRAM);
 }
 
@@ -187,7 +187,7 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
         json_object_set_new(rec, "head", head_json(m));
         if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
             fprintf(stderr, "%s: %s\n", prog, tdm_err());
-            rc = 1;
+            if (rc == 0) rc = TDM_EXIT_USAGE;   /* an output that cannot be written: bad input (a failed check stays 1) */
         }
         json_decref(rec);
     }
@@ -406,7 +406,7 @@ int main(int argc, char **argv)
         json_object_set_new(rec, "head", head_json(m));
         if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
             fprintf(stderr, "%s: %s\n", prog, tdm_err());
-            rc = 1;
+            if (rc == 0) rc = TDM_EXIT_USAGE;   /* an output that cannot be written: bad input (a failed check stays 1) */
         }
         json_decref(rec);
     }
