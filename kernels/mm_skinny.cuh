@@ -168,8 +168,7 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 // Waits until the phase of parity `parity` of the barrier has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
 {
-    // (the retry loop inside the asm, its labels local to the block: no loop for the compiler to
-    // bracket as divergent)
+    // (the retry loop inside the asm; its label is local to the block, so every inlined copy has its own)
     asm volatile("{\n .reg .pred p;\n XS_WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
                  " @!p bra XS_WAIT;\n}" ::"r"(bar), "r"(parity) : "memory");
 }
@@ -815,18 +814,21 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 
     static_assert(CH % D == 0, "the weight ring depth must divide the staged chunk");
     Chunk<FMT> ring[D][NT];
-    constexpr int xs_stages = TDM_MM_XS_STAGES;
+    // XS: chain w's barriers at 16 S w (full[s] at + 8 s, empty[s] at + 8 (S + s)), its ring after all
+    // the barriers (stage s at + (S w + s) XS_STAGE)
+    constexpr int S = TDM_MM_XS_STAGES;
     const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-    const uint32_t xs_bars = smem_s + 16u * (uint32_t)(wk * xs_stages);   // this chain's full[s] at + 8 s, empty[s] + 8 (S + s)
-    const uint32_t xs_ring = smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(wk * xs_stages * XS_STAGE);
+    const uint32_t xs_bars = smem_s + 16u * S * (uint32_t)wk;
+    const uint32_t xs_ring = smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(S * XS_STAGE * wk);
     (void)xs_bars; (void)xs_ring;
     if constexpr (XS) {
         if (tid == 0) {
-            for (int e = 0; e < a.wk * xs_stages; e++) {
-                const uint32_t b = smem_s + 16u * (uint32_t)(e / xs_stages * xs_stages) + 8u * (uint32_t)(e % xs_stages);
-                mbar_init(b, 1);                                      // full: the copying lane's arrival + the bytes
-                mbar_init(b + 8u * (uint32_t)xs_stages, (uint32_t)wn_count);   // empty: each warp of the chain
-            }
+            for (int w = 0; w < a.wk; w++)
+                for (int st = 0; st < S; st++) {
+                    const uint32_t full = smem_s + 16u * S * (uint32_t)w + 8u * (uint32_t)st;
+                    mbar_init(full, 1);                                   // the copying lane's arrival + the bytes
+                    mbar_init(full + 8u * S, (uint32_t)wn_count);        // empty: each warp of the chain
+                }
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         __syncthreads();
@@ -840,14 +842,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         if (p < Lf) load_fast(ring[p], p);
     tdm_pdl::wait();   // the kernels before this one have finished: the activations are there
     if constexpr (DA) {
-        // TDM_MM_FLAT (at most 8 rows, pf 1): first the whole groups of D slabs with no per-slab
-        // test and every load unpredicated (past the chain's fast slabs it reloads the last one,
-        // whose registers are never used), then the rest as before. ncu on pf 3 (bench/NOTES.md)
-        // had the warps wait at the loop's top branch for the ring's predicated loads. The same
-        // operands and order, so the same bits. At 9-16 rows and at pf 3 the two loops spilled.
-        int i0 = 0;
         if constexpr (XS) {
-            // The loop in whole rounds of the ring (every stage index a constant).
+            // The loop in whole rounds of the ring, every stage index a constant.
+            static_assert(S % D == 0, "the weight ring's depth divides the stages");
             const bool copier = wn == 0 && lane == 0;
             const uint16_t *src = a.xb + (size_t)s_begin * XB_SLAB;
             const uint32_t lane_off = 2u * (uint32_t)(g * TDM_MM_CHUNK_K + 8 * t);
@@ -862,47 +859,46 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                         bulk_copy_g2s(dst + (uint32_t)(u * XS_STAGE / TDM_MM_UNITS), src + (size_t)j * XB_SLAB + u * XB_UNIT,
                                       XS_STAGE / TDM_MM_UNITS, full);
             };
-            auto rounds = [&](auto stages) {
-                constexpr int S = decltype(stages)::value;
-                static_assert(S % D == 0, "the weight ring's depth divides the stages");
-                if (copier)
-                    for (int j = 0; j < S - 1 && j < Lf; j++) copy(j, (uint32_t)j);
-                uint32_t ph = 0;   // parity of the round
-                for (; i0 < Lf; i0 += S, ph ^= 1u) {
+            if (copier)
+                for (int j = 0; j < S - 1 && j < Lf; j++) copy(j, (uint32_t)j);
+            uint32_t ph = 0;   // parity of the round
+            for (int i0 = 0; i0 < Lf; i0 += S, ph ^= 1u) {
 #pragma unroll
-                    for (int j = 0; j < S; j++) {
-                        const int i = i0 + j;
-                        if (i < Lf) {
-                            if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
-                            if (copier && i + S - 1 < Lf) {   // into slab i - 1's stage, once every warp read it
-                                const uint32_t st = (uint32_t)((j + S - 1) % S);
-                                if (i >= 1) mbar_wait(xs_bars + 8u * (S + st), j == 0 ? ph ^ 1u : ph);
-                                copy(i + S - 1, st);
-                            }
-                            mbar_wait(xs_bars + 8u * (uint32_t)j, ph);
-                            compute(ring[j % D], i, xs_ring + (uint32_t)(j * XS_STAGE) + lane_off,
-                                    std::integral_constant<int, 3>());
-                            // every lane's reads of the stage ordered before the copy engine's next write
-                            // there (another proxy), then the warp's release
-                            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                            __syncwarp();
-                            if (lane == 0) mbar_arrive(xs_bars + 8u * (uint32_t)(S + j));
+                for (int j = 0; j < S; j++) {
+                    const int i = i0 + j;
+                    if (i < Lf) {
+                        if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
+                        if (copier && i + S - 1 < Lf) {   // into slab i - 1's stage, once every warp read it
+                            const uint32_t st = (uint32_t)((j + S - 1) % S);
+                            if (i >= 1) mbar_wait(xs_bars + 8u * (S + st), j == 0 ? ph ^ 1u : ph);
+                            copy(i + S - 1, st);
                         }
+                        mbar_wait(xs_bars + 8u * (uint32_t)j, ph);
+                        compute(ring[j % D], i, xs_ring + (uint32_t)(j * XS_STAGE) + lane_off, std::integral_constant<int, 3>());
+                        // every lane's reads of the stage ordered before the copy engine's next write there
+                        // (another proxy), then the warp's release
+                        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(xs_bars + 8u * (uint32_t)(S + j));
                     }
                 }
-            };
-            rounds(std::integral_constant<int, xs_stages>());
-        }
-        if constexpr (TDM_MM_FLAT && LO8 && PF == 1 && !XS) {
-            for (; i0 + D <= Lf; i0 += D) {
+            }
+        } else {
+            // TDM_MM_FLAT (at most 8 rows, pf 1): first the whole groups of D slabs with no per-slab
+            // test and every load unpredicated (past the chain's fast slabs it reloads the last one,
+            // whose registers are never used), then the rest as before. ncu on pf 3 (bench/NOTES.md)
+            // had the warps wait at the loop's top branch for the ring's predicated loads. The same
+            // operands and order, so the same bits. At 9-16 rows and at pf 3 the two loops spilled.
+            int i0 = 0;
+            if constexpr (TDM_MM_FLAT && LO8 && PF == 1) {
+                for (; i0 + D <= Lf; i0 += D) {
 #pragma unroll
-                for (int j = 0; j < D; j++) {
-                    load_fast(ring[(j + PF) % D], min(i0 + j + PF, Lf - 1));
-                    compute(ring[j], i0 + j, 0u, std::integral_constant<int, 2>());
+                    for (int j = 0; j < D; j++) {
+                        load_fast(ring[(j + PF) % D], min(i0 + j + PF, Lf - 1));
+                        compute(ring[j], i0 + j, 0u, std::integral_constant<int, 2>());
+                    }
                 }
             }
-        }
-        if constexpr (!XS)
             for (; i0 < Lf; i0 += D) {
 #pragma unroll
                 for (int j = 0; j < D; j++) {
@@ -913,6 +909,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                     }
                 }
             }
+        }
     } else if (nch > 0) {
         stage(0);
         for (int c = 0; c < nch; c++) {

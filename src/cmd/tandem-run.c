@@ -135,6 +135,18 @@ static json_t *head_json(const struct tdm_model *m)
 }
 
 /* --spec: speculative rounds on so->backend (spec.h); tokens to stdout, statistics to stderr. */
+/* Writes the run's JSON record to path and frees it; returns rc, or, when rc is 0 and the file cannot be
+ * written, TDM_EXIT_USAGE (bad input; a failed check stays 1) after one line naming the file. */
+static int write_record(const char *path, json_t *rec, int rc)
+{
+    if (tdm_json_write_atomic(path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, tdm_err());
+        if (rc == 0) rc = TDM_EXIT_USAGE;
+    }
+    json_decref(rec);
+    return rc;
+}
+
 static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const char *draft_dir, const int32_t *prompt,
                     int n_prompt, int n_new, const char *dump_path, const char *json_path, const char *model_dir)
 {
@@ -185,11 +197,7 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
                                                           "bytes_per_draft", (json_int_t)mt->draft_bytes_now,
                                                           "bytes_per_draft_stored", (json_int_t)mt->draft_bytes));
         json_object_set_new(rec, "head", head_json(m));
-        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-            fprintf(stderr, "%s: %s\n", prog, tdm_err());
-            if (rc == 0) rc = TDM_EXIT_USAGE;   /* an output that cannot be written: bad input (a failed check stays 1) */
-        }
-        json_decref(rec);
+        rc = write_record(json_path, rec, rc);
     }
     free(out);
     free(rows);
@@ -404,11 +412,7 @@ int main(int argc, char **argv)
                                                           "gdn_state", (json_int_t)sb.gdn_state, "kv", (json_int_t)sb.kv,
                                                           "total", (json_int_t)sb.total));
         json_object_set_new(rec, "head", head_json(m));
-        if (tdm_json_write_atomic(json_path, rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-            fprintf(stderr, "%s: %s\n", prog, tdm_err());
-            if (rc == 0) rc = TDM_EXIT_USAGE;   /* an output that cannot be written: bad input (a failed check stays 1) */
-        }
-        json_decref(rec);
+        rc = write_record(json_path, rec, rc);
     }
     free(dump.v); free(logits); free(out); free(prompt); free(force);
     tdm_ref_free(f.r);
