@@ -205,7 +205,9 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * 17.37-17.54 / 17.38-17.41 / 17.48-17.52 -> 16.96-17.00 / 16.93-16.96 / 17.06-17.08 ms (q_proj 50.3 ->
  * 36.0 us at 32 rows); NVFP4 shapes 3-9 % faster alone where it runs (the SwiGLU pair, q_proj, the 80B's
  * in_proj_qkvz) but the token in one graph 1-2 % slower (9.37-9.63 / 9.41-9.63 / 9.82-9.96 -> 9.50-9.54 /
- * 9.58-9.59 / 10.09-10.13), hence FP8 only. */
+ * 9.58-9.59 / 10.09-10.13), hence FP8 only. A kernel trace of that token's graph (bench/NOTES.md, the merged
+ * build on the GPU) has the kernels' summed time unchanged and the graph's span 4 % longer: the XS kernels
+ * lose the programmatic overlap with their neighbours; 2 stages and the largest carveout did not bring it back. */
 #ifndef TDM_MM_XS
 #define TDM_MM_XS 1
 #endif

@@ -1022,9 +1022,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 // TDM_MM_CARVEOUT: -1 (the default) leaves the shared-memory carveout to the driver; 0-100 asks for
 // that percentage of the SM's L1/shared memory as shared memory for every skinny instantiation
 // (cudaFuncAttributePreferredSharedMemoryCarveout), so that kernels with different shared-memory
-// needs (XS's 64 KB against ~14 KB) ask for the same split. A build-time knob for A/B runs; not yet
-// measured (bench/NOTES.md, the plan: whether a carveout change between kernels is what made NVFP4's
-// XS token slower in one graph while its shapes were faster alone).
+// needs (XS's 64 KB against ~14 KB) ask for the same split. A build-time knob for A/B runs. Measured on an
+// H100 (bench/NOTES.md, the merged build on the GPU): 100 makes a 27B token's products 32-51 % slower at
+// every row count (a reading: too little L1 left for the weights' loads), with or without NVFP4's XS.
 #ifndef TDM_MM_CARVEOUT
 #define TDM_MM_CARVEOUT -1
 #endif
