@@ -51,7 +51,8 @@ static void trace_report(void);
 /* The report runs from atexit, registered at CUPTI's first buffer request: that comes after the CUDA
  * runtime set up its own exit handler, so ours runs first, while the context still exists and its
  * records can be flushed. (The first version reported from a destructor and, on the H200, found
- * no records at all, most likely because it ran after the teardown; this one reports, on an H100 and the H200.) */
+ * no records at all, most likely because it ran after the teardown; this one reports, on an H100 and
+ * the H200.) */
 static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_records)
 {
     static int registered;
