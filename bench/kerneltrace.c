@@ -15,7 +15,9 @@
  *             count as kernel time)
  *   first     the first kernel's name (to tell the graphs apart)
  * Then, for each graph of at least 100 kernels a launch launched at least 3 times, its kernels by
- * time a launch (demangled names), the largest 16.
+ * time a launch (demangled names), the largest 16, each with the span it adds to a launch (span_us:
+ * by end time, from the latest end before its own to its own; the additions sum to the span, so
+ * overlapped kernels show what they lengthen a launch by, not their durations).
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
  * on one line (graph 0: their summed durations). Not part of the library or the tools:
  * a measuring aid for bench/NOTES.md. */
@@ -134,8 +136,26 @@ static int cmp_rec(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* One kernel's time in one graph: summed durations, launches. */
-struct ktime { uint64_t ns, calls; uint32_t kid; };
+/* One kernel's time in one graph: summed durations, the span it added (below), launches. */
+struct ktime { uint64_t ns, span, calls; uint32_t kid; };
+/* Records (pointers) by end time. */
+static int cmp_end(const void *a, const void *b)
+{
+    const struct krec *x = *(const struct krec *const *)a, *y = *(const struct krec *const *)b;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+/* The span each kernel of one graph launch (recs[a..b)) adds, into kt: taken by end time, a kernel adds
+ * the time from the latest end before its own (the launch's first start, for the first) to its end, so
+ * that the additions sum to the launch's span. Kernels that overlap others (programmatic launches, two
+ * streams) add only what they lengthen the launch by; a kernel's wait for the one before it, which its
+ * duration includes, is in the one before's addition. */
+static void add_span(struct ktime *kt, const struct krec *const *by_end, size_t n, uint64_t first_start)
+{
+    uint64_t upto = first_start;
+    for (size_t q = 0; q < n; q++) {
+        if (by_end[q]->end > upto) kt[by_end[q]->kid].span += by_end[q]->end - upto, upto = by_end[q]->end;
+    }
+}
 static int cmp_ktime(const void *a, const void *b)   /* largest time first */
 {
     const uint64_t x = ((const struct ktime *)a)->ns, y = ((const struct ktime *)b)->ns;
@@ -198,28 +218,44 @@ static void trace_report(void)
      * launch, its time a graph launch (summed durations over every launch / graph launches) and its
      * share of the graph's summed kernel time; the largest 16. */
     struct ktime *kt = calloc(nknames ? nknames : 1, sizeof *kt);
-    for (size_t i = 0; kt && i < nrec;) {
-        size_t j = i, nl = 0;
-        uint64_t total = 0;
-        for (size_t q = 0; q < nknames; q++) kt[q] = (struct ktime){0, 0, (uint32_t)q};
-        while (j < nrec && recs[j].graph == recs[i].graph) {
-            if (j == i || recs[j].corr != recs[j - 1].corr) nl++;
+    const struct krec **by_end = malloc((nrec ? nrec : 1) * sizeof *by_end);
+    for (size_t i = 0; kt && by_end && i < nrec;) {
+        size_t j = i, nl = 0, l0 = i;   /* l0: the first record of the current launch */
+        uint64_t total = 0, spans = 0, first_start = recs[i].start;
+        for (size_t q = 0; q < nknames; q++) kt[q] = (struct ktime){0, 0, 0, (uint32_t)q};
+        for (;; j++) {
+            const int same_graph = j < nrec && recs[j].graph == recs[i].graph;
+            if (j > l0 && (!same_graph || recs[j].corr != recs[j - 1].corr)) {   /* launch [l0, j) complete */
+                if (recs[i].graph != 0) {
+                    for (size_t q = l0; q < j; q++) by_end[q - l0] = &recs[q];
+                    qsort(by_end, j - l0, sizeof *by_end, cmp_end);
+                    add_span(kt, by_end, j - l0, first_start);
+                    spans += by_end[j - l0 - 1]->end - first_start;
+                }
+                l0 = j;
+                if (same_graph) first_start = recs[j].start;
+            }
+            if (!same_graph) break;
+            if (j == l0) nl++;
+            if (recs[j].start < first_start) first_start = recs[j].start;
             kt[recs[j].kid].ns += recs[j].end - recs[j].start;
             kt[recs[j].kid].calls++;
             total += recs[j].end - recs[j].start;
-            j++;
         }
         if (recs[i].graph != 0 && nl >= 3 && (j - i) / nl >= 100) {
             qsort(kt, nknames, sizeof *kt, cmp_ktime);
-            fprintf(f, "\n# graph %u: %zu launches of %zu kernels, %.1f us of kernel time a launch; by kernel:\n",
-                    recs[i].graph, nl, (j - i) / nl, total / 1e3 / (double)nl);
-            fprintf(f, "%8s %10s %6s  %s\n", "calls", "us", "share", "kernel");
+            fprintf(f, "\n# graph %u: %zu launches of %zu kernels, %.1f us of kernel time and %.1f us of span a launch (mean);"
+                       " by kernel:\n", recs[i].graph, nl, (j - i) / nl, total / 1e3 / (double)nl, spans / 1e3 / (double)nl);
+            fprintf(f, "%8s %10s %6s %10s %6s  %s\n", "calls", "us", "share", "span_us", "sshare", "kernel");
             for (size_t q = 0; q < nknames && q < 16 && kt[q].calls; q++)
-                fprintf(f, "%8.1f %10.1f %5.1f%%  %s\n", (double)kt[q].calls / (double)nl, kt[q].ns / 1e3 / (double)nl,
-                        total ? 100.0 * (double)kt[q].ns / (double)total : 0.0, knames[kt[q].kid].name);
+                fprintf(f, "%8.1f %10.1f %5.1f%% %10.1f %5.1f%%  %s\n", (double)kt[q].calls / (double)nl,
+                        kt[q].ns / 1e3 / (double)nl, total ? 100.0 * (double)kt[q].ns / (double)total : 0.0,
+                        kt[q].span / 1e3 / (double)nl, spans ? 100.0 * (double)kt[q].span / (double)spans : 0.0,
+                        knames[kt[q].kid].name);
         }
         i = j;
     }
     free(kt);
+    free(by_end);
     if (f != stderr) fclose(f);
 }
