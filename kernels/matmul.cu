@@ -247,13 +247,11 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     static_assert(TDM_W_FP8 == TDM_MMF_FP8 && TDM_W_NVFP4 == TDM_MMF_NVFP4 && TDM_W_BF16 == TDM_MMF_BF16,
                   "enum tdm_wfmt holds the TDM_MMF_* values (mm_layout.h)");
     const int f = (int)w->fmt;
-    // The nt the kernel runs the setting at (mm_layout.h: FP8's nt 2 as nt 1 over twice the warps
-    // where it has no per-lane form from the copy): the same CTAs and columns, so the same bits.
-    const int form_nt = TDM_MM_FORM_NT(f, t.nt, mt, a.xb && vec && tdm_mm_direct_rows(m));
-    if (form_nt != t.nt) {
-        t.wn = t.wn * t.nt / form_nt;
-        t.nt = form_nt;
-    }
+    // The nt and warps the kernel runs the setting at (mm_layout.h: FP8's nt 2 as nt 1 over twice the
+    // warps where it has no per-lane form from the copy): the same CTAs and columns, so the same bits.
+    const int xb_lane = a.xb && vec && tdm_mm_direct_rows(m);
+    t.wn = tdm_mm_form_wn(f, t.nt, t.wn, mt, xb_lane);
+    t.nt = TDM_MM_FORM_NT(f, t.nt, mt, xb_lane);
     const bool direct = tdm_mm_fmt_reads_xb(f) && vec &&
                         (a.xb ? TDM_MM_DIRECT_XB(f, t.nt, mt) : TDM_MM_DIRECT(f, t.nt, mt)) && tdm_mm_direct_rows(m);
     if (direct && mt == 0 && TDM_MM_DIRECT_PF) t.pf = TDM_MM_DIRECT_PF;
@@ -265,12 +263,14 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     a.wk = t.wk;
     a.chain_len = (a.slabs + t.kchains - 1) / t.kchains;
     size_t smem = tdm_tile_smem(&t, (int)m, direct);
-    if (direct && a.xb && tdm_mm_xs_runs(f, mt, t.wn, t.wk)) smem = tdm_mm_xs_smem(t.wk, mt, smem);   // x's slabs staged (mm_layout.h)
+    // x's slabs staged (mm_layout.h): decided here only, so that the launch picks the form smem is for
+    const bool xs = direct && a.xb && tdm_mm_xs_runs(f, mt, t.wn, t.wk);
+    if (xs) smem = tdm_mm_xs_smem(t.wk, mt, smem);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {
-    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, smem, st); break;
-    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, smem, st); break;
+    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, xs, smem, st); break;
+    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, xs, smem, st); break;
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }
     if (e != cudaSuccess) {

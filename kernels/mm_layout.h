@@ -81,6 +81,12 @@
  * bits (t/gpu/matmul.t's twins compare every m against one-row calls). */
 #define TDM_MM_FORM_NT(fmt, nt, mt, xb_lane) \
     ((fmt) == TDM_MMF_FP8 && (nt) == 2 && !((xb_lane) && (mt) <= 1) ? 1 : (nt))
+/* The warps a CTA runs a setting of nt tiles and wn warps at (TDM_MM_FORM_NT's arguments): the
+ * setting's columns over the nt it runs at. */
+TDM_HD int tdm_mm_form_wn(int fmt, int nt, int wn, int mt, int xb_lane)
+{
+    return wn * nt / TDM_MM_FORM_NT(fmt, nt, mt, xb_lane);
+}
 /* The load depth (pf) at which the per-lane forms from the blocked copy run a setting of depth pf at
  * mt: FP8's 17-32-row form is built at pf 1 only (at pf 3 it spills on sm_121a); the depth only
  * orders the loads, so the bits are the same. */

@@ -818,14 +818,17 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // the barriers (stage s at + (S w + s) XS_STAGE)
     constexpr int S = TDM_MM_XS_STAGES;
     const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-    const uint32_t xs_bars = smem_s + 16u * S * (uint32_t)wk;
-    const uint32_t xs_ring = smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(S * XS_STAGE * wk);
-    (void)xs_bars; (void)xs_ring;
+    auto xs_bar = [&](int w, int st) { return smem_s + 16u * S * (uint32_t)w + 8u * (uint32_t)st; };   // chain w's full[st]
+    // This warp's chain's barriers and ring (XS only), here before the first loads: computed in the K
+    // loop's XS branch instead, the FP8 17-32-row form's code changed (2 more registers on sm_121a).
+    [[maybe_unused]] const uint32_t xs_bars = XS ? xs_bar(wk, 0) : 0u;
+    [[maybe_unused]] const uint32_t xs_ring =
+        XS ? smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(S * XS_STAGE * wk) : 0u;
     if constexpr (XS) {
         if (tid == 0) {
             for (int w = 0; w < a.wk; w++)
                 for (int st = 0; st < S; st++) {
-                    const uint32_t full = smem_s + 16u * S * (uint32_t)w + 8u * (uint32_t)st;
+                    const uint32_t full = xs_bar(w, st);
                     mbar_init(full, 1);                                   // the copying lane's arrival + the bytes
                     mbar_init(full + 8u * S, (uint32_t)wn_count);        // empty: each warp of the chain
                 }
@@ -1080,7 +1083,8 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
 
 // The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
 // direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one;
-// the per-lane form reads the blocked copy where the caller gave one (XB).
+// the per-lane form reads the blocked copy where the caller gave one (XB), and stages x's slabs (XS)
+// where it is built to and xs: the caller's tdm_mm_xs_runs, which sized smem.
 template <int FMT, int NT, int MT, int PF, bool DA, bool XB, bool XS = false>
 cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
@@ -1089,12 +1093,12 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
     return cudaErrorInvalidValue;   // FP8 has no SwiGLU form (matmul.cu: swiglu_setting)
 }
 template <int FMT, int NT, int MT, int PF>
-cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, cudaStream_t st)
+cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, bool xs, cudaStream_t st)
 {
     if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
         if (direct && a.xb) {
             if constexpr (TDM_MM_XS_AT(FMT, MT))   // x's slabs staged where the chain's warps share them (mm_layout.h)
-                if (tdm_mm_xs_runs(FMT, MT, wn, a.wk)) return launch_glu<FMT, NT, MT, PF, true, true, true>(a, wn, cs, smem, st);
+                if (xs) return launch_glu<FMT, NT, MT, PF, true, true, true>(a, wn, cs, smem, st);
             return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
         }
     if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
@@ -1106,8 +1110,8 @@ cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool d
 // built beside every mt 1 entry); unaligned data take nt 1, pf 1 (the setting only distributes
 // work, so this changes no bits), the staged form and never the SwiGLU form.
 template <int FMT>
-cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct, size_t smem,
-                     cudaStream_t st)
+cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct, bool xs,
+                     size_t smem, cudaStream_t st)
 {
     if (!vec) {
         if (a.w_up != nullptr) return cudaErrorInvalidValue;
@@ -1124,9 +1128,9 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
         }
 #define TDM_MM_LAUNCH_IF(F, NT_, MT_, PF_)                                                     \
     if constexpr (F == FMT) {                                                                   \
-        if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, st); \
+        if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, xs, st); \
         if constexpr (MT_ == 1)                                                                 \
-            if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, direct, st); \
+            if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, direct, xs, st); \
     }
     TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
 #undef TDM_MM_LAUNCH_IF
@@ -1137,7 +1141,7 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
 
 // The per-format entry points (nvfp4_skinny.cu, fp8_skinny.cu, bf16_skinny.cu).
 cudaError_t tdm_mm_skinny_nvfp4(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct,
-                                size_t smem, cudaStream_t st);
+                                bool xs, size_t smem, cudaStream_t st);
 cudaError_t tdm_mm_skinny_fp8(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct,
-                              size_t smem, cudaStream_t st);
+                              bool xs, size_t smem, cudaStream_t st);
 cudaError_t tdm_mm_skinny_bf16(const tdm_mm::SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, size_t smem, cudaStream_t st);

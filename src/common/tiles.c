@@ -155,8 +155,8 @@ static int check_geom(enum tdm_mmk kk, const struct tdm_tile_geom *g, int kchain
     if (g->cs < 1 || g->cs > 8) return tdm_errf("%scs %d: expected 1..8", what, g->cs);
     if (g->wk * g->cs != kchains) return tdm_errf("%swk %d x cs %d is not kchains %d", what, g->wk, g->cs, kchains);
     /* the warps a CTA runs: FP8's nt 2 runs as nt 1 over twice the warps where it has no per-lane
-     * form (kernels/mm_layout.h: TDM_MM_FORM_NT) */
-    const int run_wn = g->wn * g->nt / TDM_MM_FORM_NT(fmt, g->nt, 2, 0);
+     * form (kernels/mm_layout.h: tdm_mm_form_wn) */
+    const int run_wn = tdm_mm_form_wn(fmt, g->nt, g->wn, 2, 0);
     if (32 * run_wn * g->wk > 256) /* kernels/mm_skinny.cuh: MAX_THREADS */
         return tdm_errf("%swn %d x wk %d warps exceed 256 threads%s", what, g->wn, g->wk,
                         run_wn != g->wn ? " (run as nt 1 over twice the warps)" : "");
