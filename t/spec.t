@@ -63,6 +63,16 @@ t "TANDEM_HEAD_FORMAT=nvfp4: tandem-run says so and --json records the head's by
    TANDEM_HEAD_FORMAT=nvfp4 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp >$tmp/out 2>$tmp/err && cmp -s $tmp/out $tmp/hplain &&
    $RUN -m $tmp/m -p $tmp/p.tok -n 2 --json $tmp/s.json >/dev/null 2>$tmp/err && ! grep -q '^# head:' $tmp/err &&
    [ \$(build/san/t/json_get $tmp/s.json head.format) = '\"stored\"' ] && [ \$(build/san/t/json_get $tmp/s.json head.bytes) -eq 131072 ]"
+t "TANDEM_DRAFT_FORMAT=fp8 and TANDEM_HEAD_FORMAT=fp8: the plain tokens under --spec mtp; the bytes and formats on stderr and in --json" \
+  "TANDEM_DRAFT_FORMAT=fp8 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp --json $tmp/q8.json >$tmp/out 2>$tmp/err &&
+   cmp -s $tmp/out $tmp/plain &&
+   grep -q '^# drafter: the MTP layer, requantized to FP8 (TANDEM_DRAFT_FORMAT): a draft token.s projections and head read 0.3 MB (0.5 MB as stored)' $tmp/err &&
+   [ \$(build/san/t/json_get $tmp/q8.json drafter.format) = '\"fp8\"' ] &&
+   TANDEM_HEAD_FORMAT=fp8 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --json $tmp/h8.json >$tmp/h8plain 2>$tmp/err &&
+   grep -q '^# head: requantized to FP8 (TANDEM_HEAD_FORMAT): 0.1 MB a token (0.1 MB as stored)' $tmp/err &&
+   [ \$(build/san/t/json_get $tmp/h8.json head.format) = '\"fp8\"' ] && [ \$(build/san/t/json_get $tmp/h8.json head.bytes) -eq 65552 ] &&
+   TANDEM_HEAD_FORMAT=fp8 $RUN -m $tmp/m -p $tmp/p.tok -n 20 --spec mtp >$tmp/out 2>$tmp/err && cmp -s $tmp/out $tmp/h8plain &&
+   grep -q '^# drafter: the MTP layer, as stored, the head requantized to FP8 (TANDEM_HEAD_FORMAT): ' $tmp/err"
 # (near: within 0.3 relative L2; the random model's top-1 may flip even where logits_cmp calls a row clear)
 t "TANDEM_HEAD_FORMAT=nvfp4 with tied embeddings: the head a requantized copy, the lookup as stored (prompt logits near the stored head's)" \
   "$RUN -m $tmp/tie -p $tmp/p.tok -n 0 --dump-logits $tmp/ta.st >/dev/null 2>$tmp/err &&
@@ -85,6 +95,8 @@ t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-exactcheck --spec mtp passes (chain and tre
   "TANDEM_DRAFT_FORMAT=nvfp4 $ec --spec mtp >$tmp/outq 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/outq) -eq 2 ]"
 t "TANDEM_HEAD_FORMAT=nvfp4: tandem-exactcheck --spec mtp passes (chain and tree identical to one-token decode)" \
   "TANDEM_HEAD_FORMAT=nvfp4 $ec --spec mtp >$tmp/outh 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/outh) -eq 2 ]"
+t "TANDEM_DRAFT_FORMAT=fp8 TANDEM_HEAD_FORMAT=fp8: tandem-exactcheck --spec mtp passes (chain and tree identical to one-token decode)" \
+  "TANDEM_DRAFT_FORMAT=fp8 TANDEM_HEAD_FORMAT=fp8 $ec --spec mtp >$tmp/out8 2>$tmp/err && [ \$(grep -c '^speculative mtp' $tmp/out8) -eq 2 ]"
 t "tandem-exactcheck: twins checked bit for bit (text and JSON)" \
   "grep -q '^twins forward rows  M=2..6: identical' $tmp/out && grep -q '^twins chain verify  M=2..6: identical' $tmp/out &&
    grep -q '\"case\": \"chain verify\"' $tmp/ec.json"

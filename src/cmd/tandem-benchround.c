@@ -483,7 +483,7 @@ int main(int argc, char **argv)
     if (!m) tdm_die_input(prog);
     const struct tdm_config *c = &m->cfg;
     /* the drafter: the model's MTP layer when the engine runs it */
-    char mtp_note[512];
+    char mtp_note[512], how[96];
     int mtp = 0;
     if (!m->has_mtp) snprintf(mtp_note, sizeof mtp_note, "the checkpoint has no MTP layer: the spec rounds run without a drafter");
     else if (tdm_engine_mtp_supported(m) != 0)
@@ -495,7 +495,7 @@ int main(int argc, char **argv)
                  "the MTP layer drafts on the engine (tdm_engine_mtp, %s; its projections and head %s: %.1f MB a draft token, "
                  "%.1f MB as stored)",
                  strcmp(tdm_setting("TANDEM_CUDA_GRAPH"), "off") != 0 ? "a CUDA graph per call shape" : "eager launches",
-                 m->mtp.draft_bytes_now != m->mtp.draft_bytes ? "requantized to NVFP4, TANDEM_DRAFT_FORMAT" : "as stored",
+                 tdm_model_draft_how(m, how, sizeof how),
                  m->mtp.draft_bytes_now / 1e6, m->mtp.draft_bytes / 1e6);
     }
     for (struct series *s = spec; s < step_end; s++) {

@@ -130,7 +130,7 @@ static void count_fmt(void *ctx, const char *what, const struct tdm_qweight *w)
 static json_t *head_json(const struct tdm_model *m)
 {
     const int64_t now = tdm_qweight_bytes(&m->head);
-    return json_pack("{s:s, s:I, s:I}", "format", m->head_bytes_stored ? "nvfp4" : "stored", "bytes", (json_int_t)now,
+    return json_pack("{s:s, s:I, s:I}", "format", m->head_bytes_stored ? tdm_wfmt_name(m->head.fmt) : "stored", "bytes", (json_int_t)now,
                      "bytes_stored", (json_int_t)(m->head_bytes_stored ? m->head_bytes_stored : now));
 }
 
@@ -169,11 +169,10 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
     tdm_spec_shape_name(so, shape, sizeof shape);
     fprintf(stderr, "# prefill %d tokens: %.1f ms\n", n_prompt, st.prefill_ms);
     const struct tdm_mtp *mt = &m->mtp;
-    const int draft_q = so->kind == TDM_SPEC_MTP && mt->draft_bytes_now != mt->draft_bytes;
+    char how[96];
     if (so->kind == TDM_SPEC_MTP)
         fprintf(stderr, "# drafter: the MTP layer, %s: a draft token's projections and head read %.1f MB (%.1f MB as stored)\n",
-                draft_q ? "requantized to NVFP4 (TANDEM_DRAFT_FORMAT)" : "as stored",
-                mt->draft_bytes_now / 1e6,
+                tdm_model_draft_how(m, how, sizeof how), mt->draft_bytes_now / 1e6,
                 mt->draft_bytes / 1e6);
     fprintf(stderr, "# speculative %s, %s: %d tokens in %.1f ms, %.2f ms/token\n", tdm_spec_name(so->kind), shape, n_new,
             st.decode_ms, n_new ? st.decode_ms / n_new : 0.0);
@@ -193,7 +192,8 @@ static int run_spec(const struct tdm_model *m, struct tdm_spec_opts *so, const c
                                 tdm_spec_name(so->kind), "shape", shape, "speculative", tdm_spec_stats_json(&st));
         if (draft_dir) json_object_set_new(rec, "draft_model", json_string(draft_dir));
         if (so->kind == TDM_SPEC_MTP)
-            json_object_set_new(rec, "drafter", json_pack("{s:s, s:I, s:I}", "format", draft_q ? "nvfp4" : "stored",
+            json_object_set_new(rec, "drafter", json_pack("{s:s, s:I, s:I}", "format",
+                                                          mt->requant >= 0 ? tdm_wfmt_name((enum tdm_wfmt)mt->requant) : "stored",
                                                           "bytes_per_draft", (json_int_t)mt->draft_bytes_now,
                                                           "bytes_per_draft_stored", (json_int_t)mt->draft_bytes));
         json_object_set_new(rec, "head", head_json(m));
@@ -312,8 +312,8 @@ int main(int argc, char **argv)
     for (int f = 0; f < TDM_W_COUNT; f++)
         if (fb.b[f]) fprintf(stderr, " %s %.1f MB", tdm_wfmt_name((enum tdm_wfmt)f), fb.b[f] / 1e6);
     if (m->head_bytes_stored)
-        fprintf(stderr, "\n# head: requantized to NVFP4 (TANDEM_HEAD_FORMAT): %.1f MB a token (%.1f MB as stored)",
-                tdm_qweight_bytes(&m->head) / 1e6, m->head_bytes_stored / 1e6);
+        fprintf(stderr, "\n# head: requantized to %s (TANDEM_HEAD_FORMAT): %.1f MB a token (%.1f MB as stored)",
+                tdm_wfmt_title(m->head.fmt), tdm_qweight_bytes(&m->head) / 1e6, m->head_bytes_stored / 1e6);
     fprintf(stderr, "\n# backend %s (%s); loaded in %.1f ms\n", tdm_backend_name(backend), why, tdm_now_ms() - t0);
 
     if (so.kind != TDM_SPEC_OFF) {

@@ -181,7 +181,7 @@ static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
         return -1;
     x->draft_head = v->head;
     if (t->has_head) {
-        if (up_w(mem, &t->head, &x->head, "the drafter's head (TANDEM_DRAFT_FORMAT=nvfp4)") != 0) return -1;
+        if (up_w(mem, &t->head, &x->head, "the drafter's head (TANDEM_DRAFT_FORMAT)") != 0) return -1;
         x->draft_head = &x->head;
     }
     x->is_moe = l->is_moe;

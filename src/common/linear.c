@@ -164,25 +164,31 @@ void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, floa
     free(row);
 }
 
-/* ---- requantization to NVFP4 (tdm_qweight_to_nvfp4) ---- */
+const char *tdm_wfmt_title(enum tdm_wfmt f)
+{
+    static const char *titles[TDM_W_COUNT] = {"BF16", "F32", "FP8", "NVFP4"};
+    return f < TDM_W_COUNT ? titles[f] : "?";
+}
 
-struct nvfp4_job {
+/* ---- requantization (tdm_qweight_to_nvfp4, tdm_qweight_to_fp8) ---- */
+
+struct requant_job {
     const struct tdm_qweight *w;
     struct tdm_qweight *out;
     pthread_mutex_t mu;  /* oom */
     int oom;
 };
 
-/* A range's row buffer (k floats); NULL, with oom set, out of memory. */
-static float *nvfp4_row_buf(struct nvfp4_job *j)
+/* A range's buffer of `rows` dequantized rows (k floats each); NULL, with oom set, out of memory. */
+static float *requant_buf(struct requant_job *j, int64_t rows)
 {
-    float *row = malloc((size_t)j->w->k * sizeof(float));
-    if (!row) {
+    float *buf = malloc((size_t)rows * (size_t)j->w->k * sizeof(float));
+    if (!buf) {
         pthread_mutex_lock(&j->mu);
         j->oom = 1;
         pthread_mutex_unlock(&j->mu);
     }
-    return row;
+    return buf;
 }
 
 /* Row r of the stored weight as floats (tdm_parallel_amax's row source). */
@@ -190,9 +196,9 @@ static void qweight_row(void *w, int64_t r, float *out) { tdm_qweight_row(w, r, 
 
 static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1)
 {
-    struct nvfp4_job *j = ctx;
+    struct requant_job *j = ctx;
     const int64_t k = j->w->k, G = TDM_NVFP4_GROUP;
-    float *row = nvfp4_row_buf(j), s2;
+    float *row = requant_buf(j, 1), s2;
     if (!row) return;
     for (int64_t r = r0; r < r1; r++) {
         tdm_qweight_row(j->w, r, row);
@@ -202,26 +208,62 @@ static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1)
     free(row);
 }
 
-int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads)
+/* The requantized matrix's host storage (out's bytes by tdm_qweight_bytes) and the job over it run
+ * by fn on `threads` threads over `units` (rows or row blocks); 0 with *buf, or -1 with tdm_err(). */
+static int requant_run(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads, int64_t units,
+                       void (*fn)(void *, int64_t, int64_t))
 {
-    const int64_t n = w->n, k = w->k, G = TDM_NVFP4_GROUP;
-    *buf = NULL;
-    if (k % G) return tdm_errf("NVFP4 needs the input size %" PRId64 " to be a multiple of %d", k, (int)G);
-    uint8_t *mem = malloc((size_t)(n * (k / 2) + n * (k / G)));
-    if (!mem) return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
-    *out = (struct tdm_qweight){.fmt = TDM_W_NVFP4, .n = n, .k = k, .row0 = 0, .w = mem, .scale = mem + n * (k / 2),
-                                .scale_dt = TDM_DT_F8_E4M3};
-    struct nvfp4_job j = {.w = w, .out = out};
-    float amax = 0.0f;
+    /* the codes, then the scales from a 16-byte boundary (FP8's are floats) */
+    const int64_t codes = out->fmt == TDM_W_NVFP4 ? w->n * (w->k / 2) : w->n * w->k, soff = (codes + 15) / 16 * 16;
+    uint8_t *mem = malloc((size_t)(soff + tdm_qweight_bytes(out) - codes));
+    if (!mem) return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", w->n, w->k);
+    out->w = mem;
+    out->scale = mem + soff;
+    struct requant_job j = {.w = w, .out = out};
     pthread_mutex_init(&j.mu, NULL);
-    j.oom = tdm_parallel_amax(threads, n, k, qweight_row, (void *)w, &amax) != 0;
-    out->scale2 = tdm_nvfp4_scale2(amax);   /* tdm_nvfp4_quantize's, over the whole view */
-    if (!j.oom) tdm_parallel_rows(threads, n, 1, nvfp4_rows, &j);
+    if (out->fmt == TDM_W_NVFP4) {
+        float amax = 0.0f;
+        j.oom = tdm_parallel_amax(threads, w->n, w->k, qweight_row, (void *)w, &amax) != 0;
+        out->scale2 = tdm_nvfp4_scale2(amax);   /* tdm_nvfp4_quantize's, over the whole view */
+    }
+    if (!j.oom) tdm_parallel_rows(threads, units, 1, fn, &j);
     pthread_mutex_destroy(&j.mu);
     if (j.oom) {
         free(mem);
-        return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", n, k);
+        return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", w->n, w->k);
     }
     *buf = mem;
     return 0;
+}
+
+int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads)
+{
+    const int64_t G = TDM_NVFP4_GROUP;
+    *buf = NULL;
+    if (w->k % G) return tdm_errf("NVFP4 needs the input size %" PRId64 " to be a multiple of %d", w->k, (int)G);
+    *out = (struct tdm_qweight){.fmt = TDM_W_NVFP4, .n = w->n, .k = w->k, .scale_dt = TDM_DT_F8_E4M3};
+    return requant_run(w, out, buf, threads, w->n, nvfp4_rows);
+}
+
+/* Row blocks [b0, b1) of 128 rows: dequantized, then tdm_fp8_quantize's codes and scales for them. */
+static void fp8_blocks(void *ctx, int64_t b0, int64_t b1)
+{
+    struct requant_job *j = ctx;
+    const int64_t n = j->w->n, k = j->w->k, B = TDM_FP8_BLOCK, nb = (k + B - 1) / B;
+    float *rows = requant_buf(j, B);
+    if (!rows) return;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t r0 = b * B, nr = n - r0 < B ? n - r0 : B;
+        for (int64_t r = 0; r < nr; r++) tdm_qweight_row(j->w, r0 + r, rows + r * k);
+        tdm_fp8_quantize(rows, nr, k, 0, (uint8_t *)j->out->w + r0 * k, (float *)j->out->scale + b * nb, TDM_DT_F32);
+    }
+    free(rows);
+}
+
+int tdm_qweight_to_fp8(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads)
+{
+    const int64_t B = TDM_FP8_BLOCK;
+    *buf = NULL;
+    *out = (struct tdm_qweight){.fmt = TDM_W_FP8, .n = w->n, .k = w->k, .scale_dt = TDM_DT_F32};
+    return requant_run(w, out, buf, threads, (w->n + B - 1) / B, fp8_blocks);
 }

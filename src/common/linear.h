@@ -16,6 +16,8 @@ enum tdm_wfmt {
     TDM_W_COUNT
 };
 const char *tdm_wfmt_name(enum tdm_wfmt f);
+/* Its name in messages: BF16, F32, FP8, NVFP4. */
+const char *tdm_wfmt_title(enum tdm_wfmt f);
 
 /* A weight view: n output rows starting at stored row row0 of the matrix at w (so that a fused
  * [gate; up] tensor yields two views whose FP8 scale blocks still line up with the stored rows). */
@@ -54,6 +56,10 @@ int tdm_qweight_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, st
  * tdm_err() (k, out of memory). An approximation of w, not w: for a drafter, whose tokens the
  * verify checks. */
 int tdm_qweight_to_nvfp4(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads);
+/* w requantized to block FP8: its dequantized rows through tdm_fp8_quantize, 128x128 blocks with F32
+ * scales (not rounded), the bytes those would give over the view as one matrix, blocks of 128 rows on
+ * `threads` threads. Storage, return and purpose as tdm_qweight_to_nvfp4's (any k). */
+int tdm_qweight_to_fp8(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads);
 /* The FP32 dot product every reference sum uses (fixed order). */
 float tdm_dot(const float *a, const float *b, int64_t n);
 /* y[m][n] = sum_k x[m][k] * W[n][k] in FP32 (x holds BF16-valued floats by convention). */

@@ -304,59 +304,100 @@ static int64_t draft_bytes(struct tdm_model *m)
     return b;
 }
 
-/* *w requantized to NVFP4 in place (tdm_qweight_to_nvfp4 on up to 16 threads) when it is BF16 or F32
- * with k a multiple of the group; the new matrix is the model's. 1 when it was, 0 when not, -1 on
- * failure (tdm_err). */
-static int requant_nvfp4(struct tdm_model *m, struct tdm_qweight *w)
+/* The formats a stored BF16 or F32 weight may be requantized to at load: the values of
+ * TANDEM_DRAFT_FORMAT and TANDEM_HEAD_FORMAT other than "stored" (settings.c), each with its
+ * requantizer. */
+static const struct requant_format {
+    const char *name;
+    enum tdm_wfmt fmt;
+    int (*to)(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads);
+} requant_formats[] = {
+    {"nvfp4", TDM_W_NVFP4, tdm_qweight_to_nvfp4},
+    {"fp8", TDM_W_FP8, tdm_qweight_to_fp8},
+};
+
+/* The requantization a setting's value names; NULL for "stored" (the settings table has checked the
+ * value). */
+static const struct requant_format *requant_format_of(const char *setting)
 {
-    if ((w->fmt != TDM_W_BF16 && w->fmt != TDM_W_F32) || w->k % TDM_NVFP4_GROUP) return 0;
+    const char *v = tdm_setting(setting);
+    for (size_t i = 0; i < sizeof requant_formats / sizeof requant_formats[0]; i++)
+        if (strcmp(v, requant_formats[i].name) == 0) return &requant_formats[i];
+    return NULL;
+}
+
+/* *w requantized to rf in place (on up to 16 threads) when it is BF16 or F32 and rf takes its k
+ * (NVFP4: a multiple of the group); the new matrix is the model's. 1 when it was, 0 when not, -1 on
+ * failure (tdm_err). */
+static int requant(struct tdm_model *m, struct tdm_qweight *w, const struct requant_format *rf)
+{
+    if ((w->fmt != TDM_W_BF16 && w->fmt != TDM_W_F32) || (rf->fmt == TDM_W_NVFP4 && w->k % TDM_NVFP4_GROUP)) return 0;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     if (threads > 16) threads = 16;
     struct tdm_qweight q;
     void *buf;
-    if (tdm_qweight_to_nvfp4(w, &q, &buf, (int)threads) != 0 || !adopt(m, buf)) return -1;
+    if (rf->to(w, &q, &buf, (int)threads) != 0 || !adopt(m, buf)) return -1;
     *w = q;
     return 1;
 }
 
-/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's BF16 and F32 weights of draft_weights() requantized to
- * NVFP4 where k is a multiple of 16, the head as a copy (model.h: has_head). The main model and an
- * MoE MTP layer's experts, router and shared expert keep their stored formats. */
-static int draft_nvfp4(struct tdm_model *m)
+/* TANDEM_DRAFT_FORMAT=nvfp4|fp8: the drafter's BF16 and F32 weights of draft_weights() requantized
+ * (NVFP4: where k is a multiple of 16), the head as a copy (model.h: has_head). The main model and
+ * an MoE MTP layer's experts, router and shared expert keep their stored formats. */
+static int draft_requant(struct tdm_model *m, const struct requant_format *rf)
 {
     struct tdm_mtp *t = &m->mtp;
     t->head = m->head;
     t->has_head = 1;   /* requantized in place below, or left as the model's */
     struct tdm_qweight *w[9];
-    for (int i = 0, n = draft_weights(m, w); i < n; i++)
-        if (requant_nvfp4(m, w[i]) < 0) return tdm_err_prefix("%s: TANDEM_DRAFT_FORMAT=nvfp4", m->dir);
+    int changed = 0;
+    for (int i = 0, n = draft_weights(m, w); i < n; i++) {
+        const int r = requant(m, w[i], rf);
+        if (r < 0) return tdm_err_prefix("%s: TANDEM_DRAFT_FORMAT=%s", m->dir, rf->name);
+        changed += r;
+    }
     t->has_head = t->head.fmt != m->head.fmt;
+    if (changed) t->requant = rf->fmt;
     return 0;
 }
 
-/* TANDEM_HEAD_FORMAT=nvfp4: the model's BF16 or F32 head requantized to NVFP4 (a new matrix, so a
- * tied embedding keeps its format for the lookup); a head stored quantized is kept. The drafter's
- * requantized head (draft_nvfp4) is the same function of the same rows, so the two share it. */
-static int head_nvfp4(struct tdm_model *m)
+/* TANDEM_HEAD_FORMAT=nvfp4|fp8: the model's BF16 or F32 head requantized (a new matrix, so a tied
+ * embedding keeps its format for the lookup); a head stored quantized is kept. The drafter's
+ * requantized head (draft_requant) in the same format is the same function of the same rows, so
+ * the two share it. */
+static int head_requant(struct tdm_model *m, const struct requant_format *rf)
 {
     const int64_t stored = tdm_qweight_bytes(&m->head);
     struct tdm_mtp *t = &m->mtp;
-    if (m->has_mtp && t->has_head && t->head.fmt == TDM_W_NVFP4) {   /* the drafter's copy of a BF16 or F32 head */
+    if (m->has_mtp && t->has_head && t->head.fmt == rf->fmt) {   /* the drafter's copy of a BF16 or F32 head */
         m->head = t->head;
         t->has_head = 0;
     } else {
-        const int r = requant_nvfp4(m, &m->head);
-        if (r <= 0) return r < 0 ? tdm_err_prefix("%s: TANDEM_HEAD_FORMAT=nvfp4", m->dir) : 0;
+        const int r = requant(m, &m->head, rf);
+        if (r <= 0) return r < 0 ? tdm_err_prefix("%s: TANDEM_HEAD_FORMAT=%s", m->dir, rf->name) : 0;
     }
     m->head_bytes_stored = stored;
     if (m->has_mtp) t->draft_bytes_now = draft_bytes(m);
     return 0;
 }
 
+const char *tdm_model_draft_how(const struct tdm_model *m, char *buf, size_t n)
+{
+    const struct tdm_mtp *t = &m->mtp;
+    if (t->requant >= 0)
+        snprintf(buf, n, "requantized to %s (TANDEM_DRAFT_FORMAT)", tdm_wfmt_title((enum tdm_wfmt)t->requant));
+    else if (m->head_bytes_stored && !t->has_head)
+        snprintf(buf, n, "as stored, the head requantized to %s (TANDEM_HEAD_FORMAT)", tdm_wfmt_title(m->head.fmt));
+    else
+        snprintf(buf, n, "as stored");
+    return buf;
+}
+
 struct tdm_model *tdm_model_load(const char *dir)
 {
     struct tdm_model *m = calloc(1, sizeof *m);
     if (!m) { tdm_errf("%s: out of memory", dir); return NULL; }
+    m->mtp.requant = -1;
     m->dir = strdup(dir);
     if (!m->dir || tdm_config_load(dir, &m->cfg) != 0 || !(m->ck = tdm_ckpt_open(dir))) goto fail;
     struct tdm_config *c = &m->cfg;
@@ -397,10 +438,12 @@ struct tdm_model *tdm_model_load(const char *dir)
             goto fail;
         m->has_mtp = 1;
         t->draft_bytes = draft_bytes(m);
-        if (strcmp(tdm_setting("TANDEM_DRAFT_FORMAT"), "nvfp4") == 0 && draft_nvfp4(m) != 0) goto fail;
+        const struct requant_format *drf = requant_format_of("TANDEM_DRAFT_FORMAT");
+        if (drf && draft_requant(m, drf) != 0) goto fail;
         t->draft_bytes_now = draft_bytes(m);
     }
-    if (strcmp(tdm_setting("TANDEM_HEAD_FORMAT"), "nvfp4") == 0 && head_nvfp4(m) != 0) goto fail;
+    const struct requant_format *hrf = requant_format_of("TANDEM_HEAD_FORMAT");
+    if (hrf && head_requant(m, hrf) != 0) goto fail;
     return m;
 fail:
     tdm_model_free(m);

@@ -51,12 +51,13 @@ struct tdm_mtp {
     float *pre_fc_norm_embedding, *pre_fc_norm_hidden, *norm; /* [H] */
     struct tdm_qweight fc;            /* [H, 2H]: embedding half first */
     struct tdm_layer layer;           /* a full-attention decoder layer */
-    /* TANDEM_DRAFT_FORMAT=nvfp4 (tdm_model_load): the layer's BF16 projections and fc above hold
-     * NVFP4 requantizations, and head a requantized copy of the model's head (has_head; else the
-     * drafter reads the model's head). draft_bytes: what a draft token's projections and head
-     * read as stored (model.c: draft_weights); draft_bytes_now: as held. */
+    /* TANDEM_DRAFT_FORMAT=nvfp4|fp8 (tdm_model_load): the layer's BF16 projections and fc above hold
+     * requantizations to that format (requant: its enum tdm_wfmt; -1 as stored), and head a
+     * requantized copy of the model's head (has_head; else the drafter reads the model's head).
+     * draft_bytes: what a draft token's projections and head read as stored (model.c:
+     * draft_weights); draft_bytes_now: as held. */
     struct tdm_qweight head;
-    int has_head;
+    int has_head, requant;
     int64_t draft_bytes, draft_bytes_now;
 };
 
@@ -70,13 +71,18 @@ struct tdm_model {
     struct tdm_layer *layers;         /* [L] */
     int has_mtp;
     struct tdm_mtp mtp;
-    /* TANDEM_HEAD_FORMAT=nvfp4 (tdm_model_load): head holds an NVFP4 requantization of the stored
-     * BF16 or F32 head, and head_bytes_stored what the stored head reads (0: head is as stored). */
+    /* TANDEM_HEAD_FORMAT=nvfp4|fp8 (tdm_model_load): head holds a requantization (head.fmt) of the
+     * stored BF16 or F32 head, and head_bytes_stored what the stored head reads (0: head is as
+     * stored). */
     int64_t head_bytes_stored;
     int nowned, capowned;
     void **owned;                     /* everything allocated at load */
 };
 
+/* How a model's MTP drafter reads its weights, for messages (into buf, returned): "as stored",
+ * "requantized to NVFP4 (TANDEM_DRAFT_FORMAT)", or "as stored, the head requantized to FP8
+ * (TANDEM_HEAD_FORMAT)" when only the model's head that it reads was. */
+const char *tdm_model_draft_how(const struct tdm_model *m, char *buf, size_t n);
 /* Loads config and checkpoint; returns NULL with tdm_err() naming the file and the fault. */
 struct tdm_model *tdm_model_load(const char *dir);
 void tdm_model_free(struct tdm_model *m);

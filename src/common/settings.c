@@ -64,18 +64,20 @@ const struct tdm_setting_def tdm_settings[] = {
      "that load their activations per lane read them: 8 rows a load in 512 contiguous bytes and no permute "
      "(kernels/mm_layout.h); the same values, so the same bits; off reads every input as written (the "
      "older path, for comparison)"},
-    {"TANDEM_DRAFT_FORMAT", "stored", "stored|nvfp4",
+    {"TANDEM_DRAFT_FORMAT", "stored", "stored|nvfp4|fp8",
      "the MTP drafter's weights: stored reads its layer and the model's head as the checkpoint stores them; "
      "nvfp4 requantizes its BF16 projections (fc, attention, a dense MLP) and a copy of the head to NVFP4 at "
-     "load, about a quarter of the bytes a draft token reads. The verify reads the model as stored, so "
+     "load, about a quarter of the bytes a draft token reads; fp8 to block FP8 (128x128 blocks, F32 scales), "
+     "about half, with about 4x finer rounding than NVFP4's. The verify reads the model as stored, so "
      "speculative output still equals one-token decode; only the drafts, and so the acceptance, may change"},
-    {"TANDEM_HEAD_FORMAT", "stored", "stored|nvfp4",
+    {"TANDEM_HEAD_FORMAT", "stored", "stored|nvfp4|fp8",
      "the model's head (lm_head, or the embedding when tied): stored reads it as the checkpoint stores it; nvfp4 "
      "requantizes a BF16 or F32 head to NVFP4 at load (the embedding keeps its format for the lookup), about a "
-     "quarter of the bytes the head reads a step (the 27B's BF16 head: 2.5 GB of a ~15 GB step). It changes the "
-     "logits by NVFP4's rounding of the head (an opt-in: on the tiny fixtures next-token agreement with "
-     "transformers fell from 95-100 % to 72-88 %; measure it with tandem-prefillcheck --ref first); speculative "
-     "output still equals one-token decode under it, and a head stored quantized is kept"},
+     "quarter of the bytes the head reads a step (the 27B's BF16 head: 2.5 GB of a ~15 GB step); fp8 to block FP8 "
+     "(128x128 blocks, F32 scales), about half. It changes the logits by the format's rounding of the head (an "
+     "opt-in: on the tiny fixtures next-token agreement with transformers went from 95-100 % to 72-88 % with "
+     "nvfp4, to 92-100 % with fp8; measure it with tandem-prefillcheck --ref first); speculative output still equals one-token decode "
+     "under it, and a head stored quantized is kept"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "

@@ -147,15 +147,18 @@ done
 # the same requantized head, on the 27B's untied head and on a tiny model with tied embeddings (the
 # engine must then upload the embedding for the lookup apart from the head).
 MH=$tmp/mh; MT=$tmp/mt
-t "TANDEM_HEAD_FORMAT=nvfp4: the engine's prompt and step logits against the CPU reference's (27B shapes in BF16, and tied embeddings)" \
-  "bin/tandem-mkmodel -o $MH --shape qwen3.8-27b --layer-types GA --vocab 4096 --no-mtp 2>$tmp/err &&
-   bin/tandem-mkmodel -o $MT --tie --no-mtp 2>>$tmp/err && hok=1 || hok=0
+bin/tandem-mkmodel -o $MH --shape qwen3.8-27b --layer-types GA --vocab 4096 --no-mtp 2>$tmp/err.mk &&
+    bin/tandem-mkmodel -o $MT --tie --no-mtp 2>>$tmp/err.mk && mkok=1 || mkok=0
+for hf in nvfp4:NVFP4 fp8:FP8; do
+t "TANDEM_HEAD_FORMAT=${hf%:*}: the engine's prompt and step logits against the CPU reference's (27B shapes in BF16, and tied embeddings)" \
+  "cp $tmp/err.mk $tmp/err; hok=$mkok
    for M in $MH $MT; do rm -f $tmp/cmp
-     TANDEM_HEAD_FORMAT=nvfp4 bin/tandem-run -m \$M --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/hc.st >$tmp/hc.tok 2>>$tmp/err &&
-     TANDEM_HEAD_FORMAT=nvfp4 $RUN -m \$M -p $tmp/p27.tok --force $tmp/hc.tok --dump-logits $tmp/hg.st >/dev/null 2>$tmp/err.h &&
-     grep -q '^# head: requantized to NVFP4' $tmp/err.h &&
+     TANDEM_HEAD_FORMAT=${hf%:*} bin/tandem-run -m \$M --backend cpu -p $tmp/p27.tok -n 3 --dump-logits $tmp/hc.st >$tmp/hc.tok 2>>$tmp/err &&
+     TANDEM_HEAD_FORMAT=${hf%:*} $RUN -m \$M -p $tmp/p27.tok --force $tmp/hc.tok --dump-logits $tmp/hg.st >/dev/null 2>$tmp/err.h &&
+     grep -q '^# head: requantized to ${hf#*:}' $tmp/err.h &&
      build/t/logits_cmp $tmp/hg.st $tmp/hc.st 2e-2 >$tmp/cmp || hok=0; sed 's/^/#   /' $tmp/cmp 2>/dev/null;
    done; [ \$hok -eq 1 ] || { sed 's/^/# /' $tmp/err $tmp/err.h; false; }"
+done
 rm -rf "$MH" "$MT"
 # The real Qwen3-Next-80B-A3B layer shapes (H 2048, attention 16/2 heads of 256, GDN 16/32 heads of
 # 128, 512 experts of width 512, top-10, shared expert 512), two layers (GDN with the MoE MLP,

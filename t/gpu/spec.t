@@ -73,16 +73,18 @@ printf '#   cuda %s\n#   cpu  %s\n' "$(cat "$tmp/acc.cuda" 2>/dev/null)" "$(cat 
 t "tandem-run --backend cuda --spec draft --tree 3,2,1: tree round shapes and full acceptance on stderr" \
   "$RUN -m $F/bf16 --spec draft --draft-model $F/bf16 --tree 3,2,1 >/dev/null 2>$tmp/err &&
    grep -q '^# acceptance by draft depth: 1:1.000 2:1.000 3:1.000' $tmp/err && grep -q '^# round shape tree of 16 nodes' $tmp/err"
-t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-run --backend cuda --spec mtp, chain and tree, graphed and eager, gives plain cuda decode's tokens; the drafter's bytes on stderr" \
+for df in nvfp4:NVFP4 fp8:FP8; do
+t "TANDEM_DRAFT_FORMAT=${df%:*}: tandem-run --backend cuda --spec mtp, chain and tree, graphed and eager, gives plain cuda decode's tokens; the drafter's bytes on stderr" \
   "$RUN -m $F/bf16 >$tmp/plain.tok 2>$tmp/err &&
-   TANDEM_DRAFT_FORMAT=nvfp4 $RUN -m $F/bf16 --spec mtp >$tmp/q.tok 2>$tmp/err && cmp -s $tmp/q.tok $tmp/plain.tok &&
-   grep -q '^# drafter: the MTP layer, requantized to NVFP4' $tmp/err &&
-   TANDEM_DRAFT_FORMAT=nvfp4 TANDEM_CUDA_GRAPH=off $RUN -m $F/bf16 --spec mtp --tree 3,2,1 >$tmp/q.tok 2>>$tmp/err && cmp -s $tmp/q.tok $tmp/plain.tok &&
-   TANDEM_DRAFT_FORMAT=nvfp4 $RUN -m $F/nvfp4 --spec mtp --tree 3,2,1 >$tmp/q.tok 2>>$tmp/err &&
+   TANDEM_DRAFT_FORMAT=${df%:*} $RUN -m $F/bf16 --spec mtp >$tmp/q.tok 2>$tmp/err && cmp -s $tmp/q.tok $tmp/plain.tok &&
+   grep -q '^# drafter: the MTP layer, requantized to ${df#*:}' $tmp/err &&
+   TANDEM_DRAFT_FORMAT=${df%:*} TANDEM_CUDA_GRAPH=off $RUN -m $F/bf16 --spec mtp --tree 3,2,1 >$tmp/q.tok 2>>$tmp/err && cmp -s $tmp/q.tok $tmp/plain.tok &&
+   TANDEM_DRAFT_FORMAT=${df%:*} $RUN -m $F/nvfp4 --spec mtp --tree 3,2,1 >$tmp/q.tok 2>>$tmp/err &&
    $RUN -m $F/nvfp4 >$tmp/plain4.tok 2>>$tmp/err && cmp -s $tmp/q.tok $tmp/plain4.tok"
-t "TANDEM_DRAFT_FORMAT=nvfp4: tandem-exactcheck --backend cuda --spec mtp: exit 0" \
-  "TANDEM_DRAFT_FORMAT=nvfp4 bin/tandem-exactcheck --backend cuda -p $F/prompt.tok -n 24 -m $F/bf16 --spec mtp >$tmp/out 2>$tmp/err &&
+t "TANDEM_DRAFT_FORMAT=${df%:*}: tandem-exactcheck --backend cuda --spec mtp: exit 0" \
+  "TANDEM_DRAFT_FORMAT=${df%:*} bin/tandem-exactcheck --backend cuda -p $F/prompt.tok -n 24 -m $F/bf16 --spec mtp >$tmp/out 2>$tmp/err &&
    grep -q '^speculative mtp   chain 4 .*: identical' $tmp/out"
+done
 # An MTP tree's drafts are the CPU reference's up to MTP near ties (build/t/spec_gpu reports the
 # margins), so the acceptance per depth is the CPU's when both emit the same tokens (the CPU's tree is
 # the factored form, which may flip a near tie of the main model: then there is nothing to compare).

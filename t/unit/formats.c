@@ -141,5 +141,39 @@ int main(void)
         bad.k = 40;
         ok(tdm_qweight_to_nvfp4(&bad, &q, &buf, 2) == -1 && buf == NULL, "requantizing to NVFP4 with k = 40 is an error");
     }
+    /* Requantization to block FP8 (tdm_qweight_to_fp8, TANDEM_DRAFT_FORMAT=fp8): the bytes
+     * tdm_fp8_quantize gives for the dequantized view as one matrix (F32 scales, not rounded), whatever
+     * the thread count, from a BF16 view that starts past row 0, with partial blocks in both
+     * dimensions; its rows within e4m3's rounding of the view's. */
+    {
+        enum { FN = 300, FK = 200, F0 = 3, FNB = (FN + 127) / 128, FKB = (FK + 127) / 128 };
+        static uint16_t wb[(FN + F0) * FK];
+        static float wf[FN * FK], fsc[FNB * FKB], got[FK];
+        static uint8_t codes[FN * FK];
+        for (int i = 0; i < (FN + F0) * FK; i++) wb[i] = tdm_f32_to_bf16(frand() * 3.0f);
+        struct tdm_qweight src = {.fmt = TDM_W_BF16, .n = FN, .k = FK, .row0 = F0, .w = wb};
+        for (int r = 0; r < FN; r++) tdm_qweight_row(&src, r, wf + r * FK);
+        tdm_fp8_quantize(wf, FN, FK, 0, codes, fsc, TDM_DT_F32);
+        const int threads[] = {1, 3, 64};
+        for (int t = 0; t < 3; t++) {
+            struct tdm_qweight q;
+            void *buf = NULL;
+            int rc = tdm_qweight_to_fp8(&src, &q, &buf, threads[t]);
+            ok(rc == 0 && q.fmt == TDM_W_FP8 && q.n == FN && q.k == FK && q.row0 == 0 && q.scale_dt == TDM_DT_F32 &&
+                   !memcmp(q.w, codes, sizeof codes) && !memcmp(q.scale, fsc, sizeof fsc) &&
+                   tdm_qweight_bytes(&q) == FN * FK + FNB * FKB * 4,
+               "requantized to FP8 on %d thread(s): tdm_fp8_quantize's codes and F32 block scales for the view's rows", threads[t]);
+            double num = 0, den = 0;
+            for (int r = 0; rc == 0 && r < FN; r++) {
+                tdm_qweight_row(&q, r, got);
+                for (int c = 0; c < FK; c++) {
+                    num += (double)(got[c] - wf[r * FK + c]) * (got[c] - wf[r * FK + c]);
+                    den += (double)wf[r * FK + c] * wf[r * FK + c];
+                }
+            }
+            if (t == 0) ok(rc == 0 && sqrt(num / den) < 0.04, "FP8 requantization: relative error %.4f < 0.04", sqrt(num / den));
+            free(buf);
+        }
+    }
     return done_testing();
 }

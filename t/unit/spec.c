@@ -8,6 +8,7 @@
  * CPU the ids are tdm_argmax of the logits, on the CUDA engine chosen on the device) every run
  * gives the tokens of the run with logits, and TANDEM_SPEC_FAULT still acts. */
 #include "err.h"
+#include "formats.h"
 #include "model.h"
 #include "ref.h"
 #include "spec.h"
@@ -210,23 +211,27 @@ static void mtp_rewind_tests(const struct tdm_model *m)
     free(h); free(mh); free(la); free(lb);
 }
 
-/* TANDEM_DRAFT_FORMAT=nvfp4: the drafter's weights requantized at load (model.c: draft_nvfp4), and
- * the reference drafter reads them: its logits differ from the stored drafter's but stay near
- * them (NVFP4 keeps ~3 significant bits a weight; the bound is loose on purpose: random weights,
- * small margins). The verify's side (spec output = one-token decode) is t/spec.t's. */
-static void draft_format_tests(const char *dir, const struct tdm_model *m)
+/* TANDEM_DRAFT_FORMAT=nvfp4|fp8 (name, fmt): the drafter's weights requantized at load (model.c:
+ * draft_requant), and the reference drafter reads them: its logits differ from the stored drafter's
+ * but stay near them, within bound (NVFP4 keeps ~3 significant bits a weight, FP8 4; the bounds are
+ * loose on purpose: random weights, small margins); a draft token reads under frac of the stored
+ * bytes. The verify's side (spec output = one-token decode) is t/spec.t's. */
+static void draft_format_tests(const char *dir, const struct tdm_model *m, const char *name, enum tdm_wfmt fmt,
+                               double frac, double bound)
 {
-    setenv("TANDEM_DRAFT_FORMAT", "nvfp4", 1);
+    setenv("TANDEM_DRAFT_FORMAT", name, 1);
     struct tdm_model *q = tdm_model_load(dir);
     unsetenv("TANDEM_DRAFT_FORMAT");
-    if (!q) { ok(0, "TANDEM_DRAFT_FORMAT=nvfp4: load: %s", tdm_err()); return; }
+    if (!q) { ok(0, "TANDEM_DRAFT_FORMAT=%s: load: %s", name, tdm_err()); return; }
     const struct tdm_mtp *a = &m->mtp, *b = &q->mtp;
-    ok(b->fc.fmt == TDM_W_NVFP4 && b->layer.attn.q.fmt == TDM_W_NVFP4 && b->layer.attn.o.fmt == TDM_W_NVFP4 &&
-           b->layer.mlp.down.fmt == TDM_W_NVFP4 && b->has_head && b->head.fmt == TDM_W_NVFP4 && !a->has_head &&
+    ok(b->fc.fmt == fmt && b->layer.attn.q.fmt == fmt && b->layer.attn.o.fmt == fmt && b->layer.mlp.down.fmt == fmt &&
+           b->has_head && b->head.fmt == fmt && !a->has_head && b->requant == (int)fmt && a->requant == -1 &&
            q->head.fmt == m->head.fmt && q->layers[0].mlp.down.fmt == m->layers[0].mlp.down.fmt,
-       "TANDEM_DRAFT_FORMAT=nvfp4: the MTP layer's projections and the drafter's head are NVFP4, the model's are as stored");
-    ok(b->draft_bytes == a->draft_bytes && a->draft_bytes_now == a->draft_bytes && b->draft_bytes_now < a->draft_bytes / 3,
-       "a draft token reads %lld bytes requantized against %lld stored", (long long)b->draft_bytes_now, (long long)a->draft_bytes);
+       "TANDEM_DRAFT_FORMAT=%s: the MTP layer's projections and the drafter's head are %s, the model's are as stored", name,
+       tdm_wfmt_title(fmt));
+    ok(b->draft_bytes == a->draft_bytes && a->draft_bytes_now == a->draft_bytes && b->draft_bytes_now < frac * (double)a->draft_bytes,
+       "%s: a draft token reads %lld bytes requantized against %lld stored", name, (long long)b->draft_bytes_now,
+       (long long)a->draft_bytes);
     const int H = m->cfg.hidden, V = m->cfg.vocab;
     float *h = malloc((size_t)NP * H * sizeof(float)), *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
     int32_t next[NP];
@@ -251,48 +256,56 @@ static void draft_format_tests(const char *dir, const struct tdm_model *m)
         if (lb[v] > lb[ib]) ib = v;
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    ok(!same_bits(la, lb, (size_t)V) && rel < 0.5,
-       "the requantized drafter's logits: relative L2 distance %.3f to the stored drafter's (< 0.5), argmax %s", rel,
-       ia == ib ? "the same" : "different");
+    ok(!same_bits(la, lb, (size_t)V) && rel < bound,
+       "%s: the requantized drafter's logits: relative L2 distance %.3f to the stored drafter's (< %g), argmax %s", name, rel,
+       bound, ia == ib ? "the same" : "different");
     free(h); free(la); free(lb);
     tdm_model_free(q);
 }
 
-/* TANDEM_HEAD_FORMAT=nvfp4: the model's BF16 head requantized at load (model.c: head_nvfp4); the
- * reference's logits read it (near the stored head's, not equal; the same loose bound as above),
- * the embedding and the layers stay as stored, and with TANDEM_DRAFT_FORMAT=nvfp4 as well the
- * drafter shares the model's head, which is the bits of the head requantized alone. */
+/* Whether two weights hold the same stored bits: their codes, and their scales where they have them. */
 static int same_qweight(const struct tdm_qweight *a, const struct tdm_qweight *b)
 {
-    if (a->fmt != b->fmt || a->n != b->n || a->k != b->k || a->scale2 != b->scale2) return 0;
-    const size_t wb = a->fmt == TDM_W_NVFP4 ? (size_t)a->n * a->k / 2 : (size_t)tdm_qweight_bytes(a);
-    return memcmp(a->w, b->w, wb) == 0 && (a->fmt != TDM_W_NVFP4 || memcmp(a->scale, b->scale, (size_t)a->n * a->k / 16) == 0);
+    if (a->fmt != b->fmt || a->n != b->n || a->k != b->k || a->scale2 != b->scale2 || a->scale_dt != b->scale_dt) return 0;
+    const int64_t B = TDM_FP8_BLOCK;
+    const size_t sb = a->fmt == TDM_W_NVFP4 ? (size_t)a->n * a->k / TDM_NVFP4_GROUP
+                      : a->fmt == TDM_W_FP8 ? (size_t)((a->n + B - 1) / B) * ((a->k + B - 1) / B) * tdm_dtype_size(a->scale_dt)
+                                            : 0;
+    const size_t wb = (size_t)tdm_qweight_bytes(a) - sb;
+    return memcmp(a->w, b->w, wb) == 0 && (!sb || memcmp(a->scale, b->scale, sb) == 0);
 }
 
-static void head_format_tests(const char *dir, const struct tdm_model *m)
+/* TANDEM_HEAD_FORMAT=nvfp4|fp8 (name, fmt): the model's BF16 head requantized at load (model.c:
+ * head_requant); the reference's logits read it (near the stored head's, within bound, not equal),
+ * the head reads under frac of the stored bytes, the embedding and the layers stay as stored, and
+ * with TANDEM_DRAFT_FORMAT the same as well the drafter shares the model's head, which is the bits
+ * of the head requantized alone. */
+
+static void head_format_tests(const char *dir, const struct tdm_model *m, const char *name, enum tdm_wfmt fmt, double frac,
+                              double bound)
 {
-    setenv("TANDEM_HEAD_FORMAT", "nvfp4", 1);
+    setenv("TANDEM_HEAD_FORMAT", name, 1);
     struct tdm_model *q = tdm_model_load(dir);
-    setenv("TANDEM_DRAFT_FORMAT", "nvfp4", 1);
+    setenv("TANDEM_DRAFT_FORMAT", name, 1);
     struct tdm_model *qd = tdm_model_load(dir);
     unsetenv("TANDEM_HEAD_FORMAT");
     struct tdm_model *d = tdm_model_load(dir);   /* the drafter requantized alone */
     unsetenv("TANDEM_DRAFT_FORMAT");
     if (!q || !qd || !d) {
-        ok(0, "TANDEM_HEAD_FORMAT=nvfp4: load: %s", tdm_err());
+        ok(0, "TANDEM_HEAD_FORMAT=%s: load: %s", name, tdm_err());
         tdm_model_free(q); tdm_model_free(qd); tdm_model_free(d);
         return;
     }
     const int64_t stored = tdm_qweight_bytes(&m->head);
-    ok(m->head.fmt == TDM_W_BF16 && q->head.fmt == TDM_W_NVFP4 && q->head_bytes_stored == stored && !m->head_bytes_stored &&
-           tdm_qweight_bytes(&q->head) < stored / 3 && same_qweight(&q->embed, &m->embed) &&
+    ok(m->head.fmt == TDM_W_BF16 && q->head.fmt == fmt && q->head_bytes_stored == stored && !m->head_bytes_stored &&
+           tdm_qweight_bytes(&q->head) < frac * (double)stored && same_qweight(&q->embed, &m->embed) &&
            same_qweight(&q->layers[0].mlp.down, &m->layers[0].mlp.down) && !q->mtp.has_head,
-       "TANDEM_HEAD_FORMAT=nvfp4: the head is NVFP4 (%lld bytes, %lld stored), the embedding and the layers as stored",
-       (long long)tdm_qweight_bytes(&q->head), (long long)stored);
-    ok(qd->head.fmt == TDM_W_NVFP4 && !qd->mtp.has_head && d->mtp.has_head && same_qweight(&qd->head, &q->head) &&
+       "TANDEM_HEAD_FORMAT=%s: the head is %s (%lld bytes, %lld stored), the embedding and the layers as stored", name,
+       tdm_wfmt_title(fmt), (long long)tdm_qweight_bytes(&q->head), (long long)stored);
+    ok(qd->head.fmt == fmt && !qd->mtp.has_head && d->mtp.has_head && same_qweight(&qd->head, &q->head) &&
            same_qweight(&d->mtp.head, &q->head) && qd->mtp.draft_bytes_now == d->mtp.draft_bytes_now &&
            qd->mtp.draft_bytes == m->mtp.draft_bytes,
-       "with TANDEM_DRAFT_FORMAT=nvfp4 too, the drafter shares the model's requantized head (the same bits as either alone)");
+       "with TANDEM_DRAFT_FORMAT=%s too, the drafter shares the model's requantized head (the same bits as either alone)", name);
     const int V = m->cfg.vocab;
     float *la = malloc((size_t)NP * V * sizeof(float)), *lb = malloc((size_t)NP * V * sizeof(float));
     const struct tdm_model *mm[2] = {m, q};
@@ -308,8 +321,8 @@ static void head_format_tests(const char *dir, const struct tdm_model *m)
         den += (double)la[i] * la[i];
     }
     const double rel = sqrt(num / (den > 0 ? den : 1));
-    ok(!same_bits(la, lb, (size_t)NP * V) && rel < 0.5,
-       "the requantized head's prompt logits: relative L2 distance %.3f to the stored head's (< 0.5)", rel);
+    ok(!same_bits(la, lb, (size_t)NP * V) && rel < bound,
+       "%s: the requantized head's prompt logits: relative L2 distance %.3f to the stored head's (< %g)", name, rel, bound);
     free(la); free(lb);
     tdm_model_free(q); tdm_model_free(qd); tdm_model_free(d);
 }
@@ -416,8 +429,10 @@ int main(int argc, char **argv)
     tree_layout_tests();
     verify_tests(m);
     mtp_rewind_tests(m);
-    draft_format_tests(argv[1], m);
-    head_format_tests(argv[1], m);
+    draft_format_tests(argv[1], m, "nvfp4", TDM_W_NVFP4, 1.0 / 3, 0.5);
+    draft_format_tests(argv[1], m, "fp8", TDM_W_FP8, 0.6, 0.15);
+    head_format_tests(argv[1], m, "nvfp4", TDM_W_NVFP4, 1.0 / 3, 0.5);
+    head_format_tests(argv[1], m, "fp8", TDM_W_FP8, 0.6, 0.15);
     engine_tests(m);
     tdm_model_free(m);
     return done_testing();
