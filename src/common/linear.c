@@ -14,6 +14,12 @@ const char *tdm_wfmt_name(enum tdm_wfmt f)
     return f < TDM_W_COUNT ? names[f] : "?";
 }
 
+const char *tdm_wfmt_title(enum tdm_wfmt f)
+{
+    static const char *titles[TDM_W_COUNT] = {"BF16", "F32", "FP8", "NVFP4"};
+    return f < TDM_W_COUNT ? titles[f] : "?";
+}
+
 int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
 {
     const int64_t B = TDM_FP8_BLOCK;
@@ -162,12 +168,6 @@ void tdm_linear_ref(const struct tdm_qweight *w, const float *x, int64_t m, floa
         }
     }
     free(row);
-}
-
-const char *tdm_wfmt_title(enum tdm_wfmt f)
-{
-    static const char *titles[TDM_W_COUNT] = {"BF16", "F32", "FP8", "NVFP4"};
-    return f < TDM_W_COUNT ? titles[f] : "?";
 }
 
 /* ---- requantization (tdm_qweight_to_nvfp4, tdm_qweight_to_fp8) ---- */
