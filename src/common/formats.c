@@ -48,8 +48,23 @@ static float e2m1_at(uint8_t i) { return e2m1_mag[i]; }
 uint8_t tdm_f32_to_e4m3(float f)
 {
     if (isnan(f)) return 0x7f;
-    uint8_t sign = signbit(f) ? 0x80 : 0;
-    return sign | (uint8_t)nearest_code(fabsf(f), tdm_e4m3_to_f32, 127);
+    const uint8_t sign = signbit(f) ? 0x80 : 0;
+    const float a = fabsf(f);
+    if (a >= 448.0f) return sign | 126;   /* the largest finite code */
+    /* lo: the largest code whose magnitude is <= a, read off a's bits (the requantizers call this for
+     * every weight: a search over the codes took ~7 calls a value); then the nearer of lo and lo + 1,
+     * ties to the even code: nearest_code's rule over the same magnitudes */
+    int lo;
+    if (a < 0x1p-6f) {
+        lo = (int)(a * 0x1p9f);   /* subnormal codes: m * 2^-9, m = 0..7 */
+    } else {
+        uint32_t u;
+        memcpy(&u, &a, 4);
+        lo = (int)(((u >> 23) - 120) << 3 | ((u >> 20) & 7));   /* exponent from bias 127 to 7, 3 mantissa bits */
+    }
+    const float dlo = a - tdm_e4m3_to_f32((uint8_t)lo), dhi = tdm_e4m3_to_f32((uint8_t)(lo + 1)) - a;
+    const int code = dlo < dhi ? lo : dhi < dlo ? lo + 1 : (lo & 1) ? lo + 1 : lo;
+    return sign | (uint8_t)code;
 }
 
 float tdm_e2m1_to_f32(uint8_t nibble)
