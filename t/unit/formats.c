@@ -15,6 +15,26 @@ static float frand(void) /* uniform in [-1, 1) */
     return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+/* A requantizer `to` of src on 1, 3 and 64 threads against the stored bits in want (its format,
+ * scale type and scale_2, codes of wbytes and scales of sbytes) and a size of `bytes`: one check a
+ * thread count, named by what. */
+static void requant_threads(int (*to)(const struct tdm_qweight *, struct tdm_qweight *, void **, int),
+                            const struct tdm_qweight *src, const struct tdm_qweight *want, size_t wbytes, size_t sbytes,
+                            int64_t bytes, const char *what)
+{
+    const int threads[] = {1, 3, 64};
+    for (int t = 0; t < 3; t++) {
+        struct tdm_qweight q;
+        void *buf = NULL;
+        const int rc = to(src, &q, &buf, threads[t]);
+        ok(rc == 0 && q.fmt == want->fmt && q.n == src->n && q.k == src->k && q.row0 == 0 && q.scale_dt == want->scale_dt &&
+               q.scale2 == want->scale2 && !memcmp(q.w, want->w, wbytes) && !memcmp(q.scale, want->scale, sbytes) &&
+               tdm_qweight_bytes(&q) == bytes,
+           "requantized to %s on %d thread(s): %s", tdm_wfmt_title(want->fmt), threads[t], what);
+        free(buf);
+    }
+}
+
 int main(void)
 {
     /* BF16 */
@@ -150,17 +170,9 @@ int main(void)
         for (int r = 0; r < RN; r++) tdm_qweight_row(&src, r, wf + r * RK);
         float want_s2;
         tdm_nvfp4_quantize(wf, RN, RK, 0.0f, pk, sc, &want_s2);
-        const int threads[] = {1, 3, 64};
-        for (int t = 0; t < 3; t++) {
-            struct tdm_qweight q;
-            void *buf = NULL;
-            int rc = tdm_qweight_to_nvfp4(&src, &q, &buf, threads[t]);
-            ok(rc == 0 && q.fmt == TDM_W_NVFP4 && q.n == RN && q.k == RK && q.row0 == 0 && q.scale2 == want_s2 &&
-                   !memcmp(q.w, pk, sizeof pk) && !memcmp(q.scale, sc, sizeof sc) &&
-                   tdm_qweight_bytes(&q) == RN * RK / 2 + RN * RK / 16,
-               "requantized to NVFP4 on %d thread(s): tdm_nvfp4_quantize's bytes and scale_2 for the view's rows", threads[t]);
-            free(buf);
-        }
+        const struct tdm_qweight want = {.fmt = TDM_W_NVFP4, .w = pk, .scale = sc, .scale_dt = TDM_DT_F8_E4M3, .scale2 = want_s2};
+        requant_threads(tdm_qweight_to_nvfp4, &src, &want, sizeof pk, sizeof sc, RN * RK / 2 + RN * RK / 16,
+                        "tdm_nvfp4_quantize's bytes and scale_2 for the view's rows");
         struct tdm_qweight bad = src, q;
         void *buf = (void *)1;
         bad.k = 40;
@@ -179,26 +191,22 @@ int main(void)
         struct tdm_qweight src = {.fmt = TDM_W_BF16, .n = FN, .k = FK, .row0 = F0, .w = wb};
         for (int r = 0; r < FN; r++) tdm_qweight_row(&src, r, wf + r * FK);
         tdm_fp8_quantize(wf, FN, FK, 0, codes, fsc, TDM_DT_F32);
-        const int threads[] = {1, 3, 64};
-        for (int t = 0; t < 3; t++) {
-            struct tdm_qweight q;
-            void *buf = NULL;
-            int rc = tdm_qweight_to_fp8(&src, &q, &buf, threads[t]);
-            ok(rc == 0 && q.fmt == TDM_W_FP8 && q.n == FN && q.k == FK && q.row0 == 0 && q.scale_dt == TDM_DT_F32 &&
-                   !memcmp(q.w, codes, sizeof codes) && !memcmp(q.scale, fsc, sizeof fsc) &&
-                   tdm_qweight_bytes(&q) == FN * FK + FNB * FKB * 4,
-               "requantized to FP8 on %d thread(s): tdm_fp8_quantize's codes and F32 block scales for the view's rows", threads[t]);
-            double num = 0, den = 0;
-            for (int r = 0; rc == 0 && r < FN; r++) {
-                tdm_qweight_row(&q, r, got);
-                for (int c = 0; c < FK; c++) {
-                    num += (double)(got[c] - wf[r * FK + c]) * (got[c] - wf[r * FK + c]);
-                    den += (double)wf[r * FK + c] * wf[r * FK + c];
-                }
+        const struct tdm_qweight want = {.fmt = TDM_W_FP8, .w = codes, .scale = fsc, .scale_dt = TDM_DT_F32};
+        requant_threads(tdm_qweight_to_fp8, &src, &want, sizeof codes, sizeof fsc, FN * FK + FNB * FKB * 4,
+                        "tdm_fp8_quantize's codes and F32 block scales for the view's rows");
+        struct tdm_qweight q;
+        void *buf = NULL;
+        const int rc = tdm_qweight_to_fp8(&src, &q, &buf, 1);
+        double num = 0, den = 0;
+        for (int r = 0; rc == 0 && r < FN; r++) {
+            tdm_qweight_row(&q, r, got);
+            for (int c = 0; c < FK; c++) {
+                num += (double)(got[c] - wf[r * FK + c]) * (got[c] - wf[r * FK + c]);
+                den += (double)wf[r * FK + c] * wf[r * FK + c];
             }
-            if (t == 0) ok(rc == 0 && sqrt(num / den) < 0.04, "FP8 requantization: relative error %.4f < 0.04", sqrt(num / den));
-            free(buf);
         }
+        ok(rc == 0 && sqrt(num / den) < 0.04, "FP8 requantization: relative error %.4f < 0.04", sqrt(num / den));
+        free(buf);
     }
     return done_testing();
 }
