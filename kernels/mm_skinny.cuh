@@ -818,19 +818,20 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // the barriers (stage s at + (S w + s) XS_STAGE)
     constexpr int S = TDM_MM_XS_STAGES;
     const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-    auto xs_bar = [&](int w, int st) { return smem_s + 16u * S * (uint32_t)w + 8u * (uint32_t)st; };   // chain w's full[st]
+    auto xs_chain_bars = [&](int w) { return smem_s + 16u * S * (uint32_t)w; };   // chain w's barriers
+    auto full_bar = [](uint32_t bars, uint32_t st) { return bars + 8u * st; };
+    auto empty_bar = [](uint32_t bars, uint32_t st) { return bars + 8u * (S + st); };
     // This warp's chain's barriers and ring (XS only), here before the first loads: computed in the K
     // loop's XS branch instead, the FP8 17-32-row form's code changed (2 more registers on sm_121a).
-    [[maybe_unused]] const uint32_t xs_bars = XS ? xs_bar(wk, 0) : 0u;
+    [[maybe_unused]] const uint32_t xs_bars = XS ? xs_chain_bars(wk) : 0u;
     [[maybe_unused]] const uint32_t xs_ring =
         XS ? smem_s + (uint32_t)tdm_mm_xs_bar_bytes(a.wk) + (uint32_t)(S * XS_STAGE * wk) : 0u;
     if constexpr (XS) {
         if (tid == 0) {
             for (int w = 0; w < a.wk; w++)
-                for (int st = 0; st < S; st++) {
-                    const uint32_t full = xs_bar(w, st);
-                    mbar_init(full, 1);                                   // the copying lane's arrival + the bytes
-                    mbar_init(full + 8u * S, (uint32_t)wn_count);        // empty: each warp of the chain
+                for (uint32_t st = 0; st < S; st++) {
+                    mbar_init(full_bar(xs_chain_bars(w), st), 1);                   // the copying lane's arrival + the bytes
+                    mbar_init(empty_bar(xs_chain_bars(w), st), (uint32_t)wn_count);  // each warp of the chain
                 }
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
@@ -852,7 +853,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             const uint16_t *src = a.xb + (size_t)s_begin * XB_SLAB;
             const uint32_t lane_off = 2u * (uint32_t)(g * TDM_MM_CHUNK_K + 8 * t);
             auto copy = [&](int j, uint32_t st) {   // slab j of the chain into stage st
-                const uint32_t full = xs_bars + 8u * st, dst = xs_ring + st * XS_STAGE;
+                const uint32_t full = full_bar(xs_bars, st), dst = xs_ring + st * XS_STAGE;
                 mbar_arrive_expect(full, XS_STAGE);
                 if constexpr (XS_ROWS == TDM_MM_XB_ROWS)   // the copy's slab in one piece
                     bulk_copy_g2s(dst, src + (size_t)j * XB_SLAB, XS_STAGE, full);
@@ -873,16 +874,16 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                         if (i + PF < Lf) load_fast(ring[(j + PF) % D], i + PF);
                         if (copier && i + S - 1 < Lf) {   // into slab i - 1's stage, once every warp read it
                             const uint32_t st = (uint32_t)((j + S - 1) % S);
-                            if (i >= 1) mbar_wait(xs_bars + 8u * (S + st), j == 0 ? ph ^ 1u : ph);
+                            if (i >= 1) mbar_wait(empty_bar(xs_bars, st), j == 0 ? ph ^ 1u : ph);
                             copy(i + S - 1, st);
                         }
-                        mbar_wait(xs_bars + 8u * (uint32_t)j, ph);
+                        mbar_wait(full_bar(xs_bars, (uint32_t)j), ph);
                         compute(ring[j % D], i, xs_ring + (uint32_t)(j * XS_STAGE) + lane_off, std::integral_constant<int, 3>());
                         // every lane's reads of the stage ordered before the copy engine's next write there
                         // (another proxy), then the warp's release
                         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                         __syncwarp();
-                        if (lane == 0) mbar_arrive(xs_bars + 8u * (uint32_t)(S + j));
+                        if (lane == 0) mbar_arrive(empty_bar(xs_bars, (uint32_t)j));
                     }
                 }
             }
