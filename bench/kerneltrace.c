@@ -14,8 +14,8 @@
  *             kernel ran (launch gaps between dependent nodes, and each kernel's ramp and tail
  *             count as kernel time)
  *   first     the first kernel's name (to tell the graphs apart)
- * Then, for each graph of at least 100 kernels a launch launched at least 3 times, its kernels by
- * time a launch (demangled names), the largest 16, each with the span it adds to a launch (span_us:
+ * Then, for each graph of at least $KERNELTRACE_MIN_KERNELS (default 100; 10 shows the MTP drafter's
+ * graphs too) kernels a launch launched at least 3 times, its kernels by time a launch (demangled names), the largest 16, each with the span it adds to a launch (span_us:
  * by end time, from the latest end before its own to its own; the additions sum to the span, so
  * overlapped kernels show what they lengthen a launch by, not their durations).
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
@@ -213,10 +213,12 @@ static void trace_report(void)
         i = j;
     }
     free(ls);
-    /* Where each large graph's kernel time goes (graphs of at least 100 kernels a launch, launched at
+    /* Where each large graph's kernel time goes (graphs of at least min_kernels a launch, launched at
      * least 3 times: the decode steps and the verify rounds): per kernel, its launches a graph
      * launch, its time a graph launch (summed durations over every launch / graph launches) and its
      * share of the graph's summed kernel time; the largest 16. */
+    const char *mk = getenv("KERNELTRACE_MIN_KERNELS");
+    const size_t min_kernels = mk && atoi(mk) > 0 ? (size_t)atoi(mk) : 100;
     struct ktime *kt = calloc(nknames ? nknames : 1, sizeof *kt);
     const struct krec **by_end = malloc((nrec ? nrec : 1) * sizeof *by_end);
     for (size_t i = 0; kt && by_end && i < nrec;) {
@@ -242,7 +244,7 @@ static void trace_report(void)
             kt[recs[j].kid].calls++;
             total += recs[j].end - recs[j].start;
         }
-        if (recs[i].graph != 0 && nl >= 3 && (j - i) / nl >= 100) {
+        if (recs[i].graph != 0 && nl >= 3 && (j - i) / nl >= min_kernels) {
             qsort(kt, nknames, sizeof *kt, cmp_ktime);
             fprintf(f, "\n# graph %u: %zu launches of %zu kernels, %.1f us of kernel time and %.1f us of span a launch (mean);"
                        " by kernel:\n", recs[i].graph, nl, (j - i) / nl, total / 1e3 / (double)nl, spans / 1e3 / (double)nl);

@@ -10,23 +10,40 @@ namespace {
 
 constexpr int GLUE_THREADS = 256;
 
-// Block r: row ids[r] of the table into h[r].
+// Block (r, c): row ids[r] of the table into h[r], EMBED_UNIT values a thread. vec (the table's rows, h's
+// rows 16-byte aligned, H a multiple of EMBED_UNIT): one 16-byte load (BF16) or two (F32) and one 16-byte
+// store a thread, so that a row is one round trip to memory (the element-wise copy it replaces
+// took ~9 us for a 5120-wide row, each load waiting for the store before it).
+constexpr int EMBED_UNIT = 8;
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) { return f2bf(lo) | (uint32_t)f2bf(hi) << 16; }
 __global__ void __launch_bounds__(GLUE_THREADS)
-embed_rows_kernel(const void *table, int table_f32, int64_t V, int H, const int32_t *ids, uint16_t *h)
+embed_rows_kernel(const void *__restrict__ table, int table_f32, int64_t V, int H, const int32_t *__restrict__ ids,
+                  uint16_t *__restrict__ h, int vec)
 {
     const int r = blockIdx.x;
     const int64_t id = ids[r];
     uint16_t *hr = h + (size_t)r * H;
+    const int i0 = (blockIdx.y * GLUE_THREADS + threadIdx.x) * EMBED_UNIT;
+    if (i0 >= H) return;
+    const int i1 = min(i0 + EMBED_UNIT, H);
     if (id < 0 || id >= V) {
-        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = 0x7fc0;  // BF16 NaN
+        for (int i = i0; i < i1; i++) hr[i] = 0x7fc0;  // BF16 NaN
         return;
     }
-    if (table_f32) {
+    if (vec && table_f32) {
+        const float4 *t = reinterpret_cast<const float4 *>((const float *)table + (size_t)id * H + i0);
+        const float4 a = __ldg(t), b = __ldg(t + 1);
+        *reinterpret_cast<uint4 *>(hr + i0) = make_uint4(bf16_pair(a.x, a.y), bf16_pair(a.z, a.w), bf16_pair(b.x, b.y),
+                                                         bf16_pair(b.z, b.w));
+    } else if (vec) {
+        *reinterpret_cast<uint4 *>(hr + i0) =
+            __ldg(reinterpret_cast<const uint4 *>((const uint16_t *)table + (size_t)id * H + i0));
+    } else if (table_f32) {
         const float *t = (const float *)table + (size_t)id * H;
-        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = f2bf(t[i]);
+        for (int i = i0; i < i1; i++) hr[i] = f2bf(t[i]);
     } else {
         const uint16_t *t = (const uint16_t *)table + (size_t)id * H;
-        for (int i = threadIdx.x; i < H; i += GLUE_THREADS) hr[i] = t[i];
+        for (int i = i0; i < i1; i++) hr[i] = t[i];
     }
 }
 
@@ -62,7 +79,10 @@ extern "C" int tdm_embed_rows(const void *table, int table_f32, int64_t V, int H
     if (M < 0 || H <= 0 || V <= 0 || !table || !ids || !h)
         return tdm_errf("tdm_embed_rows: bad arguments (M %d, H %d, V %lld)", M, H, (long long)V);
     if (M == 0) return 0;
-    embed_rows_kernel<<<M, GLUE_THREADS, 0, (cudaStream_t)stream>>>(table, table_f32, V, H, ids, h);
+    const int vec = H % EMBED_UNIT == 0 && (uintptr_t)table % 16 == 0 && (uintptr_t)h % 16 == 0;
+    const unsigned parts = (unsigned)((H + GLUE_THREADS * EMBED_UNIT - 1) / (GLUE_THREADS * EMBED_UNIT));
+    embed_rows_kernel<<<dim3((unsigned)M, parts), GLUE_THREADS, 0, (cudaStream_t)stream>>>(table, table_f32, V, H, ids,
+                                                                                           h, vec);
     TDM_LAUNCH_CHECK();
     return 0;
 }

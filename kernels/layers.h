@@ -48,6 +48,9 @@ extern "C" {
  * copy goes as well, for M <= TDM_MM_XB_ROWS rows (matmul.h: tdm_matmul_xb; mm_layout.h: xb). */
 int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
                     uint16_t *out, uint16_t *outb, void *stream);
+/* The same with out's rows ldo >= H apart (the MTP's fc input: two norms side by side in one row). */
+int tdm_add_rmsnorm_to(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                       uint16_t *out, int64_t ldo, uint16_t *outb, void *stream);
 int64_t tdm_add_rmsnorm_bytes(int H, int M, int add);
 
 /* The GDN gated RMSNorm (ref: tdm_ref_gated_norm) per value head: o [M][Hv][Dv] (the recurrence's

@@ -43,7 +43,7 @@ constexpr int NORM_MAX_H = 11264;  // the row in shared memory as FP32: 44 KB (o
 // 27B's 5120 in ncu, 13 % of a decode step). The arithmetic and its order are unchanged.
 __global__ void __launch_bounds__(NORM_THREADS)
 add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int64_t ldy, const float *__restrict__ w,
-                   int H, float eps, uint16_t *__restrict__ out, uint16_t *__restrict__ outb)
+                   int H, float eps, uint16_t *__restrict__ out, int64_t ldo, uint16_t *__restrict__ outb)
 {
     extern __shared__ float xs[];
     __shared__ float red[NORM_THREADS / 32];
@@ -65,7 +65,7 @@ add_rmsnorm_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int
     float ss = 0.0f;   // each thread reads back only what it wrote: no barrier needed before the sum
     for (int i = tid; i < H; i += NORM_THREADS) ss = __fadd_rn(ss, __fmul_rn(xs[i], xs[i]));
     const float rr = row_rstd(ss, red, tid, H, eps);
-    uint16_t *o = out + (size_t)r * H;
+    uint16_t *o = out + (size_t)r * ldo;
 #pragma unroll 4
     for (int i = tid; i < H; i += NORM_THREADS) {
         const uint16_t v = f2bf(__fmul_rn(__fmul_rn(xs[i], rr), __fadd_rn(1.0f, w[i])));
@@ -93,7 +93,7 @@ constexpr int NORM_VEC_UNITS = 6;   // units of 8 elements a thread: H up to 8 *
 // order. Needs H % 8 == 0 and 16-byte aligned rows (the host checks).
 __global__ void __launch_bounds__(NORM_THREADS)
 add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y, int64_t ldy, const float *__restrict__ w,
-                       int H, float eps, uint16_t *__restrict__ out, uint16_t *__restrict__ outb)
+                       int H, float eps, uint16_t *__restrict__ out, int64_t ldo, uint16_t *__restrict__ outb)
 {
     __shared__ float red[NORM_THREADS / 32];
     const int r = blockIdx.x, tid = threadIdx.x, units = H / 8;
@@ -141,7 +141,7 @@ add_rmsnorm_vec_kernel(uint16_t *__restrict__ h, const uint16_t *__restrict__ y,
         }
     }
     const float rr = row_rstd(ss, red, tid, H, eps);
-    uint16_t *o = out + (size_t)r * H;
+    uint16_t *o = out + (size_t)r * ldo;
 #pragma unroll
     for (int j = 0; j < NORM_VEC_UNITS; j++) {
         const int q = tid + j * NORM_THREADS;
@@ -231,23 +231,31 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
 
 }  // namespace
 
-extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
-                               uint16_t *out, uint16_t *outb, void *stream)
+extern "C" int tdm_add_rmsnorm_to(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                                  uint16_t *out, int64_t ldo, uint16_t *outb, void *stream)
 {
     if (out == h || (y && out == y)) return tdm_errf("tdm_add_rmsnorm: out must not be h or y");
     if (xb_refused("tdm_add_rmsnorm", outb, M)) return -1;
-    if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H))
-        return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld", M, H, NORM_MAX_H, (long long)ldy);
+    if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H) || ldo < H)
+        return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld, ldo %lld", M, H, NORM_MAX_H,
+                        (long long)ldy, (long long)ldo);
     if (M == 0) return 0;
     const bool vec = TDM_NORM_VEC && H % 8 == 0 && H <= 8 * NORM_THREADS * NORM_VEC_UNITS && (uintptr_t)h % 16 == 0 &&
-                     (uintptr_t)out % 16 == 0 && (uintptr_t)w % 16 == 0 && (!y || ((uintptr_t)y % 16 == 0 && ldy % 8 == 0));
+                     (uintptr_t)out % 16 == 0 && ldo % 8 == 0 && (uintptr_t)w % 16 == 0 &&
+                     (!y || ((uintptr_t)y % 16 == 0 && ldy % 8 == 0));
     if (vec)
         TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_vec_kernel, dim3(M), dim3(NORM_THREADS), 0, (cudaStream_t)stream, h, y,
-                                     ldy, w, H, eps, out, outb));
+                                     ldy, w, H, eps, out, ldo, outb));
     else
         TDM_CUDA_TRY(tdm_pdl::launch(add_rmsnorm_kernel, dim3(M), dim3(NORM_THREADS), (size_t)H * sizeof(float),
-                                     (cudaStream_t)stream, h, y, ldy, w, H, eps, out, outb));
+                                     (cudaStream_t)stream, h, y, ldy, w, H, eps, out, ldo, outb));
     return 0;
+}
+
+extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                               uint16_t *out, uint16_t *outb, void *stream)
+{
+    return tdm_add_rmsnorm_to(h, y, ldy, w, H, M, eps, out, H, outb, stream);
 }
 
 extern "C" int64_t tdm_add_rmsnorm_bytes(int H, int M, int add)

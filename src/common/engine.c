@@ -773,8 +773,12 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
             return -1;
         pend = e->y;
     }
-    if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, NULL, st) != 0) return -1;
-    if (from < M && (tdm_matmul(&e->head, e->xn + (size_t)from * H, H, M - from, e->logits, V, TDM_MM_F32, e->tiles, st) ||
+    /* the final norm's blocked copy where the head reads it: every row from the first (a copy's rows
+     * are where the product looks for them only from row 0) */
+    uint16_t *fxb = from == 0 ? tdm_engine_blocked(e->xn_b, M) : NULL;
+    if (tdm_add_rmsnorm(e->h, pend, H, e->final_norm, H, M, eps, e->xn, fxb, st) != 0) return -1;
+    if (from < M && (tdm_matmul_xb(&e->head, e->xn + (size_t)from * H, H, fxb, M - from, e->logits, V, TDM_MM_F32, e->tiles,
+                                   st) ||
                      tdm_argmax_rows(e->logits, V, M - from, V, e->amax, e->gid, st)))
         return -1;
     return 0;

@@ -56,7 +56,9 @@ struct tdm_emtp {
     const struct tdm_dweight *draft_head;     /* &head, or the engine's head */
     /* own activations, ROWS rows */
     int32_t *ids, *draft;                     /* [ROWS]: the real rows' tokens; the drafts */
-    uint16_t *emb, *en, *hn, *cat;            /* [R][H] x3, [R][2H] */
+    uint16_t *emb, *cat;                      /* [R][H], [R][2H] */
+    uint16_t *cat_b;                          /* cat's blocked copy (TANDEM_MM_XB; NULL when off, or where H
+                                               * is not whole slabs: the halves' copies then do not abut) */
     uint16_t *x, *xn, *oh;                    /* [R][H]: residual, layer norms' output, mtp.norm output */
     void *amax;                               /* tdm_argmax_rows scratch for one row */
     uint16_t *hg;                             /* [R][H]: real rows gathered from the final-norm rows */
@@ -199,8 +201,9 @@ static int upload(struct tdm_emtp *x, const struct tdm_engine_view *v)
     const size_t R = ROWS;
     size_t *a = &mem->act;
     if (!(x->ids = dalloc(x, R * sizeof(int32_t), a, "token ids")) || !(x->draft = dalloc(x, R * sizeof(int32_t), a, "draft ids")) ||
-        !(x->emb = dalloc(x, R * H * 2, a, "activations")) || !(x->en = dalloc(x, R * H * 2, a, "activations")) ||
-        !(x->hn = dalloc(x, R * H * 2, a, "activations")) || !(x->cat = dalloc(x, R * 2 * H * 2, a, "activations")) ||
+        !(x->emb = dalloc(x, R * H * 2, a, "activations")) || !(x->cat = dalloc(x, R * 2 * H * 2, a, "activations")) ||
+        (v->xn_b && H % TDM_MM_SLAB_K == 0 &&
+         !(x->cat_b = dalloc(x, (size_t)tdm_mm_xb_elems(2 * (int64_t)H) * 2, a, "activations (blocked copies)"))) ||
         !(x->x = dalloc(x, R * H * 2, a, "activations")) || !(x->xn = dalloc(x, R * H * 2, a, "activations")) ||
         !(x->oh = dalloc(x, R * H * 2, a, "activations")) ||
         !(x->d_posv = dalloc(x, R * sizeof(int32_t), a, "positions")) ||
@@ -251,15 +254,16 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
     const float eps = c->rms_eps;
     void *st = v->stream;
     const struct tdm_tiles *t = v->tiles;
-    const size_t row = (size_t)H * 2;
     const int pos = dpos ? v->ctx - M : x->pos;
-    /* the fc's input: [pre_fc_norm_embedding(embed) | pre_fc_norm_hidden(h)] per row */
+    /* the fc's input: [pre_fc_norm_embedding(embed) | pre_fc_norm_hidden(h)] per row, each norm
+     * writing its half of the rows and of their blocked copy (whole slabs of H: the second half's
+     * copy starts tdm_mm_xb_elems(H) in) */
+    uint16_t *catb = tdm_engine_blocked(x->cat_b, M);
+    const int64_t H2 = 2 * (int64_t)H;
     if (tdm_embed_rows(v->embed, v->embed_f32, V, H, ids, M, x->emb, st) ||
-        tdm_add_rmsnorm(x->emb, NULL, 0, x->pre_e, H, M, eps, x->en, NULL, st) ||
-        tdm_add_rmsnorm(h, NULL, 0, x->pre_h, H, M, eps, x->hn, NULL, st) ||
-        tdm_copy2d_async(x->cat, 2 * row, x->en, row, row, (size_t)M, st) ||
-        tdm_copy2d_async(x->cat + H, 2 * row, x->hn, row, row, (size_t)M, st) ||
-        tdm_matmul(&x->fc, x->cat, 2 * (int64_t)H, M, x->x, H, TDM_MM_BF16, t, st))
+        tdm_add_rmsnorm_to(x->emb, NULL, 0, x->pre_e, H, M, eps, x->cat, H2, catb, st) ||
+        tdm_add_rmsnorm_to(h, NULL, 0, x->pre_h, H, M, eps, x->cat + H, H2, catb ? catb + tdm_mm_xb_elems(H) : NULL, st) ||
+        tdm_matmul_xb(&x->fc, x->cat, H2, catb, M, x->x, H, TDM_MM_BF16, t, st))
         return -1;
     /* the decoder layer: engine.c's attn_mixer and mlp on the MTP's weights, cache and residual, the
      * products reading the blocked copies of their inputs as the main layers' do (the engine's

@@ -354,6 +354,38 @@ static void test_norm(const struct shape *s)
         else ok(ch.exact == ch.n, "%s: without y, h is left alone", label);
         cmp_ok(&cn, label, add ? "check against bf16(h + y), tdm_ref_rmsnorm (1 ulp)" : "check without the add (1 ulp)");
     }
+    /* tdm_add_rmsnorm_to: rows ldo apart, at column 0 and at column H of the wider rows (the MTP's fc
+     * input), nothing else of the wider rows written. 2H: the vector kernel, the rows of the plain
+     * call above (out, its last pass: no add) bit for bit; 2H + 3 (rows not 16-byte aligned): the
+     * element-wise kernel, whose sum runs in another order, against the reference (1 ulp). */
+    for (int form = 0; form < 2; form++) {
+        const int64_t ldo = 2 * (int64_t)H + (form ? 3 : 0);
+        const size_t nw = (size_t)R * ldo;
+        uint16_t *dw2 = dal(nw * 2), *w2 = hal(nw * 2), *p2 = hal(nw * 2);
+        poison(dw2, nw * 2);
+        down(p2, dw2, nw * 2);
+        norm_reset(&c);
+        if (tdm_add_rmsnorm_to(c.dh, NULL, H, c.dw, H, R, eps, dw2, ldo, NULL, st) != 0 ||
+            tdm_add_rmsnorm_to(c.dh, NULL, H, c.dw, H, R, eps, dw2 + H, ldo, NULL, st) != 0)
+            bail("tdm_add_rmsnorm_to");
+        down(w2, dw2, nw * 2);
+        long bad = 0;
+        struct cmp cw = {0};
+        for (int r = 0; r < R; r++) {
+            for (int i = 0; i < H; i++) x[i] = hf[(size_t)r * H + i];
+            tdm_ref_rmsnorm(x, w, H, eps, ref);
+            for (int64_t i = 0; i < ldo; i++) {
+                const uint16_t got = w2[(size_t)r * ldo + i];
+                if (i >= 2 * H) bad += got != p2[(size_t)r * ldo + i];
+                else if (form == 0) bad += got != out[(size_t)r * H + i % H];
+                else cmp_add(&cw, tdm_bf16_to_f32(got), ref[i % H], ulp(ref[i % H]));
+            }
+        }
+        ok(bad == 0, "%s: rows %lld apart, at columns 0 and H: %s, the rest untouched (%ld of %ld differ)", label,
+           (long long)ldo, form ? "columns past 2H" : "the plain call's rows bit for bit", bad, (long)nw);
+        if (form) cmp_ok(&cw, label, "rows 2H + 3 apart (the element-wise kernel): check without the add (1 ulp)");
+        tdm_cuda_free(dw2); free(w2); free(p2);
+    }
     struct twin t = {norm_launch, norm_reset, &c, 2, {{c.dout, (size_t)H * 2, 0}, {c.dh, (size_t)H * 2, 2}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
     tdm_cuda_free(c.dh); tdm_cuda_free(c.dy); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw);
@@ -2242,7 +2274,7 @@ static void test_argmax(const struct shape *s)
     float *l = hal(n * 4);
     int32_t ids[R];
     for (size_t i = 0; i < n; i++) l[i] = frand() * 10.0f;
-    /* ties: row 1 the maximum at two ids (first in a later slice of 8192 too), row 2 all equal,
+    /* ties: row 1 the maximum at two ids, row 2 all equal,
      * row 4 the maximum at the last id, row 8 a NaN before the maximum */
     l[(size_t)1 * V + V - 3] = l[(size_t)1 * V + V / 2] = 20.0f;
     for (int i = 0; i < V; i++) l[(size_t)2 * V + i] = -1.0f;
@@ -2264,6 +2296,18 @@ static void test_argmax(const struct shape *s)
     ok(bad == 0, "%s: check against tdm_argmax, ties to the lower id (%d of %d rows differ)", label, bad, R);
     struct twin t = {am_launch, noop_reset, &c, 1, {{c.dids, 4, 1}}, NULL, 0, 0, NULL, 0};
     twin_test(label, &t);
+    /* rows that start one logit in (not 16-byte aligned: the element-wise loads) and rows of V - 3
+     * (a last slice that ends inside a thread's four) */
+    for (int form = 0; form < 2; form++) {
+        const int off = form == 0 ? 1 : 0, v = form == 0 ? V - 1 : V - 3;
+        poison(c.dids, R * 4);
+        if (tdm_argmax_rows(c.dl + off, V, R, v, c.scratch, c.dids, st) != 0) bail("tdm_argmax_rows");
+        down(ids, c.dids, R * 4);
+        bad = 0;
+        for (int r = 0; r < R; r++) bad += ids[r] != tdm_argmax(l + (size_t)r * V + off, v);
+        ok(bad == 0, "%s: rows of %d logits %s: check against tdm_argmax (%d of %d rows differ)", label, v,
+           form == 0 ? "from the second logit on (unaligned)" : "(a partial last unit)", bad, R);
+    }
     tdm_cuda_free(c.dl); tdm_cuda_free(c.scratch); tdm_cuda_free(c.dids);
     free(l);
 }
