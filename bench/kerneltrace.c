@@ -14,10 +14,11 @@
  *             kernel ran (launch gaps between dependent nodes, and each kernel's ramp and tail
  *             count as kernel time)
  *   first     the first kernel's name (to tell the graphs apart)
- * Then, for each graph of at least $KERNELTRACE_MIN_KERNELS (default 100; 10 shows the MTP drafter's
- * graphs too) kernels a launch launched at least 3 times, its kernels by time a launch (demangled names), the largest 16, each with the span it adds to a launch (span_us:
- * by end time, from the latest end before its own to its own; the additions sum to the span, so
- * overlapped kernels show what they lengthen a launch by, not their durations).
+ * Then, for each graph of at least $KERNELTRACE_MIN_KERNELS kernels a launch (default 100; 10 shows
+ * the MTP drafter's graphs too) launched at least 3 times, its kernels by time a launch (demangled
+ * names), the largest 16, each with the span it adds to a launch (span_us: by end time, from the
+ * latest end before its own to its own; the additions sum to the span, so overlapped kernels show
+ * what they lengthen a launch by, not their durations).
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
  * on one line (graph 0: their summed durations). Not part of the library or the tools:
  * a measuring aid for bench/NOTES.md. */
