@@ -130,8 +130,8 @@ static void count_fmt(void *ctx, const char *what, const struct tdm_qweight *w)
 static json_t *head_json(const struct tdm_model *m)
 {
     const int64_t now = tdm_qweight_bytes(&m->head);
-    return json_pack("{s:s, s:I, s:I}", "format", m->head_bytes_stored ? tdm_wfmt_name(m->head.fmt) : "stored", "bytes", (json_int_t)now,
-                     "bytes_stored", (json_int_t)(m->head_bytes_stored ? m->head_bytes_stored : now));
+    return json_pack("{s:s, s:I, s:I}", "format", m->head_bytes_stored ? tdm_wfmt_name(m->head.fmt) : "stored", "bytes",
+                     (json_int_t)now, "bytes_stored", (json_int_t)(m->head_bytes_stored ? m->head_bytes_stored : now));
 }
 
 /* --spec: speculative rounds on so->backend (spec.h); tokens to stdout, statistics to stderr. */

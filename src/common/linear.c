@@ -8,17 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *tdm_wfmt_name(enum tdm_wfmt f)
-{
-    static const char *names[TDM_W_COUNT] = {"bf16", "f32", "fp8", "nvfp4"};
-    return f < TDM_W_COUNT ? names[f] : "?";
-}
+/* Each format's name (settings, JSON) and its title in messages, in enum order. */
+static const struct { const char *name, *title; } wfmt_names[TDM_W_COUNT] = {
+    {"bf16", "BF16"}, {"f32", "F32"}, {"fp8", "FP8"}, {"nvfp4", "NVFP4"},
+};
 
-const char *tdm_wfmt_title(enum tdm_wfmt f)
-{
-    static const char *titles[TDM_W_COUNT] = {"BF16", "F32", "FP8", "NVFP4"};
-    return f < TDM_W_COUNT ? titles[f] : "?";
-}
+const char *tdm_wfmt_name(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].name : "?"; }
+const char *tdm_wfmt_title(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].title : "?"; }
 
 int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
 {

@@ -310,10 +310,11 @@ static int64_t draft_bytes(struct tdm_model *m)
 static const struct requant_format {
     const char *name;
     enum tdm_wfmt fmt;
+    int64_t k_multiple;   /* the input sizes it takes (NVFP4: whole groups) */
     int (*to)(const struct tdm_qweight *w, struct tdm_qweight *out, void **buf, int threads);
 } requant_formats[] = {
-    {"nvfp4", TDM_W_NVFP4, tdm_qweight_to_nvfp4},
-    {"fp8", TDM_W_FP8, tdm_qweight_to_fp8},
+    {"nvfp4", TDM_W_NVFP4, TDM_NVFP4_GROUP, tdm_qweight_to_nvfp4},
+    {"fp8", TDM_W_FP8, 1, tdm_qweight_to_fp8},
 };
 
 /* The requantization a setting's value names; NULL for "stored" (the settings table has checked the
@@ -327,11 +328,10 @@ static const struct requant_format *requant_format_of(const char *setting)
 }
 
 /* *w requantized to rf in place (on up to 16 threads) when it is BF16 or F32 and rf takes its k
- * (NVFP4: a multiple of the group); the new matrix is the model's. 1 when it was, 0 when not, -1 on
- * failure (tdm_err). */
+ * (k_multiple); the new matrix is the model's. 1 when it was, 0 when not, -1 on failure (tdm_err). */
 static int requant(struct tdm_model *m, struct tdm_qweight *w, const struct requant_format *rf)
 {
-    if ((w->fmt != TDM_W_BF16 && w->fmt != TDM_W_F32) || (rf->fmt == TDM_W_NVFP4 && w->k % TDM_NVFP4_GROUP)) return 0;
+    if ((w->fmt != TDM_W_BF16 && w->fmt != TDM_W_F32) || w->k % rf->k_multiple) return 0;
     long threads = sysconf(_SC_NPROCESSORS_ONLN);
     if (threads > 16) threads = 16;
     struct tdm_qweight q;

@@ -76,8 +76,8 @@ const struct tdm_setting_def tdm_settings[] = {
      "quarter of the bytes the head reads a step (the 27B's BF16 head: 2.5 GB of a ~15 GB step); fp8 to block FP8 "
      "(128x128 blocks, F32 scales), about half. It changes the logits by the format's rounding of the head (an "
      "opt-in: on the tiny fixtures next-token agreement with transformers went from 95-100 % to 72.5-92.5 % with "
-     "nvfp4, to 92.5-100 % with fp8 (bench/results/cpu-head-format-v2.txt); measure it with tandem-prefillcheck --ref first); speculative output still equals one-token decode "
-     "under it, and a head stored quantized is kept"},
+     "nvfp4, to 92.5-100 % with fp8 (bench/results/cpu-head-format-v2.txt); measure it with tandem-prefillcheck "
+     "--ref first); speculative output still equals one-token decode under it, and a head stored quantized is kept"},
     {"TANDEM_MOE_GROUPED", "on", "on|off",
      "CUDA engine: on lets MoE layouts (qwen3_next, qwen3_5_moe) prefill TANDEM_PREFILL_CHUNK rows a chunk, "
      "the routed experts of a chunk past 32 rows in the grouped form (the pairs sorted by expert, each "
