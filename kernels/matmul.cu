@@ -331,10 +331,12 @@ extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, i
 
 // The kernel kind (*kk) and setting (*t, the table's whole setting) of a SwiGLU product of m rows
 // (tdm_matmul_swiglu) when it runs as one: the two weights of one shape and format, nt 2 in the
-// geometry that serves m rows (a warp's two tiles are the two weights), aligned rows (the vector
-// instantiation: the checked one runs nt 1).
+// geometry that serves m rows (a warp's two tiles are the two weights) and in the form that runs it
+// (FP8's nt 2 runs as nt 2 only per lane from x's blocked copy xb, at 1-16 rows: TDM_MM_FORM_NT),
+// aligned rows (the vector instantiation: the checked one runs nt 1).
 static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
-                           int64_t m, const struct tdm_tiles *tiles, enum tdm_mmk *kk, struct tdm_tile *t)
+                           const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles, enum tdm_mmk *kk,
+                           struct tdm_tile *t)
 {
     if (!gate || !up || m < 1 || m > TDM_MM_MAX_ROWS || gate->fmt != up->fmt || gate->n != up->n || gate->k != up->k ||
         gate->scale_dt != up->scale_dt || !gate->w || !up->w)
@@ -343,16 +345,17 @@ static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dwei
     if (k < 0) return false;
     *kk = (enum tdm_mmk)k;
     *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
-    return gate->fmt != TDM_W_FP8 /* no FP8 SwiGLU form: its nt 2 serves plain products (mm_layout.h) */ &&
-           tdm_tile_at(t, m).nt == 2 && rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    const int xb_lane = xb && (uintptr_t)xb % 16 == 0 && tdm_mm_direct_rows(m);   // as run_skinny decides it
+    return tdm_tile_at(t, m).nt == 2 && TDM_MM_FORM_NT((int)gate->fmt, 2, tdm_mm_rows_mt(m), xb_lane) == 2 &&
+           rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
 }
 
 extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
-                                    int64_t ldx, int64_t m, const struct tdm_tiles *tiles)
+                                    int64_t ldx, const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles)
 {
     enum tdm_mmk kk;
     struct tdm_tile t;
-    return swiglu_setting(gate, up, x, ldx, m, tiles, &kk, &t);
+    return swiglu_setting(gate, up, x, ldx, xb, m, tiles, &kk, &t);
 }
 
 extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
@@ -366,7 +369,7 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
 {
     enum tdm_mmk kk;
     struct tdm_tile t;
-    if (!swiglu_setting(gate, up, x, ldx, m, tiles, &kk, &t))
+    if (!swiglu_setting(gate, up, x, ldx, xb, m, tiles, &kk, &t))
         return tdm_errf("matmul (SwiGLU): %s %" PRId64 "x%" PRId64 " at %" PRId64 " rows cannot run as one product "
                         "(tdm_matmul_swiglu_ok)", gate ? tdm_wfmt_name(gate->fmt) : "?", gate ? gate->n : 0,
                         gate ? gate->k : 0, m);

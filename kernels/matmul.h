@@ -95,19 +95,21 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
  * tdm_matmul would give for gate and up (the same bits: each warp takes both weights' rows of the
  * same 8 outputs, with the setting and chains of the gate's shape; then tdm_silu_mul's roundings),
  * in one launch instead of three. tdm_matmul_swiglu_ok says whether a call can run so (1): gate
- * and up of one shape and format, 1..32 rows, the shape's setting with nt 2, weight and activation
- * rows aligned; else tdm_matmul_swiglu refuses (-1 with tdm_err()) and the caller runs the two
- * products and tdm_silu_mul. xb: x's blocked copy or NULL (tdm_matmul_xb); yb: NULL, or where y's
- * blocked copy goes as well (m <= TDM_MM_XB_ROWS), for the product that reads y. */
+ * and up of one shape and format, 1..32 rows, the shape's setting with nt 2 (FP8: at 1-16 rows with
+ * x's blocked copy xb, read per lane: its only nt 2 form), weight and activation rows aligned; else
+ * tdm_matmul_swiglu refuses (-1 with tdm_err()) and the caller runs the two products and
+ * tdm_silu_mul. xb: x's blocked copy or NULL (tdm_matmul_xb), the same in both calls; yb: NULL, or
+ * where y's blocked copy goes as well (m <= TDM_MM_XB_ROWS), for the product that reads y. */
 int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
-                         int64_t m, const struct tdm_tiles *tiles);
+                         const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
 /* Whether the one launch is the faster at m rows of gate's format, where it can run (the engine's
  * TANDEM_MLP_FUSE=auto): at every row count but NVFP4's 9-16, where it ran a 16-layer 27B's 12- and
  * 16-row verifies ~0.1 ms slower than the three launches, and the pair alone 51.6 us against two
  * products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row SwiGLU pair) its warps are
  * latency-bound at the plain product's issue rate and it executes 2.33x the instructions for 2x the
- * bytes (the SwiGLU epilogue), so it cannot beat the two launches there. A speed fact only: the bits
- * are the same. */
+ * bytes (the SwiGLU epilogue), so it cannot beat the two launches there. FP8's (1-16 rows) pays at
+ * every row count: the 27B's pair 65.0 / 72.0 us at 1 / 16 rows against 2 x 34.5 / 2 x 39.9 (H100,
+ * bench/NOTES.md, FP8 SwiGLU). A speed fact only: the bits are the same. */
 int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m);
 int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                       const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,

@@ -61,10 +61,10 @@ struct SkinnyArgs {
     int chain_len;           // slabs per chain, ceil(slabs / kchains)
     int wk;                  // chains per CTA
     int x_vec;               // x rows start 16-byte aligned
-    // SwiGLU (nt 2 only; tdm_matmul_swiglu): w and scale above are the gate's, these the up
-    // projection's, of the same view shape; each warp takes 8 outputs, its tile 0 from the gate and
-    // tile 1 from the up weight, and y[r][o] = bf16(bf16(silu(bf16(gate))) * bf16(up)). NULL: a
-    // plain product.
+    // SwiGLU (nt 2 only; FP8's per lane from the copy at 1-16 rows; tdm_matmul_swiglu): w and scale
+    // above are the gate's, these the up projection's, of the same view shape; each warp takes 8
+    // outputs, its tile 0 from the gate and tile 1 from the up weight, and y[r][o] =
+    // bf16(bf16(silu(bf16(gate))) * bf16(up)). NULL: a plain product.
     const uint8_t *w_up, *scale_up;
     int64_t row0_up;
     float out_scale_up;
@@ -1082,7 +1082,8 @@ cudaError_t launch(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 
-// The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2.
+// The plain or SwiGLU form (a.w_up) of one vector instantiation; the SwiGLU form exists for nt 2
+// (FP8's nt 2 forms are launched by dispatch below, not here).
 // direct: the per-lane activation form (DA) where it is built (TDM_MM_DIRECT), else the staged one;
 // the per-lane form reads the blocked copy where the caller gave one (XB), and stages x's slabs (XS)
 // where it is built to and xs: the caller's tdm_mm_xs_runs, which sized smem.
@@ -1090,8 +1091,8 @@ template <int FMT, int NT, int MT, int PF, bool DA, bool XB, bool XS = false>
 cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStream_t st)
 {
     if (a.w_up == nullptr) return launch<FMT, NT, MT, PF, true, false, DA, XB, XS>(a, wn, cs, smem, st);
-    if constexpr (NT == 2 && FMT != TDM_MMF_FP8) return launch<FMT, NT, MT, PF, true, true, DA, XB, XS>(a, wn, cs, smem, st);
-    return cudaErrorInvalidValue;   // FP8 has no SwiGLU form (matmul.cu: swiglu_setting)
+    if constexpr (NT == 2) return launch<FMT, NT, MT, PF, true, true, DA, XB, XS>(a, wn, cs, smem, st);
+    return cudaErrorInvalidValue;
 }
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, bool xs, cudaStream_t st)
@@ -1120,10 +1121,13 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
                        : launch<FMT, 1, 2, 1, false, false>(a, wn, cs, smem, st);
     }
     // FP8 nt 2 (TDM_MM_FORM_NT; the caller ran every other case as nt 1): per lane from the copy at
-    // 1-16 rows, no staged or SwiGLU form built.
+    // 1-16 rows, plain or SwiGLU (its only SwiGLU form: matmul.cu, swiglu_setting); no staged form.
     if constexpr (FMT == TDM_MMF_FP8)
         if (nt == 2) {
-            if (!direct || !a.xb || pf != 1 || mt > 1 || a.w_up != nullptr) return cudaErrorInvalidValue;
+            if (!direct || !a.xb || pf != 1 || mt > 1) return cudaErrorInvalidValue;
+            if (a.w_up != nullptr)
+                return mt == 0 ? launch<FMT, 2, 0, 1, true, true, true, true>(a, wn, cs, smem, st)
+                               : launch<FMT, 2, 1, 1, true, true, true, true>(a, wn, cs, smem, st);
             return mt == 0 ? launch<FMT, 2, 0, 1, true, false, true, true>(a, wn, cs, smem, st)
                            : launch<FMT, 2, 1, 1, true, false, true, true>(a, wn, cs, smem, st);
         }

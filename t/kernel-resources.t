@@ -14,8 +14,9 @@
 #     faster than at 128 with its 4 spilled bytes); and FP8's per-lane forms from the blocked copy
 #     (nt 1, sm_90), capped at 96 (TDM_MM_FP8_XB_REGS), where ptxas spills 4 + 4 bytes at 1-8 rows and
 #     20 + 28 at 17-32, under the same limits (bench/NOTES.md, FP8 per lane from the blocked copy:
-#     2-9 % faster than at 113-126 registers), and their nt 2 forms at 1-16 rows (8 + 12 bytes at
-#     9-16 rows with nvcc 13.0; bench/NOTES.md, FP8 at nt 2 with the weights as A);
+#     2-9 % faster than at 113-126 registers), and their nt 2 forms at 1-16 rows, plain and SwiGLU
+#     (8 + 12 bytes at 9-16 rows with nvcc 13.0; bench/NOTES.md, FP8 at nt 2 with the weights as A;
+#     the SwiGLU form 8 + 20 at 1-8 rows: bench/NOTES.md, FP8 SwiGLU);
 #   - the one-row decode's instantiations (NVFP4 nt 2, at most 8 rows, pf 1 and 3, the activations
 #     staged, loaded per lane (TANDEM_MM_DIRECT) and loaded per lane from the blocked copy
 #     (TANDEM_MM_XB); the plain and the SwiGLU form of each) use at
@@ -41,7 +42,7 @@ HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]ELb[01
 hot=$(grep -cE "$HOT" "$tmp")
 echo "1..$((n + 3))"
 t=0
-XB32='_ZN6tdm_mm13skinny_kernelILi3ELi2ELi2ELi1ELb1ELb[01]ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi1ELi[012]ELi[13]ELb1ELb0ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi2ELi[01]ELi1ELb1ELb0ELb1ELb1ELb0EEE'
+XB32='_ZN6tdm_mm13skinny_kernelILi3ELi2ELi2ELi1ELb1ELb[01]ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi1ELi[012]ELi[13]ELb1ELb0ELb1ELb1ELb[01]EEE|_ZN6tdm_mm13skinny_kernelILi2ELi2ELi[01]ELi1ELb1ELb[01]ELb1ELb1ELb0EEE'
 while read -r o arch f r s l; do
     t=$((t + 1))
     if [ "$s" = 0 ] && [ "$l" = 0 ]; then

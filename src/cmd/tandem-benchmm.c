@@ -2,7 +2,7 @@
  * at each row count, the project's NVFP4 and FP8 kernels (time, GB/s, fraction of the streaming
  * read bandwidth measured at the start of the same run) against cuBLAS BF16 and cuBLASLt FP8 on
  * the same shape and rows, eager and inside a CUDA graph; each SwiGLU pair (gate and up of one
- * shape) as the engine runs it, one NVFP4 launch for both; then one line per row count for a whole
+ * shape) as the engine runs it, one NVFP4 (and FP8) launch for both; then one line per row count for a whole
  * Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing rotates
  * over weight copies that together exceed 8x the L2 (cold), median of repeats. */
 #include "cli.h"
@@ -28,7 +28,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: %s [options]\n"
             "Times the matrix kernels on every projection shape of the served models against cuBLAS,\n"
-            "each SwiGLU pair (<p>gate+up: both weights in one NVFP4 launch, as the engine runs them),\n"
+            "each SwiGLU pair (<p>gate+up: both weights in one NVFP4 and one FP8 launch, as the engine\n"
+            "runs them; n/a where its setting does not run as one product),\n"
             "and a whole Qwen3.8-27B token's projections in one CUDA graph. Table on stdout.\n"
             "  --model NAME     qwen3.8-27b or qwen3-next-80b (repeatable; default both)\n"
             "  --rows LIST      row counts, comma-separated (default 1,2,4,8,16,24,32)\n"
@@ -214,11 +215,28 @@ static int token_call(void *p, int i, void *stream)
 }
 
 /* The SwiGLU pairs of a model (a projection named <p>gate_proj beside <p>up_proj of the same shape),
- * in NVFP4 as the engine runs them: one tdm_matmul_swiglu a pair (both weights, x read once), at
- * each row count, into the table as "<p>gate+up" with its bytes and time; "n/a" where the pair's
- * setting cannot run as one (tdm_matmul_swiglu_ok). */
+ * in NVFP4 and FP8 as the engine runs them: one tdm_matmul_swiglu a pair (both weights, x read once),
+ * at each row count, into the table as "<p>gate+up" with its bytes and time; "n/a" where the pair's
+ * setting cannot run as one (tdm_matmul_swiglu_ok; FP8 only at 1-16 rows from x's blocked copy). */
 static int nrows, rows[32];
 static double read_gbps;
+struct swiglu_time {
+    double graph_ms, eager_ms, gbps;   /* graph_ms < 0: the pair cannot run as one */
+};
+static struct swiglu_time swiglu_time(struct tdm_wset *wg, struct tdm_wset *wu, const uint16_t *x, const uint16_t *xb,
+                                      void *y, int64_t m, int eager)
+{
+    struct swiglu_time r = {-1, -1, 0};
+    const struct tdm_dweight *g = &wg->w[0];
+    if (!tdm_matmul_swiglu_ok(g, &wu->w[0], x, g->k, xb, m, tiles)) return r;
+    struct call c = {OURS_SWIGLU, wg, x, NULL, y, m, xb, wu};
+    /* both weights and their scales, x once */
+    const double b = (double)(tdm_matmul_bytes(g, m) + tdm_matmul_bytes(&wu->w[0], m) - m * g->k * 2);
+    r.graph_ms = time_it(&c, 1);
+    if (eager) r.eager_ms = time_it(&c, 0);
+    r.gbps = b / r.graph_ms / 1e6;
+    return r;
+}
 static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, void *y, uint16_t *xbuf, json_t *arr)
 {
     for (int s = 0; s < ms->nshapes; s++) {
@@ -232,31 +250,44 @@ static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, v
         if (!u) continue;
         snprintf(pname, sizeof pname, "%.*sgate+up", (int)(len - sfx), g->name);
         snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, g->n, g->k);
-        struct tdm_wset wg, wu;
-        wset(&wg, TDM_W_NVFP4, g->n, g->k, 400 + s);
-        wset(&wu, TDM_W_NVFP4, g->n, g->k, 500 + s);
+        struct tdm_wset wg4, wu4, wg8, wu8;
+        wset(&wg4, TDM_W_NVFP4, g->n, g->k, 400 + s);
+        wset(&wu4, TDM_W_NVFP4, g->n, g->k, 500 + s);
+        wset(&wg8, TDM_W_FP8, g->n, g->k, 600 + s);
+        wset(&wu8, TDM_W_FP8, g->n, g->k, 700 + s);
         for (int ri = 0; ri < nrows; ri++) {
             const int64_t m = rows[ri];
-            printf("%-15s %-26s %11s %5" PRId64 " | ", ms->model, pname, shape, m);
-            if (!tdm_matmul_swiglu_ok(&wg.w[0], &wu.w[0], x, g->k, m, tiles)) {
-                printf("%8s %7s %5s %8s | swiglu: the setting does not run as one\n", "n/a", "", "", "");
-                continue;
-            }
             const uint16_t *xb = pack_xb(x, m, g->k, xbuf);
-            struct call c = {OURS_SWIGLU, &wg, x, NULL, y, m, xb, &wu};
-            /* both weights and their scales, x once */
-            const double b = (double)(tdm_matmul_bytes(&wg.w[0], m) + tdm_matmul_bytes(&wu.w[0], m) - m * g->k * 2);
-            const double tg = time_it(&c, 1), te = time_it(&c, 0), gb = b / tg / 1e6;
-            printf("%8.2f %7.0f %4.0f%% %8.2f | %8s %7s %5s | %8s %8s %8s | %6s\n", tg * 1e3, gb, 100 * gb / read_gbps, te * 1e3,
-                   "-", "-", "-", "-", "-", "-", "-");
+            const struct swiglu_time t4 = swiglu_time(&wg4, &wu4, x, xb, y, m, 1), t8 = swiglu_time(&wg8, &wu8, x, xb, y, m, 0);
+            printf("%-15s %-26s %11s %5" PRId64 " | ", ms->model, pname, shape, m);
+            if (t4.graph_ms < 0)
+                printf("%8s %7s %5s %8s | ", "n/a", "", "", "");
+            else
+                printf("%8.2f %7.0f %4.0f%% %8.2f | ", t4.graph_ms * 1e3, t4.gbps, 100 * t4.gbps / read_gbps, t4.eager_ms * 1e3);
+            if (t8.graph_ms < 0)
+                printf("%8s %7s %5s | ", "n/a", "", "");
+            else
+                printf("%8.2f %7.0f %4.0f%% | ", t8.graph_ms * 1e3, t8.gbps, 100 * t8.gbps / read_gbps);
+            printf("%8s %8s %8s | %6s%s\n", "-", "-", "-", "-",
+                   t4.graph_ms < 0 || t8.graph_ms < 0 ? "  (n/a: the setting does not run as one product)" : "");
             fflush(stdout);
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:f, s:f, s:f}", "model", ms->model, "projection",
-                                                 pname, "n", (json_int_t)g->n, "k", (json_int_t)g->k, "rows", (json_int_t)m,
-                                                 "swiglu", 1, "nvfp4_graph_us", tg * 1e3, "nvfp4_eager_us", te * 1e3,
-                                                 "nvfp4_gbps", gb));
+            json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:b}", "model", ms->model, "projection", pname, "n", (json_int_t)g->n,
+                                  "k", (json_int_t)g->k, "rows", (json_int_t)m, "swiglu", 1);
+            if (t4.graph_ms >= 0) {
+                json_object_set_new(o, "nvfp4_graph_us", json_real(t4.graph_ms * 1e3));
+                json_object_set_new(o, "nvfp4_eager_us", json_real(t4.eager_ms * 1e3));
+                json_object_set_new(o, "nvfp4_gbps", json_real(t4.gbps));
+            }
+            if (t8.graph_ms >= 0) {
+                json_object_set_new(o, "fp8_graph_us", json_real(t8.graph_ms * 1e3));
+                json_object_set_new(o, "fp8_gbps", json_real(t8.gbps));
+            }
+            json_array_append_new(arr, o);
         }
-        tdm_wset_free(&wg);
-        tdm_wset_free(&wu);
+        tdm_wset_free(&wg4);
+        tdm_wset_free(&wu4);
+        tdm_wset_free(&wg8);
+        tdm_wset_free(&wu8);
     }
 }
 

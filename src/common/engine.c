@@ -714,7 +714,7 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
     /* gate, up and SiLU x up in one launch where the setting allows and (auto) where that is the
      * faster (tdm_matmul_swiglu: the same bits as the three launches, so the choice, made per row
      * count, changes none) */
-    const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, M, t) &&
+    const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, xnb, M, t) &&
                       (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, M));
     if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||

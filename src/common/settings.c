@@ -39,7 +39,8 @@ const struct tdm_setting_def tdm_settings[] = {
      "scale_2; FP8 whole 128-row blocks), else two; off runs two products (the older path, for comparison)"},
     {"TANDEM_MLP_FUSE", "auto", "auto|on|off",
      "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
-     "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp: the same bits); off runs "
+     "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp; FP8 at 1-16 rows from the "
+     "input's blocked copy: the same bits); off runs "
      "two products and the SiLU x up kernel (the older path, for comparison); auto runs the one launch where "
      "it is measured faster: every row count but NVFP4's 9-16 (tdm_matmul_swiglu_pays)"},
     {"TANDEM_CONCURRENT", "on", "on|off",

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tandem-benchmm on the GPU, the 27B's shapes at one and 16 rows with one repeat: a line per
-# projection and row count, the SwiGLU pair's line (mlp.gate+up) with a time, and the --json
+# projection and row count, the SwiGLU pair's line (mlp.gate+up) with NVFP4 and FP8 times, and the --json
 # record holding it; the header names the card each shipped table was swept on, as the record does.
 # Skips without a CUDA device.
 JG=build/t/json_get
@@ -16,19 +16,20 @@ t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n -
 t "exit 0" "[ $rc -eq 0 ]"
 t "a line per projection shape and row count (9 shapes x 2)" \
   "[ \$(grep -cE '^qwen3.8-27b +[a-z_.]+ +[0-9]+,[0-9]+ +(1|16) \| +[0-9.]+ ' $tmp/a.out) -eq 18 ]"
-t "the SwiGLU pair at 1 and 16 rows, timed" \
-  "[ \$(grep -cE '^qwen3.8-27b +mlp.gate\+up +17408,5120 +(1|16) \| +[0-9]+\.[0-9]+ ' $tmp/a.out) -eq 2 ]"
+t "the SwiGLU pair at 1 and 16 rows, timed in NVFP4 and FP8 (the shipped tables' nt 2 on 17408,5120)" \
+  "[ \$(grep -cE '^qwen3.8-27b +mlp.gate\+up +17408,5120 +(1|16) \| +[0-9]+\.[0-9]+ +[0-9]+ +[0-9]+% +[0-9.]+ \| +[0-9]+\.[0-9]+ ' $tmp/a.out) -eq 2 ]"
 # the JSON record: the SwiGLU entries after the 18 per-shape ones
 swiglu_json() {
     i=0
     while p=$($JG "$tmp/a.json" "shapes.$i.projection" 2>/dev/null); do
         [ "$p" = '"mlp.gate+up"' ] && [ "$($JG "$tmp/a.json" "shapes.$i.swiglu")" = true ] &&
-            $JG "$tmp/a.json" "shapes.$i.nvfp4_graph_us" >/dev/null && return 0
+            $JG "$tmp/a.json" "shapes.$i.nvfp4_graph_us" >/dev/null && $JG "$tmp/a.json" "shapes.$i.fp8_graph_us" >/dev/null &&
+            return 0
         i=$((i + 1))
     done
     return 1
 }
-t "--json: the pair's record, marked swiglu, with its time" swiglu_json
+t "--json: the pair's record, marked swiglu, with its NVFP4 and FP8 times" swiglu_json
 t "the card each table was swept on: a header line and the record's tables_swept_on (the shipped fp8 table's)" \
   "grep -q '^# tables swept on: nvfp4-skinny [^;]*; nvfp4-skinny-wide ' $tmp/a.out &&
    arch=\$(sed -n '1s/^# .* (\\(sm_[0-9]*\\), .*/\\1/p' $tmp/a.out) &&

@@ -39,6 +39,9 @@
  *       two products) gives the same prompt and step logits bit for bit where tdm_mm_kchains gives
  *       (2Hv, H) the chains of (Hv, H) (the tiny fixture's 12 x 256 and 6 x 256: one chain each),
  *       else within the CPU bound of the CPU reference;
+ *     qwen3_5 in FP8: with an FP8 table of nt 2 for the MLP (t/tiletest.h), its gate, up and SiLU x
+ *       up run as one product (tdm_matmul_swiglu_ok at 1 and 5 rows with the blocked copy), and
+ *       engines with TANDEM_MLP_FUSE=on and =off give the one T-row call's logits bit for bit;
  *     greedy ids on the device (the _ids forms), graphed and eager (TANDEM_CUDA_GRAPH on, off): each
  *       row's id equals the host tdm_argmax of its logits — the prompt in one call with logits and
  *       ids, and ids only from row T/2; the steps alternating logits + ids and ids only (the step's
@@ -57,6 +60,7 @@
 #include "err.h"
 #include "formats.h"
 #include "matmul.h"
+#include "mm_layout.h"
 #include "model.h"
 #include "ref.h"
 #include "safetensors.h"
@@ -69,6 +73,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "gputest.h"
+#include "tiletest.h"
 
 #define FIX_BOUND 2e-2
 #define CPU_BOUND 1e-2
@@ -464,6 +469,55 @@ static struct tdm_engine *engine_with(const struct tdm_model *m, int rows, const
     return e;
 }
 
+/* The FP8 dense MLP's gate, up and SiLU x up as one product (tdm_matmul_swiglu, FP8's nt 2 form from
+ * the blocked copy at 1-16 rows), which the shipped tables leave unused on the tiny shapes: with an FP8
+ * table of nt 2 settings for the MLP's (I, H) (TANDEM_TILES, t/tiletest.h), the layer's pair runs as
+ * one at 1 and 5 rows from the blocked copy (and not without it); engines with TANDEM_MLP_FUSE=on and
+ * =off give the prompt (5-row calls) and step logits of the shipped tables' T-row call (lg), bit for
+ * bit. */
+static void test_fp8_mlp_fused(const struct tdm_model *m, const char *lab, const int32_t *prompt, int T, const int32_t *gref,
+                               int S, const float *lg, float *tw, int rows)
+{
+    const int V = m->cfg.vocab, H = m->cfg.hidden;
+    const int64_t shape[1][2] = {{m->cfg.intermediate, H}};
+    struct tdm_device_info info;
+    char arch[16], dir[64];
+    struct tdm_tiles *tl = NULL;
+    if (tdm_cuda_device_info(0, &info) != 0) bail("device");
+    tdm_tiles_arch(info.sm_major, info.sm_minor, arch, sizeof arch);
+    if (fp8_nt2_tables(arch, shape, 1, dir, &tl) != 0) bail("an FP8 table with nt 2");
+    struct tdm_dweight g, u;
+    if (tdm_dweight_upload(&m->layers[0].mlp.gate, &g) != 0 || tdm_dweight_upload(&m->layers[0].mlp.up, &u) != 0)
+        bail("upload");
+    uint16_t *xn = dal((size_t)5 * H * 2), *xnb = dal((size_t)tdm_mm_xb_elems(H) * 2 + 16);
+    ok(tdm_matmul_swiglu_ok(&g, &u, xn, H, xnb, 1, tl) && tdm_matmul_swiglu_ok(&g, &u, xn, H, xnb, 5, tl) &&
+       !tdm_matmul_swiglu_ok(&g, &u, xn, H, NULL, 1, tl), "%s: with an FP8 table of nt 2 for %lldx%d the MLP's gate and up "
+       "run as one product at 1 and 5 rows from the blocked copy, not without it", lab, (long long)shape[0][0], H);
+    tdm_cuda_free(xn);
+    tdm_cuda_free(xnb);
+    tdm_dweight_free(&g);
+    tdm_dweight_free(&u);
+    tdm_tiles_free(tl);
+    const char *was = getenv("TANDEM_TILES");
+    char *prev = was ? strdup(was) : NULL;
+    setenv("TANDEM_TILES", dir, 1);
+    static const char *fuse[2] = {"on", "off"};
+    for (int f = 0; f < 2; f++) {
+        struct tdm_engine *e = engine_with(m, rows, "TANDEM_MLP_FUSE", fuse[f]);
+        memset(tw, 0xff, (size_t)rows * V * 4);
+        if (run_engine(e, prompt, T, gref, S, 5, tw, V) != 0) bail("engine forward (an FP8 table with nt 2)");
+        tdm_engine_free(e);
+        long diff = 0;
+        for (size_t i = 0; i < (size_t)rows * V; i++) diff += memcmp(&tw[i], &lg[i], 4) != 0;
+        ok(diff == 0, "%s: an FP8 table with nt 2 for the MLP, TANDEM_MLP_FUSE=%s, prompt in 5-row calls + %d steps: %ld of %ld "
+           "logits differ from the shipped tables' %d-row call (bit for bit)", lab, fuse[f], S - 1, diff, (long)rows * V, T);
+    }
+    if (prev) setenv("TANDEM_TILES", prev, 1);
+    else unsetenv("TANDEM_TILES");
+    free(prev);
+    fp8_nt2_tables_remove(arch, dir);
+}
+
 static void test_fixture(const char *fix, const char *model, const char *fmt)
 {
     char dir[4096], path[4096];
@@ -576,6 +630,8 @@ static void test_fixture(const char *fix, const char *model, const char *fmt)
                "vs the CPU reference: relative error %.2e <= %.0e (%ld logits differ from one product's: kchains %d vs %d)",
                lab, e2c, CPU_BOUND, diff, tdm_mm_kchains(2 * Hv, H), tdm_mm_kchains(Hv, H));
     }
+    if (m->cfg.arch != TDM_ARCH_QWEN3_NEXT && m->layers[0].mlp.gate.fmt == TDM_W_FP8)
+        test_fp8_mlp_fused(m, lab, prompt, T, gref, S, lg, tw, rows);
     test_ids(m, lab, prompt, T, gref, S, lg);
 
     /* the prefill path: the prompt as one chunk through tdm_engine_prefill (the wide GEMM and the

@@ -10,8 +10,10 @@
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
  *   NVFP4 and FP8 at 1-32 rows in each activation form (TANDEM_MM_DIRECT on: NVFP4 loaded per lane
  *     at 1-16 rows; off: staged; per lane from x's blocked copy, mm_layout.h: xb) against the
- *     one-row calls, bit for bit, and tdm_mm_pack_xb against the layout's index on the host; SwiGLU
- *     from the blocked copy, writing y's, the same bits and the copy equal to y packed.
+ *     one-row calls, bit for bit, and tdm_mm_pack_xb against the layout's index on the host;
+ *   SwiGLU in one launch (NVFP4; FP8 at 1-16 rows from the blocked copy, the 27B's MLP with the
+ *     shipped table and edge shapes with a table written here) = gate, up and SiLU x up bit for bit,
+ *     every row its one-row call's; from the blocked copy, writing y's, the copy equal to y packed.
  * And the programmatic launches (kernels/pdl.cuh, TANDEM_PDL): a chain of norm -> product pairs
  * through one reused activation buffer, each product launched while its norm may still run, gives
  * the plain launches' bits, eager and from a graph (a product that read its input before the norm
@@ -30,6 +32,7 @@
 #include "shapes.h"
 #include "tap.h"
 #include "tiles.h"
+#include "tiletest.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,11 +421,15 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
 
 
 /* SwiGLU in one product (tdm_matmul_swiglu) against tdm_matmul of gate and of up, then
- * tdm_silu_mul, bit for bit, at every row count 1..32 the tables let it run (nt 2 settings), with
+ * tdm_silu_mul, bit for bit, at every row count 1..32 the tables tl let it run (nt 2 settings), with
  * rows that share inputs; and each row against its one-row call (the twin). n not a multiple of a
- * CTA's outputs exercises the last CTA's guard. Counts the row counts it ran at (NVFP4 with the
- * shipped sm_90 tables: every one for the 27B's 17408x5120). */
-static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, int want_all)
+ * CTA's outputs exercises the last CTA's guard. FP8 runs as one product only from x's blocked copy
+ * (1-16 rows), so with from_xb every SwiGLU call reads the copy of its own rows (the references never
+ * do); else the first calls read x and a second pass the copy, writing y's. Counts the row counts
+ * it ran at: at least want (NVFP4 with the shipped sm_90 tables: every one for the 27B's 17408x5120;
+ * FP8 1-16). */
+static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, const struct tdm_tiles *tl, int from_xb,
+                       int want)
 {
     struct hweight hg, hu;
     make_weight(&hg, fmt, n, k, TDM_DT_F32);
@@ -445,38 +452,49 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
     }
     uint16_t *ref = malloc(yb), *glu = malloc(yb), *one = malloc((size_t)n * 2);
     int ran = 0, same = 0, twins = 0, fails = 0, xb_ran = 0, xb_same = 0;
-    /* at 1..16 rows, also from x's blocked copy, writing y's: y the same bits, its copy = the packed y */
-    uint16_t *dxb = NULL, *dyb = NULL, *dyb2 = NULL;
+    /* x's blocked copy (dxb: of the call's rows; dxb1: of one row), y's (dyb) and y packed (dyb2) */
+    uint16_t *dxb = NULL, *dxb1 = NULL, *dyb = NULL, *dyb2 = NULL;
     const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2, ybb = (size_t)tdm_mm_xb_elems(n) * 2;
-    if (tdm_cuda_malloc((void **)&dxb, xbb + 16) || tdm_cuda_malloc((void **)&dyb, ybb + 16) ||
-        tdm_cuda_malloc((void **)&dyb2, ybb + 16)) {
+    if (tdm_cuda_malloc((void **)&dxb, xbb + 16) || tdm_cuda_malloc((void **)&dxb1, xbb + 16) ||
+        tdm_cuda_malloc((void **)&dyb, ybb + 16) || tdm_cuda_malloc((void **)&dyb2, ybb + 16)) {
         ok(0, "%s: device memory: %s", label, tdm_err());
         return;
     }
     for (int m = 1; m <= R; m++) {
-        if (!tdm_matmul_swiglu_ok(&g, &u, dx, k, m, tiles)) continue;
+        const uint16_t *xb = NULL;   /* what the first SwiGLU calls read beside x */
+        if (from_xb) {
+            if (!xbb || tdm_mm_pack_xb(dx, k, m, k, dxb, st) != 0) {
+                fails++;
+                printf("# %s m=%d: x's blocked copy: %s\n", label, m, xbb ? tdm_err() : "k has no full slab");
+                continue;
+            }
+            xb = dxb;
+        }
+        if (!tdm_matmul_swiglu_ok(&g, &u, dx, k, xb, m, tl)) continue;
         ran++;
         if (tdm_dev_fill_bytes(dglu, yb, 99 + m, 0xff, 0, st) != 0 ||
-            tdm_matmul(&g, dx, k, m, dg, n, TDM_MM_BF16, tiles, st) || tdm_matmul(&u, dx, k, m, du, n, TDM_MM_BF16, tiles, st) ||
-            tdm_silu_mul(dg, du, n, m, dref, NULL, st) || tdm_matmul_swiglu(&g, &u, dx, k, NULL, m, dglu, n, NULL, tiles, st) ||
+            tdm_matmul(&g, dx, k, m, dg, n, TDM_MM_BF16, tl, st) || tdm_matmul(&u, dx, k, m, du, n, TDM_MM_BF16, tl, st) ||
+            tdm_silu_mul(dg, du, n, m, dref, NULL, st) || tdm_matmul_swiglu(&g, &u, dx, k, xb, m, dglu, n, NULL, tl, st) ||
             tdm_stream_sync(st) || tdm_cuda_d2h(ref, dref, (size_t)m * n * 2) || tdm_cuda_d2h(glu, dglu, (size_t)m * n * 2)) {
             fails++;
             printf("# %s m=%d: %s\n", label, m, tdm_err());
             continue;
         }
         same += memcmp(ref, glu, (size_t)m * n * 2) == 0;
-        int rows_ok = 1;   /* each row against its own one-row call */
-        for (int r = 0; r < m && rows_ok; r++)
-            rows_ok = tdm_matmul_swiglu_ok(&g, &u, dx + r * k, k, 1, tiles) &&
-                      tdm_matmul_swiglu(&g, &u, dx + r * k, k, NULL, 1, dglu, n, NULL, tiles, st) == 0 && tdm_stream_sync(st) == 0 &&
+        int rows_ok = 1;   /* each row against its own one-row call (from the copy of that row alone) */
+        for (int r = 0; r < m && rows_ok; r++) {
+            const uint16_t *xr = dx + r * k, *xb1 = from_xb ? dxb1 : NULL;
+            rows_ok = (!xb1 || tdm_mm_pack_xb(xr, k, 1, k, dxb1, st) == 0) && tdm_matmul_swiglu_ok(&g, &u, xr, k, xb1, 1, tl) &&
+                      tdm_matmul_swiglu(&g, &u, xr, k, xb1, 1, dglu, n, NULL, tl, st) == 0 && tdm_stream_sync(st) == 0 &&
                       tdm_cuda_d2h(one, dglu, (size_t)n * 2) == 0 && memcmp(one, glu + (size_t)r * n, (size_t)n * 2) == 0;
+        }
         twins += rows_ok;
-        if (m <= TDM_MM_XB_ROWS && xbb) {
+        if (m <= TDM_MM_XB_ROWS && xbb) {   /* from x's blocked copy, writing y's */
             xb_ran++;
             int64_t d1 = -1, d2 = -1;
             if (tdm_mm_pack_xb(dx, k, m, k, dxb, st) == 0 && tdm_dev_fill_bytes(dyb, ybb, 0, 0, 0, st) == 0 &&
                 tdm_dev_fill_bytes(dyb2, ybb, 0, 0, 0, st) == 0 && tdm_dev_fill_bytes(dglu, yb, 7 + m, 0xff, 0, st) == 0 &&
-                tdm_matmul_swiglu(&g, &u, dx, k, dxb, m, dglu, n, ybb ? dyb : NULL, tiles, st) == 0 &&
+                tdm_matmul_swiglu(&g, &u, dx, k, dxb, m, dglu, n, ybb ? dyb : NULL, tl, st) == 0 &&
                 tdm_dev_count_diff(dglu, dref, (size_t)m * n * 2, &d1, st) == 0 &&
                 (!ybb || (tdm_mm_pack_xb(dglu, n, m, n, dyb2, st) == 0 && tdm_dev_count_diff(dyb, dyb2, ybb, &d2, st) == 0)))
                 xb_same += d1 == 0 && (!ybb || d2 == 0);
@@ -484,17 +502,17 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
                 printf("# %s m=%d (blocked copies): %s\n", label, m, tdm_err());
         }
     }
-    ok(xb_same == xb_ran && (xb_ran > 0 || !want_all), "%s: from x's blocked copy, writing y's: y = gate, up, tdm_silu_mul bit for bit and the "
-       "copy = y packed, at %d of %d row counts run", label, xb_same, xb_ran);
-    tdm_cuda_free(dxb); tdm_cuda_free(dyb); tdm_cuda_free(dyb2);
+    ok(xb_same == xb_ran && (xb_ran > 0 || !want), "%s: from x's blocked copy, writing y's: y = gate, up, tdm_silu_mul bit for "
+       "bit and the copy = y packed, at %d of %d row counts run", label, xb_same, xb_ran);
+    tdm_cuda_free(dxb); tdm_cuda_free(dxb1); tdm_cuda_free(dyb); tdm_cuda_free(dyb2);
     ok(fails == 0 && same == ran, "%s: one SwiGLU product = gate, up, tdm_silu_mul bit for bit at %d of %d row counts run",
        label, same, ran);
     ok(twins == ran, "%s: every row = its one-row SwiGLU call at %d of %d row counts", label, twins, ran);
-    ok(ran >= (want_all ? R : 1), "%s: ran as one product at %d of 1..%d rows (at least %d expected)", label, ran, R,
-       want_all ? R : 1);
+    ok(ran >= (want ? want : 1), "%s: ran as one product at %d of 1..%d rows (at least %d expected)", label, ran, R,
+       want ? want : 1);
     /* refused where it cannot run: shapes that differ */
     struct tdm_dweight half = tdm_dweight_rows(&u, 0, n / 2);
-    ok(!tdm_matmul_swiglu_ok(&g, &half, dx, k, 1, tiles) && tdm_matmul_swiglu(&g, &half, dx, k, NULL, 1, dglu, n, NULL, tiles, st) != 0,
+    ok(!tdm_matmul_swiglu_ok(&g, &half, dx, k, NULL, 1, tl) && tdm_matmul_swiglu(&g, &half, dx, k, NULL, 1, dglu, n, NULL, tl, st) != 0,
        "%s: gate and up of different shapes refused: %s", label, tdm_err());
     tdm_dweight_free(&g);
     tdm_dweight_free(&u);
@@ -590,6 +608,23 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
     free(h.scale);
 }
 
+/* FP8 SwiGLU on edge shapes: an FP8 table of nt 2 settings written for them (t/tiletest.h), each
+ * then run as one product at 1-16 rows from the blocked copy. */
+static void fp8_swiglu_edges(const char *arch)
+{
+    static const int64_t shapes[][2] = {{200, 528}, {512, 256}, {344, 1024}};
+    static const char *labels[] = {"swiglu fp8 200x528 (a partial last CTA and slab)", "swiglu fp8 512x256 (the tiny fixtures' MLP)",
+                                   "swiglu fp8 344x1024 (a partial last CTA)"};
+    enum { NS = sizeof shapes / sizeof shapes[0] };
+    char dir[64];
+    struct tdm_tiles *tl = NULL;
+    ok(fp8_nt2_tables(arch, shapes, NS, dir, &tl) == 0, "an FP8 table of nt 2 settings for the SwiGLU edge shapes: %s",
+       tl ? "loads" : tdm_err());
+    for (int i = 0; tl && i < NS; i++) run_swiglu(labels[i], TDM_W_FP8, shapes[i][0], shapes[i][1], tl, 1, 16);
+    tdm_tiles_free(tl);
+    fp8_nt2_tables_remove(arch, dir);
+}
+
 int main(void)
 {
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
@@ -645,9 +680,15 @@ int main(void)
        fp8_nt2_cases);
     /* SwiGLU in one product: the 27B's MLP (the shipped tables: nt 2 at 1-16 and 17-32 rows), a
      * shape whose last CTA is partial, and BF16 where a setting takes nt 2 */
-    run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
-    run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, 0);
-    run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, 0);
+    run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, tiles, 0, 32);
+    run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, tiles, 0, 0);
+    run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, tiles, 0, 0);
+    /* FP8: the 27B's MLP with the shipped table where it sets nt 2 (sm_90's: at 1-16 rows; sm_121's
+     * nt 1 has no SwiGLU form), and edge shapes with an FP8 table of nt 2 settings written here (a
+     * partial last CTA and a partial last slab; the tiny fixtures' MLP) */
+    if (tdm_tiles_get(tiles, TDM_MMK_FP8, 17408, 5120).nt == 2)
+        run_swiglu("swiglu fp8 17408x5120", TDM_W_FP8, 17408, 5120, tiles, 1, 16);
+    fp8_swiglu_edges(arch);
     /* programmatic launches: the 27B's largest NVFP4 shape and a small FP8 and BF16 one */
     run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
     run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 8);
