@@ -108,8 +108,9 @@ int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweigh
  * products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row SwiGLU pair) its warps are
  * latency-bound at the plain product's issue rate and it executes 2.33x the instructions for 2x the
  * bytes (the SwiGLU epilogue), so it cannot beat the two launches there. FP8's (1-16 rows) pays at
- * every row count: the 27B's pair 65.0 / 72.0 us at 1 / 16 rows against 2 x 34.5 / 2 x 39.9 (H100,
- * bench/NOTES.md, FP8 SwiGLU). A speed fact only: the bits are the same. */
+ * every row count: the 27B's pair 64.0-64.8 / 72.0 us at 1 / 16 rows against 2 x 32.6-33.6 / 2 x 39.9,
+ * and the SiLU x up's launch (H100, bench/NOTES.md, FP8 SwiGLU). A speed fact only: the bits are the
+ * same. */
 int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m);
 int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                       const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
@@ -181,9 +182,10 @@ void tdm_wset_free(struct tdm_wset *s);
 
 /* Launches call i (0 <= i < calls) on the stream; returns 0 or -1 with tdm_err(). */
 typedef int (*tdm_launch_fn)(void *ctx, int i, void *stream);
-/* Times `calls` launches back to back, `reps` times after one warm-up pass, either captured in one
- * CUDA graph (graph != 0) or eagerly; *ms_per_call is the median over the repeats of the pass time
- * divided by calls. */
+/* Times `calls` launches back to back, `reps` times after warm-up passes (one at least, more until
+ * they took 20 ms: kernels/coldbw.cu, TDM_TIME_WARMUP_MS), either captured in one CUDA graph
+ * (graph != 0) or eagerly; *ms_per_call is the median over the repeats of the pass time divided by
+ * calls. */
 int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call);
 /* The GPU's L2 size in bytes (0 if unknown). */
 size_t tdm_dev_l2_bytes(void);
