@@ -239,6 +239,20 @@ extern "C" size_t tdm_dev_l2_bytes(void)
     return (size_t)l2;
 }
 
+// The warm-up before the timed passes of tdm_time_calls. With one untimed pass, the product timed
+// first after a shape's weights were made read up to 12 % slower than the same product timed again
+// (H100, benchmm --rows 1,2,1,2: the 27B's NVFP4 gate_proj 21.3-21.5 us first, 18.9 again; bench/NOTES.md,
+// the first timing of a shape): its passes ran before the card's clocks had come back up after the
+// host's allocations. So the first timing of a process and the first after weight sets were made or
+// freed (tdm_wset_alloc, tdm_wset_free) warm up with passes until they took TDM_TIME_WARMUP_MS
+// together; the others, with the card busy since, with one pass. Measured (the first timing's
+// excess over the same product timed again, the gate / down / SwiGLU pair): one pass +2.2 / +2.9 /
+// +2.4 us, 20 ms +0.6 / +0.7 / +0.4, 100 ms +0.2 / +0.2 / +0.3.
+#ifndef TDM_TIME_WARMUP_MS
+#define TDM_TIME_WARMUP_MS 100.0f
+#endif
+static bool time_cold = true;   // the next tdm_time_calls warms up for TDM_TIME_WARMUP_MS
+
 extern "C" int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, int64_t k, enum tdm_dtype sdt,
                               size_t min_bytes, int min_copies, uint64_t seed)
 {
@@ -289,25 +303,19 @@ extern "C" int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, 
         }
     }
     TDM_CUDA_TRY(cudaDeviceSynchronize());
+    time_cold = true;
     return 0;
 }
 
 extern "C" void tdm_wset_free(struct tdm_wset *s)
 {
     if (!s) return;
+    time_cold = true;
     if (s->mem) tdm_cuda_free(s->mem);
     free(s->w);
     memset(s, 0, sizeof *s);
 }
 
-// The warm-up before the timed passes of tdm_time_calls: passes until they took this many ms together
-// (one at least). With one pass, the product timed first after a shape's weights were allocated read
-// 12 % slower than the same product timed again (H100, benchmm --rows 1,2,1,2: the 27B's NVFP4
-// gate_proj 21.3-21.5 us first, 18.9 again; bench/NOTES.md, the first timing of a shape): the first
-// passes ran before the card's clocks had come up.
-#ifndef TDM_TIME_WARMUP_MS
-#define TDM_TIME_WARMUP_MS 20.0f
-#endif
 extern "C" int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call)
 {
     cudaStream_t st = (cudaStream_t)stream;
@@ -354,8 +362,10 @@ extern "C" int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, 
             cudaEventElapsedTime(ms, e0, e1);
             return true;
         };
+        const float warm_for = time_cold ? TDM_TIME_WARMUP_MS : 0.0f;
+        time_cold = false;
         float ms, warm_ms = 0;
-        for (int w = 0; w == 0 || (warm_ms < TDM_TIME_WARMUP_MS && w < 100000); w++) {   // warm-up passes
+        for (int w = 0; w == 0 || (warm_ms < warm_for && w < 100000); w++) {   // warm-up passes
             if (!pass(&ms)) goto out;
             warm_ms += ms;
         }

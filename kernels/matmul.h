@@ -182,10 +182,10 @@ void tdm_wset_free(struct tdm_wset *s);
 
 /* Launches call i (0 <= i < calls) on the stream; returns 0 or -1 with tdm_err(). */
 typedef int (*tdm_launch_fn)(void *ctx, int i, void *stream);
-/* Times `calls` launches back to back, `reps` times after warm-up passes (one at least, more until
- * they took 20 ms: kernels/coldbw.cu, TDM_TIME_WARMUP_MS), either captured in one CUDA graph
- * (graph != 0) or eagerly; *ms_per_call is the median over the repeats of the pass time divided by
- * calls. */
+/* Times `calls` launches back to back, `reps` times after one warm-up pass (the first timing of a
+ * process and the first after tdm_wset_alloc or tdm_wset_free: passes until they took 100 ms,
+ * kernels/coldbw.cu, TDM_TIME_WARMUP_MS), either captured in one CUDA graph (graph != 0) or eagerly;
+ * *ms_per_call is the median over the repeats of the pass time divided by calls. */
 int tdm_time_calls(tdm_launch_fn fn, void *ctx, int calls, int reps, int graph, void *stream, double *ms_per_call);
 /* The GPU's L2 size in bytes (0 if unknown). */
 size_t tdm_dev_l2_bytes(void);
