@@ -2,9 +2,9 @@
  * at each row count, the project's NVFP4 and FP8 kernels (time, GB/s, fraction of the streaming
  * read bandwidth measured at the start of the same run) against cuBLAS BF16 and cuBLASLt FP8 on
  * the same shape and rows, eager and inside a CUDA graph; each SwiGLU pair (gate and up of one
- * shape) as the engine runs it, one NVFP4 (and FP8) launch for both; then one line per row count for a whole
- * Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing rotates
- * over weight copies that together exceed 8x the L2 (cold), median of repeats. */
+ * shape) as the engine runs it, one NVFP4 (and FP8) launch for both; then one line per row count
+ * for a whole Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing
+ * rotates over weight copies that together exceed 8x the L2 (cold), median of repeats. */
 #include "cli.h"
 #include "device.h"
 #include "err.h"
