@@ -1,7 +1,7 @@
 /* tiletest.h — tile tables written by the GPU test programs: an FP8 table whose entries set nt 2
  * (the weights as the mma's A operand per lane from x's blocked copy at 1-16 rows: the form that
  * runs a SwiGLU pair as one FP8 product), for shapes the shipped tables leave at nt 1. Header-only
- * (static), included after tap.h. */
+ * (static); used by t/unit/matmul_gpu.c and t/unit/engine_gpu.c. */
 #ifndef TDM_TILETEST_H
 #define TDM_TILETEST_H
 #include "err.h"
