@@ -232,6 +232,10 @@ static bool rows_aligned(const struct tdm_dweight *w)
     return true;
 }
 
+// Whether a product of m rows reads x's blocked copy xb per lane (the form TDM_MM_FORM_NT and
+// TDM_MM_DIRECT_XB name xb_lane): a copy given, the vector instantiation, the per-lane form at m rows.
+static int xb_lane_of(const uint16_t *xb, bool vec, int64_t m) { return xb && vec && tdm_mm_direct_rows(m); }
+
 // Launches the skinny kernel with the setting t (already checked) on arguments a of m rows.
 static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct tdm_tile t, int64_t m, bool vec,
                       void *stream)
@@ -249,7 +253,7 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     const int f = (int)w->fmt;
     // The nt and warps the kernel runs the setting at (mm_layout.h: FP8's nt 2 as nt 1 over twice the
     // warps where it has no per-lane form from the copy): the same CTAs and columns, so the same bits.
-    const int xb_lane = a.xb && vec && tdm_mm_direct_rows(m);
+    const int xb_lane = xb_lane_of(a.xb, vec, m);
     t.wn = tdm_mm_form_wn(f, t.nt, t.wn, mt, xb_lane);
     t.nt = TDM_MM_FORM_NT(f, t.nt, mt, xb_lane);
     const bool direct = tdm_mm_fmt_reads_xb(f) && vec &&
@@ -345,9 +349,9 @@ static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dwei
     if (k < 0) return false;
     *kk = (enum tdm_mmk)k;
     *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
-    const int xb_lane = xb && (uintptr_t)xb % 16 == 0 && tdm_mm_direct_rows(m);   // as run_skinny decides it
-    return tdm_tile_at(t, m).nt == 2 && TDM_MM_FORM_NT((int)gate->fmt, 2, tdm_mm_rows_mt(m), xb_lane) == 2 &&
-           rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    const bool vec = rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    const int xb_lane = xb_lane_of((uintptr_t)xb % 16 == 0 ? xb : NULL, vec, m);   // a misaligned copy is refused
+    return vec && tdm_tile_at(t, m).nt == 2 && TDM_MM_FORM_NT((int)gate->fmt, 2, tdm_mm_rows_mt(m), xb_lane) == 2;
 }
 
 extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
