@@ -16,15 +16,23 @@ static const struct { const char *name, *title; } wfmt_names[TDM_W_COUNT] = {
 const char *tdm_wfmt_name(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].name : "?"; }
 const char *tdm_wfmt_title(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].title : "?"; }
 
-int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
+int64_t tdm_qweight_scale_bytes(const struct tdm_qweight *w)
 {
     const int64_t B = TDM_FP8_BLOCK;
     switch (w->fmt) {
+    case TDM_W_FP8: return ((w->n + B - 1) / B) * ((w->k + B - 1) / B) * (int64_t)tdm_dtype_size(w->scale_dt);
+    case TDM_W_NVFP4: return w->n * w->k / TDM_NVFP4_GROUP;
+    default: return 0;
+    }
+}
+
+int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
+{
+    switch (w->fmt) {
     case TDM_W_BF16: return w->n * w->k * 2;
     case TDM_W_F32: return w->n * w->k * 4;
-    case TDM_W_FP8: return w->n * w->k + ((w->n + B - 1) / B) * ((w->k + B - 1) / B) *
-                           (int64_t)tdm_dtype_size(w->scale_dt);
-    case TDM_W_NVFP4: return w->n * w->k / 2 + w->n * w->k / TDM_NVFP4_GROUP;
+    case TDM_W_FP8: return w->n * w->k + tdm_qweight_scale_bytes(w);
+    case TDM_W_NVFP4: return w->n * w->k / 2 + tdm_qweight_scale_bytes(w);
     default: return 0;
     }
 }
@@ -210,8 +218,9 @@ static int requant_run(const struct tdm_qweight *w, struct tdm_qweight *out, voi
                        void (*fn)(void *, int64_t, int64_t))
 {
     /* the codes, then the scales from a 16-byte boundary (FP8's are floats) */
-    const int64_t codes = out->fmt == TDM_W_NVFP4 ? w->n * (w->k / 2) : w->n * w->k, soff = (codes + 15) / 16 * 16;
-    uint8_t *mem = malloc((size_t)(soff + tdm_qweight_bytes(out) - codes));
+    const int64_t scales = tdm_qweight_scale_bytes(out), codes = tdm_qweight_bytes(out) - scales;
+    const int64_t soff = (codes + 15) / 16 * 16;
+    uint8_t *mem = malloc((size_t)(soff + scales));
     if (!mem) return tdm_errf("out of memory requantizing a %" PRId64 " x %" PRId64 " weight", w->n, w->k);
     out->w = mem;
     out->scale = mem + soff;

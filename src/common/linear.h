@@ -33,6 +33,9 @@ struct tdm_qweight {
 
 /* Bytes a kernel must read to stream the view once (weights and scales). */
 int64_t tdm_qweight_bytes(const struct tdm_qweight *w);
+/* The part of those that are its scales (FP8 blocks, NVFP4 groups; 0 for BF16 and F32): the codes
+ * come first, tdm_qweight_bytes - this many. */
+int64_t tdm_qweight_scale_bytes(const struct tdm_qweight *w);
 /* Dequantized row r of the view (k floats). */
 void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out);
 /* A view of rows [r0, r0+n) of w. */

@@ -8,7 +8,6 @@
  * CPU the ids are tdm_argmax of the logits, on the CUDA engine chosen on the device) every run
  * gives the tokens of the run with logits, and TANDEM_SPEC_FAULT still acts. */
 #include "err.h"
-#include "formats.h"
 #include "model.h"
 #include "ref.h"
 #include "spec.h"
@@ -267,11 +266,7 @@ static void draft_format_tests(const char *dir, const struct tdm_model *m, const
 static int same_qweight(const struct tdm_qweight *a, const struct tdm_qweight *b)
 {
     if (a->fmt != b->fmt || a->n != b->n || a->k != b->k || a->scale2 != b->scale2 || a->scale_dt != b->scale_dt) return 0;
-    const int64_t B = TDM_FP8_BLOCK;
-    const size_t sb = a->fmt == TDM_W_NVFP4 ? (size_t)a->n * a->k / TDM_NVFP4_GROUP
-                      : a->fmt == TDM_W_FP8 ? (size_t)((a->n + B - 1) / B) * ((a->k + B - 1) / B) * tdm_dtype_size(a->scale_dt)
-                                            : 0;
-    const size_t wb = (size_t)tdm_qweight_bytes(a) - sb;
+    const size_t sb = (size_t)tdm_qweight_scale_bytes(a), wb = (size_t)tdm_qweight_bytes(a) - sb;
     return memcmp(a->w, b->w, wb) == 0 && (!sb || memcmp(a->scale, b->scale, sb) == 0);
 }
 
@@ -280,7 +275,6 @@ static int same_qweight(const struct tdm_qweight *a, const struct tdm_qweight *b
  * the head reads under frac of the stored bytes, the embedding and the layers stay as stored, and
  * with TANDEM_DRAFT_FORMAT the same as well the drafter shares the model's head, which is the bits
  * of the head requantized alone. */
-
 static void head_format_tests(const char *dir, const struct tdm_model *m, const char *name, enum tdm_wfmt fmt, double frac,
                               double bound)
 {
