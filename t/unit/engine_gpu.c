@@ -385,6 +385,21 @@ static int top1_differ(const float *got, const float *ref, int rows, int V, cons
     return n;
 }
 
+/* Sets the environment variable name to value; returns what env_restore takes back (its previous
+ * value, NULL when it was unset). */
+static char *env_set(const char *name, const char *value)
+{
+    const char *was = getenv(name);
+    char *prev = was ? strdup(was) : NULL;
+    if (setenv(name, value, 1) != 0) bail("setenv");
+    return prev;
+}
+static void env_restore(const char *name, char *prev)
+{
+    if (prev ? setenv(name, prev, 1) : unsetenv(name)) bail("setenv");
+    free(prev);
+}
+
 /* The greedy ids the engine chooses on the device against the host tdm_argmax (see the top): want
  * [T + S - 1][V] the logits of run_engine's one-call feed (prompt rows, then the row after each
  * forced id). A fresh engine per TANDEM_CUDA_GRAPH setting (read at tdm_engine_new); the setting is
@@ -395,11 +410,9 @@ static void test_ids(const struct tdm_model *m, const char *lab, const int32_t *
     const int V = m->cfg.vocab, rows = T + S - 1;
     float *lg = hal((size_t)rows * V * 4);
     int32_t *gid = hal((size_t)rows * 4), *gid2 = hal((size_t)rows * 4);
-    const char *was = getenv("TANDEM_CUDA_GRAPH");
-    char *saved = was ? strdup(was) : NULL;
 #define ARGMAX(x, r) tdm_argmax((x) + (size_t)(r) * V, V)
     for (int graph = 1; graph >= 0; graph--) {
-        if (setenv("TANDEM_CUDA_GRAPH", graph ? "on" : "off", 1) != 0) bail("setenv");
+        char *saved = env_set("TANDEM_CUDA_GRAPH", graph ? "on" : "off");
         struct tdm_engine *e = tdm_engine_new(m, rows);
         if (!e) bail("engine");
         long checked = 0, differ = 0, bits = 0;
@@ -448,23 +461,18 @@ static void test_ids(const struct tdm_model *m, const char *lab, const int32_t *
            "fetched with ids differ from the one-call feed's bits", lab, graph ? "graphs on" : "eager (TANDEM_CUDA_GRAPH=off)",
            differ, checked + 1, bits);
         tdm_engine_free(e);
+        env_restore("TANDEM_CUDA_GRAPH", saved);
     }
 #undef ARGMAX
-    if (saved ? setenv("TANDEM_CUDA_GRAPH", saved, 1) : unsetenv("TANDEM_CUDA_GRAPH")) bail("setenv");
-    free(saved);
     free(lg); free(gid); free(gid2);
 }
 
 /* An engine of ctx rows made with the switch `name` set to value (the environment as it was after). */
 static struct tdm_engine *engine_with(const struct tdm_model *m, int rows, const char *name, const char *value)
 {
-    const char *was = getenv(name);
-    char *prev = was ? strdup(was) : NULL;
-    setenv(name, value, 1);
+    char *prev = env_set(name, value);
     struct tdm_engine *e = tdm_engine_new(m, rows);
-    if (prev) setenv(name, prev, 1);
-    else unsetenv(name);
-    free(prev);
+    env_restore(name, prev);
     if (!e) bail("engine with a switch set");
     return e;
 }
@@ -498,9 +506,7 @@ static void test_fp8_mlp_fused(const struct tdm_model *m, const char *lab, const
     tdm_dweight_free(&g);
     tdm_dweight_free(&u);
     tdm_tiles_free(tl);
-    const char *was = getenv("TANDEM_TILES");
-    char *prev = was ? strdup(was) : NULL;
-    setenv("TANDEM_TILES", dir, 1);
+    char *prev = env_set("TANDEM_TILES", dir);
     static const char *fuse[2] = {"on", "off"};
     for (int f = 0; f < 2; f++) {
         struct tdm_engine *e = engine_with(m, rows, "TANDEM_MLP_FUSE", fuse[f]);
@@ -512,9 +518,7 @@ static void test_fp8_mlp_fused(const struct tdm_model *m, const char *lab, const
         ok(diff == 0, "%s: an FP8 table with nt 2 for the MLP, TANDEM_MLP_FUSE=%s, prompt in 5-row calls + %d steps: %ld of %ld "
            "logits differ from the shipped tables' %d-row call (bit for bit)", lab, fuse[f], S - 1, diff, (long)rows * V, T);
     }
-    if (prev) setenv("TANDEM_TILES", prev, 1);
-    else unsetenv("TANDEM_TILES");
-    free(prev);
+    env_restore("TANDEM_TILES", prev);
     fp8_nt2_tables_remove(arch, dir);
 }
 
