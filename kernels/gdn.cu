@@ -152,30 +152,29 @@ conv_tree_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t 
 
 constexpr int UNGROUP_THREADS = 256;
 
-// Block t: token t's grouped qkvz [Hk][2 Dk + 2 r Dv] and ba [Hk][2 r] copied into conv order
-// (tdm_ref_gdn_ungroup). One thread per source value; copies only.
+// Block (t, g): key-head group g of token t's grouped qkvz [Hk][2 Dk + 2 r Dv] and ba [Hk][2 r] copied
+// into conv order (tdm_ref_gdn_ungroup). One thread per source value; copies only. (A block a token
+// took ~13 us at one token of the 80B's shapes on an H100: one SM.)
 __global__ void __launch_bounds__(UNGROUP_THREADS)
 ungroup_kernel(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t ldba, int Hk, int Hv, int Dk, int Dv,
                uint16_t *mixed, uint16_t *z, uint16_t *b, uint16_t *a)
 {
-    const int t = blockIdx.x, r = Hv / Hk, rDv = r * Dv, Wg = 2 * Dk + 2 * rDv;
+    const int t = blockIdx.x, g = blockIdx.y, r = Hv / Hk, rDv = r * Dv, Wg = 2 * Dk + 2 * rDv;
     const int C = 2 * Hk * Dk + Hv * Dv;
-    const uint16_t *src = qkvz + (size_t)t * ldqkvz;
+    const uint16_t *src = qkvz + (size_t)t * ldqkvz + (size_t)g * Wg;
     uint16_t *mt = mixed + (size_t)t * C, *zt = z + (size_t)t * Hv * Dv;
-    for (int i = threadIdx.x; i < Hk * Wg; i += UNGROUP_THREADS) {
-        const int g = i / Wg, o = i - g * Wg;
+    for (int o = threadIdx.x; o < Wg; o += UNGROUP_THREADS) {
         uint16_t *dst;
         if (o < Dk) dst = mt + g * Dk + o;
         else if (o < 2 * Dk) dst = mt + Hk * Dk + g * Dk + (o - Dk);
         else if (o < 2 * Dk + rDv) dst = mt + 2 * Hk * Dk + g * rDv + (o - 2 * Dk);
         else dst = zt + g * rDv + (o - 2 * Dk - rDv);
-        *dst = src[i];
+        *dst = src[o];
     }
-    const uint16_t *bsrc = ba + (size_t)t * ldba;
-    for (int i = threadIdx.x; i < 2 * Hv; i += UNGROUP_THREADS) {
-        const int g = i / (2 * r), o = i - g * 2 * r;
-        if (o < r) b[(size_t)t * Hv + g * r + o] = bsrc[i];
-        else a[(size_t)t * Hv + g * r + (o - r)] = bsrc[i];
+    const uint16_t *bsrc = ba + (size_t)t * ldba + (size_t)g * 2 * r;
+    for (int o = threadIdx.x; o < 2 * r; o += UNGROUP_THREADS) {
+        if (o < r) b[(size_t)t * Hv + g * r + o] = bsrc[o];
+        else a[(size_t)t * Hv + g * r + (o - r)] = bsrc[o];
     }
 }
 
@@ -919,7 +918,7 @@ extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint1
         return tdm_errf("tdm_gdn_ungroup: bad arguments M %d, Hk %d, Hv %d (a multiple of Hk), Dk %d, Dv %d, ldqkvz %lld, "
                         "ldba %lld", M, Hk, Hv, Dk, Dv, (long long)ldqkvz, (long long)ldba);
     if (M == 0) return 0;
-    ungroup_kernel<<<M, UNGROUP_THREADS, 0, (cudaStream_t)stream>>>(qkvz, ldqkvz, ba, ldba, Hk, Hv, Dk, Dv, mixed, z, b, a);
+    ungroup_kernel<<<dim3(M, Hk), UNGROUP_THREADS, 0, (cudaStream_t)stream>>>(qkvz, ldqkvz, ba, ldba, Hk, Hv, Dk, Dv, mixed, z, b, a);
     TDM_LAUNCH_CHECK();
     return 0;
 }

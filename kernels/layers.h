@@ -84,7 +84,7 @@ int tdm_qk_norm_rope_tree(const uint16_t *qg, int64_t ldqg, const uint16_t *k, c
  * per row): qkvz [M][Hk][2 Dk + 2 r Dv] (row stride ldqkvz; per key head q, k, the v and then the z
  * of its r = Hv / Hk value heads) and ba [M][Hk][2 r] (row stride ldba; per key head the b, then
  * the a of its value heads) -> mixed [M][2 Hk Dk + Hv Dv] ([q | k | v], conv order), z [M][Hv Dv],
- * b and a [M][Hv], all contiguous. Copies only: bit for bit. One block a row. */
+ * b and a [M][Hv], all contiguous. Copies only: bit for bit. A block for each row and key-head group. */
 int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint16_t *ba, int64_t ldba, int M, int Hk, int Hv,
                     int Dk, int Dv, uint16_t *mixed, uint16_t *z, uint16_t *b, uint16_t *a, void *stream);
 

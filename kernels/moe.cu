@@ -93,17 +93,19 @@ __device__ __forceinline__ float w_at(const RowRef &r, int c)
     return bf2f(((const uint16_t *)r.w)[c]);
 }
 
-// tdm_dot(x, row, k) in its exact order, by the 8 lanes of a group (p = lane % 8): lane p sums
-// the products at c + p for c = 0, 8, 16, ...; the tail goes into partial 0; the xor butterflies
-// over 1, 2, 4 add them as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). All 32 lanes of the
-// warp must call it together; every lane of the group gets the sum.
-__device__ __forceinline__ float group_dot(const float *x, const RowRef &r, int k, int p)
+// tdm_dot(x, row, k) in its exact order from the k products prod[c] = x[c] * w[c] (each rounded as
+// tdm_dot rounds it), by the 8 lanes of a group (p = lane % 8): lane p sums the products at c + p for
+// c = 0, 8, 16, ...; the tail goes into partial 0; the xor butterflies over 1, 2, 4 add them as
+// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)). All 32 lanes of the warp must call it together;
+// every lane of the group gets the sum.
+__device__ __forceinline__ float group_dot(const float *prod, int k, int p)
 {
     float acc = 0.0f;
     int c = 0;
-    for (; c + 8 <= k; c += 8) acc = __fadd_rn(acc, __fmul_rn(x[c + p], w_at(r, c + p)));
+#pragma unroll 8
+    for (; c + 8 <= k; c += 8) acc = __fadd_rn(acc, prod[c + p]);
     if (p == 0)
-        for (; c < k; c++) acc = __fadd_rn(acc, __fmul_rn(x[c], w_at(r, c)));
+        for (; c < k; c++) acc = __fadd_rn(acc, prod[c]);
     acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 1));
     acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 2));
     acc = __fadd_rn(acc, __shfl_xor_sync(FULL, acc, 4));
@@ -385,46 +387,57 @@ down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const
 
 constexpr int MAX_TOPK = TDM_ROUTE_MAX_K;   // the router's most chosen experts
 
-// Block r: tdm_ref_moe_combine of row r. Warp 0 computes the shared gate's logit (tdm_dot's
-// order, ->bf16) and thread 0 the row's slots in ascending expert id; then each thread its values.
+// Outputs a combine block: one a thread.
+constexpr int COMBINE_COLS = MOE_THREADS;
+
+// Block (row r, slice c): tdm_ref_moe_combine of row r's outputs [c COMBINE_COLS, (c + 1) COMBINE_COLS).
+// Every block of the row stages the shared gate's products x[i] * w[i] and computes its logit (warp 0,
+// tdm_dot's order, ->bf16: the same bits in every block) while the next k threads order the row's
+// slots by ascending (expert id, slot); then each thread its value. (One block a row, its threads walking
+// the row, took ~54 us a call at one row of H 2048 on an H100: one SM, 80 dependent loads a thread.)
 __global__ void __launch_bounds__(MOE_THREADS)
 combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, int H, RowRef sg, const uint16_t *x,
                int64_t ldx, const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout)
 {
-    extern __shared__ float xs[];   // [H]
-    __shared__ int asc[MAX_TOPK];
-    __shared__ float wt[MAX_TOPK];
+    extern __shared__ float prod[];   // [H]
+    __shared__ int asc[MAX_TOPK], ss[MAX_TOPK];
+    __shared__ float wt[MAX_TOPK], ws[MAX_TOPK];
     __shared__ float gate;
-    const int r = blockIdx.x;
+    const int r = blockIdx.x, tid = threadIdx.x;
     const uint16_t *xr = x + (size_t)r * ldx;
-    for (int i = threadIdx.x; i < H; i += MOE_THREADS) xs[i] = bf2f(xr[i]);
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const float g = group_dot(xs, sg, H, threadIdx.x & 7);   // the four groups compute the same sum
-        if (threadIdx.x == 0) gate = bfr(sigmoid_ref(bfr(g)));
-    }
-    if (threadIdx.x == 0) {
-        // tdm_ref_moe_combine's order: ascending (expert id, slot)
-        const int32_t *s = sel + (size_t)r * k;
-        for (int n = 0, ls = 0, li = -1; n < k; n++) {
-            int j = -1;
-            for (int i = 0; i < k; i++)
-                if ((li < 0 || s[i] > ls || (s[i] == ls && i > li)) && (j < 0 || s[i] < s[j] || (s[i] == s[j] && i < j)))
-                    j = i;
-            ls = s[j];
-            li = j;
-            asc[n] = j;
-            wt[n] = bf2f(w[(size_t)r * k + j]);
-        }
+    for (int i = tid; i < H; i += MOE_THREADS) prod[i] = __fmul_rn(bf2f(xr[i]), w_at(sg, i));
+    if (tid < k) {
+        ss[tid] = sel[(size_t)r * k + tid];
+        ws[tid] = bf2f(w[(size_t)r * k + tid]);
     }
     __syncthreads();
-    const uint16_t *yr = y + (size_t)r * k * H;
-    for (int i = threadIdx.x; i < H; i += MOE_THREADS) {
-        float o = 0.0f;
-        for (int n = 0; n < k; n++) o = bfr(__fadd_rn(o, bfr(__fmul_rn(bf2f(yr[(size_t)asc[n] * H + i]), wt[n]))));
-        o = __fadd_rn(o, bfr(__fmul_rn(gate, bf2f(sh[(size_t)r * ldsh + i]))));
-        out[(size_t)r * ldout + i] = f2bf(o);
+    if (tid < 32) {
+        const float g = group_dot(prod, H, tid & 7);   // the four groups compute the same sum
+        if (tid == 0) gate = bfr(sigmoid_ref(bfr(g)));
+    } else if (tid >= 32 && tid < 32 + k) {
+        // tdm_ref_moe_combine's order, ascending (expert id, slot): slot t's place is the number of
+        // slots before it in that order
+        const int t = tid - 32;
+        int n = 0;
+        for (int i = 0; i < k; i++) n += ss[i] < ss[t] || (ss[i] == ss[t] && i < t);
+        asc[n] = t;
+        wt[n] = ws[t];
     }
+    __syncthreads();
+    const int i = blockIdx.y * COMBINE_COLS + tid;
+    if (i >= H) return;
+    const uint16_t *yr = y + (size_t)r * k * H + i;
+    float o = 0.0f;
+    for (int n0 = 0; n0 < k; n0 += 8) {   // a batch's loads issued before its sums
+        float yv[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) yv[j] = n0 + j < k ? bf2f(yr[(size_t)asc[n0 + j] * H]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (n0 + j < k) o = bfr(__fadd_rn(o, bfr(__fmul_rn(yv[j], wt[n0 + j]))));
+    }
+    o = __fadd_rn(o, bfr(__fmul_rn(gate, bf2f(sh[(size_t)r * ldsh + i]))));
+    out[(size_t)r * ldout + i] = f2bf(o);
 }
 
 // ---- the grouped form (moe.h): the pairs sorted by expert, then tensor-core GEMMs per expert tile ----
@@ -900,8 +913,9 @@ extern "C" int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32
                         H, (long long)g->n, (long long)g->k, tdm_wfmt_name(g->fmt));
     if (M == 0) return 0;
     const RowRef sg = row_ref(g->fmt, g->scale_dt == TDM_DT_BF16, g->w, g->scale, g->scale2, g->k, g->row0);
-    combine_kernel<<<M, MOE_THREADS, (size_t)H * 4, (cudaStream_t)stream>>>(y, w, sel, k, H, sg, x, ldx, sh, ldsh, out,
-                                                                             ldout);
+    const dim3 grid(M, (H + COMBINE_COLS - 1) / COMBINE_COLS);
+    combine_kernel<<<grid, MOE_THREADS, (size_t)H * 4, (cudaStream_t)stream>>>(y, w, sel, k, H, sg, x, ldx, sh, ldsh, out,
+                                                                                ldout);
     TDM_LAUNCH_CHECK();
     return 0;
 }

@@ -103,7 +103,7 @@ int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, c
  * weights w [M][k] (BF16) added in ascending (expert id, slot), k <= 64, then the shared expert's output sh [M][H]
  * (row stride ldsh) scaled by bf16(sigmoid(g_r)), g_r = bf16(x_r . shared_gate) computed here
  * (shared_gate [1, H] in any stored format, x [M][H] row stride ldx). out [M][H] (row stride
- * ldout) may not alias y or sh. One block a row. */
+ * ldout) may not alias y or sh. A block for each row and slice of 256 outputs. */
 int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
                     const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
                     int64_t ldsh, uint16_t *out, int64_t ldout, void *stream);
