@@ -106,6 +106,10 @@ extern "C" int tdm_stream_wait(tdm_stream s, tdm_event e)
     TDM_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
     return 0;
 }
+extern "C" int tdm_stream_after(tdm_stream waiter, tdm_stream s, tdm_event e)
+{
+    return tdm_event_record(e, s) != 0 || tdm_stream_wait(waiter, e) != 0 ? -1 : 0;
+}
 extern "C" int tdm_event_ms(tdm_event a, tdm_event b, float *ms)
 {
     TDM_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)b));

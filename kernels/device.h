@@ -50,6 +50,9 @@ int tdm_event_record(tdm_event e, tdm_stream s);
  * inside a graph capture, a record on the capturing stream and a wait on another stream fork the
  * capture into that stream, and a record there and a wait on the capturing stream join it back. */
 int tdm_stream_wait(tdm_stream s, tdm_event e);
+/* Records e on s and makes waiter wait for it: work launched on waiter afterwards runs after
+ * everything launched on s so far (a fork or a join of two streams). */
+int tdm_stream_after(tdm_stream waiter, tdm_stream s, tdm_event e);
 int tdm_event_ms(tdm_event start, tdm_event stop, float *ms);
 /* Capture everything launched on s between begin and end into an instantiated graph. */
 int tdm_graph_begin(tdm_stream s);

@@ -541,14 +541,16 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
  * arguments are those of one stream, so the bits are the same. */
 static int side_ok(const struct tdm_engine *e, int M) { return e->concurrent && M <= ROWS; }
 
-static int side_fork(struct tdm_engine *e)
-{
-    return tdm_event_record(e->fork_ev, e->st) != 0 || tdm_stream_wait(e->side, e->fork_ev) != 0 ? -1 : 0;
-}
+static int side_fork(struct tdm_engine *e) { return tdm_stream_after(e->side, e->st, e->fork_ev); }
 
-static int side_join(struct tdm_engine *e)
+static int side_join(struct tdm_engine *e) { return tdm_stream_after(e->st, e->side, e->join_ev); }
+
+/* Layer i's MoE MLP of e->xn into e->y: the shared expert on e->side where side_ok (engine_moe.h). */
+static int moe_mlp(struct tdm_engine *e, int i, int M)
 {
-    return tdm_event_record(e->join_ev, e->side) != 0 || tdm_stream_wait(e->st, e->join_ev) != 0 ? -1 : 0;
+    const struct tdm_emoe_side side = {e->side, e->fork_ev, e->join_ev};
+    return tdm_emoe_forward(e->moe, i, e->xn, tdm_engine_blocked(e->xn_b, M), M, e->y, e->tiles, e->st,
+                            side_ok(e, M) ? &side : NULL);
 }
 
 /* A GDN layer's conv of M rows of x into e->cv, in the form of the pass (gdn_mixer). */
@@ -769,7 +771,7 @@ static int launches(struct tdm_engine *e, int M, int from, int graphed, enum pas
         if (tdm_add_rmsnorm(e->h, pend, H, d->in_norm, H, M, eps, e->xn, tdm_engine_blocked(e->xn_b, M), st) != 0) return -1;
         if ((d->mixer == TDM_MIXER_GDN ? gdn_mixer(e, d, M, p, take) : attn_mixer(e, d, M, graphed, p)) != 0) return -1;
         if (tdm_add_rmsnorm(e->h, e->y, H, d->post_norm, H, M, eps, e->xn, tdm_engine_blocked(e->xn_b, M), st) != 0 ||
-            (d->is_moe ? tdm_emoe_forward(e->moe, i, e->xn, M, e->y, e->tiles, st) : mlp(e, d, M)) != 0)
+            (d->is_moe ? moe_mlp(e, i, M) : mlp(e, d, M)) != 0)
             return -1;
         pend = e->y;
     }

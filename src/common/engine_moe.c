@@ -171,30 +171,37 @@ int tdm_emoe_upload_mtp(struct tdm_emoe *x, size_t *weights)
     return 0;
 }
 
-int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, uint16_t *y,
-                     const struct tdm_tiles *tiles, void *stream)
+int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const uint16_t *xnb, int M, uint16_t *y,
+                     const struct tdm_tiles *tiles, void *stream, const struct tdm_emoe_side *side)
 {
     const struct tdm_config *c = &x->m->cfg;
     const struct moe_layer *d = layer >= 0 && layer <= c->n_layers ? x->ly[layer] : NULL;
     if (!d) return tdm_errf("CUDA engine: layer %d has no MoE weights on the device", layer);
     if (M < 1 || M > x->rows) return tdm_errf("CUDA engine: MoE of %d rows (at most %d)", M, x->rows);
+    if (side && M > TDM_ENGINE_MAX_ROWS)
+        return tdm_errf("CUDA engine: MoE of %d rows on two streams (at most %d)", M, TDM_ENGINE_MAX_ROWS);
     const int H = c->hidden, E = c->n_experts, k = c->top_k, I = c->moe_intermediate;
     const int64_t Is = d->sh_gate.n;
     int32_t *order = tdm_moe_scratch_order(x->scratch);
     uint16_t *act = tdm_moe_scratch_act(x->scratch, M, k), *ye = tdm_moe_scratch_out(x->scratch, M, k, I);
-    if (tdm_matmul(&d->router, xn, H, M, x->logits, E, TDM_MM_BF16, tiles, stream) ||
+    void *ss = side ? side->stream : stream; /* the shared expert's stream */
+    if (side && tdm_stream_after(ss, stream, side->fork) != 0) return -1;
+    const int bad =
+        tdm_matmul_xb(&d->sh_gate, xn, H, xnb, M, x->g, Is, TDM_MM_BF16, tiles, ss) ||
+        tdm_matmul_xb(&d->sh_up, xn, H, xnb, M, x->u, Is, TDM_MM_BF16, tiles, ss) ||
+        tdm_silu_mul(x->g, x->u, Is, M, x->g, NULL, ss) ||
+        tdm_matmul(&d->sh_down, x->g, Is, M, x->sh, H, TDM_MM_BF16, tiles, ss) ||
+        tdm_matmul_xb(&d->router, xn, H, xnb, M, x->logits, E, TDM_MM_BF16, tiles, stream) ||
         tdm_moe_route(x->logits, E, M, E, k, c->norm_topk, x->sel, x->w, stream) ||
-        tdm_matmul(&d->sh_gate, xn, H, M, x->g, Is, TDM_MM_BF16, tiles, stream) ||
-        tdm_matmul(&d->sh_up, xn, H, M, x->u, Is, TDM_MM_BF16, tiles, stream) ||
-        tdm_silu_mul(x->g, x->u, Is, M, x->g, NULL, stream) ||
-        tdm_matmul(&d->sh_down, x->g, Is, M, x->sh, H, TDM_MM_BF16, tiles, stream) ||
         (M > TDM_ENGINE_MAX_ROWS
              ? tdm_moe_group(x->sel, M, k, E, x->group, stream) ||
                    tdm_moe_gate_up_grouped(&d->ex, xn, H, M, k, x->group, act, stream) ||
                    tdm_moe_down_grouped(&d->ex, act, M, k, x->group, ye, stream)
              : tdm_moe_order(x->sel, M, k, order, stream) ||
                    tdm_moe_gate_up(&d->ex, xn, H, M, x->sel, k, order, act, stream) ||
-                   tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream)) ||
+                   tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream));
+    /* a capture must join every stream it forked, a failed launch's too */
+    if ((side && tdm_stream_after(stream, ss, side->join) != 0) || bad ||
         tdm_moe_combine(ye, x->w, x->sel, M, k, H, &d->shared_gate, xn, H, x->sh, H, y, H, stream))
         return tdm_err_prefix("layer %d MoE", layer);
     return 0;

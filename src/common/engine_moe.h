@@ -36,8 +36,17 @@ void tdm_emoe_free(struct tdm_emoe *x);
  * is MoE (no activations), for an expert format the kernels do not take, or out of device memory. */
 int tdm_emoe_upload_mtp(struct tdm_emoe *x, size_t *weights);
 
-/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous), M <= rows (past TDM_ENGINE_MAX_ROWS:
- * the grouped form); layer n_layers is the MTP layer's (tdm_emoe_upload_mtp). */
-int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, int M, uint16_t *y,
-                     const struct tdm_tiles *tiles, void *stream);
+/* A second stream for the shared expert (tdm_emoe_forward): it forks from the caller's stream at the
+ * MoE's start (fork: an event recorded there) and joins back before the combine (join). */
+struct tdm_emoe_side {
+    void *stream, *fork, *join;
+};
+
+/* y [M][H] = layer's MoE MLP of xn [M][H] (both contiguous; xnb: xn's blocked copy, matmul.h, or
+ * NULL), M <= rows (past TDM_ENGINE_MAX_ROWS: the grouped form); layer n_layers is the MTP layer's
+ * (tdm_emoe_upload_mtp). With side (not NULL; only for M <= TDM_ENGINE_MAX_ROWS: the skinny
+ * products use no global scratch) the shared expert's products run there beside the router and the
+ * routed experts: the same kernels and arguments, the same bits. */
+int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const uint16_t *xnb, int M, uint16_t *y,
+                     const struct tdm_tiles *tiles, void *stream, const struct tdm_emoe_side *side);
 #endif

@@ -279,7 +279,7 @@ static int mtp_rows(struct tdm_emtp *x, const struct tdm_engine_view *v, const i
         tdm_matmul_xb(&x->o, v->att, (int64_t)Hq * D, attb, M, v->y, H, TDM_MM_BF16, t, st) ||
         tdm_add_rmsnorm(x->x, v->y, H, x->post_norm, H, M, eps, x->xn, xnb, st))
         return -1;
-    if (x->is_moe ? tdm_emoe_forward(v->moe, c->n_layers, x->xn, M, v->y, t, st)
+    if (x->is_moe ? tdm_emoe_forward(v->moe, c->n_layers, x->xn, xnb, M, v->y, t, st, NULL)
                   : tdm_engine_dense_mlp(v->fuse_mlp, &x->gate, &x->up, &x->down, x->xn, xnb, H, M, v->g, v->u,
                                          tdm_engine_blocked(v->g_b, M), I, v->y, t, st))
         return -1;
