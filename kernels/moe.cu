@@ -341,48 +341,78 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
     if (gl == 0 && n < I) out[n] = swiglu_ref(ag, au);
 }
 
-template <int F, bool VEC>
-__global__ void __launch_bounds__(FAST_THREADS, DOWN_MIN_BLOCKS)
+// Rows a group of down computes (RPG): its lanes load the first chunks of all RPG rows before any is
+// used, BATCH / RPG chunks of each, so a row short enough for one batch leaves no load slot idle (the
+// 80B's NVFP4 down_proj, 512 inputs: one chunk a lane, RPG 4, 16 KB a block where RPG 1 read 4 KB).
+// A row's sum is the same with any RPG: its lane takes its chunks in ascending order whatever the
+// batch. The forms of RPG > 1 hold up to 128 registers (2 blocks a SM at least): at down's 64 ptxas
+// spilled them. (gate+up's 2-row form spilled at 128 too: it keeps one row a group.) Only calls of
+// more than one row take them (tdm_moe_down): measured on the 4-layer 80B (H100), down_proj 7.9 ->
+// 8.9 us a call at one row (fewer, slower blocks), 86.5 -> 75.0 at 16 rows.
+#ifndef TDM_MOE_DOWN_RPG_MAX
+#define TDM_MOE_DOWN_RPG_MAX 4
+#endif
+constexpr int down_rows_per_group(int steps)
+{
+    return steps * 4 <= BATCH && TDM_MOE_DOWN_RPG_MAX >= 4 ? 4 : steps * 2 <= BATCH && TDM_MOE_DOWN_RPG_MAX >= 2 ? 2 : 1;
+}
+
+// down_kernel as gate_up_kernel, RPG rows a group: group q computes outputs blockIdx.x * RPG Q + q +
+// j Q, j < RPG (Q = 256 / G groups a block).
+template <int F, bool VEC, int RPG>
+__global__ void __launch_bounds__(FAST_THREADS, RPG == 1 ? DOWN_MIN_BLOCKS : 2)
 down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, int nch,
             int lg)
 {
     extern __shared__ __align__(16) float as[];
+    constexpr int B = BATCH / RPG;
     const int pair = order[blockIdx.y], e = sel[pair];
-    const int I = d.k, H = d.n, G = 1 << lg;
+    const int I = d.k, H = d.n, G = 1 << lg, Q = FAST_THREADS >> lg;
     const int gl = threadIdx.x & (G - 1);
-    const int n = blockIdx.x * (FAST_THREADS >> lg) + (threadIdx.x >> lg);
+    const int n0 = blockIdx.x * Q * RPG + (threadIdx.x >> lg);
     uint16_t *out = y + (size_t)pair * H;
     if (e < 0 || e >= E) {
-        if (gl == 0 && n < H) out[n] = 0x7fc0;
+#pragma unroll
+        for (int j = 0; j < RPG; j++)
+            if (gl == 0 && n0 + j * Q < H) out[n0 + j * Q] = 0x7fc0;
         return;
     }
-    const int row = n < H ? n : H - 1;
-    const RowPtr pd = row_ptr(d, e, row);
     const int dbf = d.scale_dt == TDM_DT_BF16;
     const int S = (nch + G - 1) >> lg;
-    WChunk cd[BATCH];
+    WChunk cd[RPG][B];
     auto load = [&](int s0) {
 #pragma unroll
-        for (int b = 0; b < BATCH; b++) {
-            const int ch = ((s0 + b) << lg) + gl;
-            if (ch < nch) load_wchunk<F, VEC>(cd[b], pd, ch, dbf, I);
+        for (int j = 0; j < RPG; j++) {
+            const RowPtr pd = row_ptr(d, e, min(n0 + j * Q, H - 1));
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int ch = ((s0 + b) << lg) + gl;
+                if (ch < nch) load_wchunk<F, VEC>(cd[j][b], pd, ch, dbf, I);
+            }
         }
     };
     load(0);
     stage_row(as, act + (size_t)pair * I, I);
     __syncthreads();
-    float acc = 0.0f;
-    for (int s0 = 0; s0 < S; s0 += BATCH) {
+    float acc[RPG];
+#pragma unroll
+    for (int j = 0; j < RPG; j++) acc[j] = 0.0f;
+    for (int s0 = 0; s0 < S; s0 += B) {
         if (s0) load(s0);
 #pragma unroll
-        for (int b = 0; b < BATCH; b++) {
-            const int ch = ((s0 + b) << lg) + gl;
-            if (ch < nch) acc = chunk_dot<F>(cd[b], as + xpad(ch * ChunkK<F>::K), acc);
-        }
+        for (int j = 0; j < RPG; j++)
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int ch = ((s0 + b) << lg) + gl;
+                if (ch < nch) acc[j] = chunk_dot<F>(cd[j][b], as + xpad(ch * ChunkK<F>::K), acc[j]);
+            }
     }
-    acc = group_sum(acc, lg);
-    if constexpr (F == TDM_W_NVFP4) acc = __fmul_rn(acc, __fmul_rn(d.scale2[e], 0x1p7f));
-    if (gl == 0 && n < H) out[n] = f2bf(acc);
+#pragma unroll
+    for (int j = 0; j < RPG; j++) {
+        float v = group_sum(acc[j], lg);
+        if constexpr (F == TDM_W_NVFP4) v = __fmul_rn(v, __fmul_rn(d.scale2[e], 0x1p7f));
+        if (gl == 0 && n0 + j * Q < H) out[n0 + j * Q] = f2bf(v);
+    }
 }
 
 constexpr int MAX_TOPK = TDM_ROUTE_MAX_K;   // the router's most chosen experts
@@ -824,14 +854,18 @@ static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const cha
 // A matrix's chunk layout: chunks of a row, log2 of the lanes a row (G = the power of two >=
 // min(chunks, 32)), whether every row is 16-byte aligned with full chunks. Shapes only: the same
 // for every M, so the summation order is too.
-struct ChunkPlan { int nch, lg; bool vec; };
-static ChunkPlan chunk_plan(const struct tdm_moe_mat *m)
+// A matrix's chunks a row (nch), lanes a row (1 << lg), whole 16-byte chunks (vec), rows a group
+// (rpg: 1 but for down of more than one row, down_rows_per_group) and outputs a block (rows).
+struct ChunkPlan { int nch, lg, rpg, rows; bool vec; };
+static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down)
 {
     const int64_t rowbytes = mat_w_bytes(m->fmt, 1, m->k);
     ChunkPlan p;
     p.nch = (int)((rowbytes + 15) / 16);
     p.lg = 0;
     while ((1 << p.lg) < p.nch && p.lg < 5) p.lg++;
+    p.rpg = many_rows_down ? down_rows_per_group((p.nch + (1 << p.lg) - 1) >> p.lg) : 1;
+    p.rows = (FAST_THREADS >> p.lg) * p.rpg;
     p.vec = rowbytes % 16 == 0;
     return p;
 }
@@ -847,15 +881,22 @@ static void launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp
         gate_up_kernel<F, false><<<grid, FAST_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
 }
 
+template <int F, bool VEC>
+static void launch_down_v(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
+                          const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+{
+    const tdm_moe_mat &d = ex->m[TDM_MOE_DOWN];
+    if (cp.rpg == 4) down_kernel<F, VEC, 4><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+    else if (cp.rpg == 2) down_kernel<F, VEC, 2><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+    else down_kernel<F, VEC, 1><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+}
+
 template <int F>
 static void launch_down(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem, const uint16_t *act,
                         const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
-    const tdm_moe_mat &d = ex->m[TDM_MOE_DOWN];
-    if (cp.vec)
-        down_kernel<F, true><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
-    else
-        down_kernel<F, false><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+    if (cp.vec) launch_down_v<F, true>(ex, cp, grid, smem, act, sel, order, y, st);
+    else launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
 }
 
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
@@ -867,9 +908,8 @@ extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t 
     if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
         return tdm_errf("tdm_moe_gate_up: gate and up stored in different formats");
     if (M == 0) return 0;
-    const ChunkPlan cp = chunk_plan(g);
-    const int rows = FAST_THREADS >> cp.lg;
-    dim3 grid((ex->I + rows - 1) / rows, M * k);
+    const ChunkPlan cp = chunk_plan(g, false);
+    dim3 grid((ex->I + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->H) * 4;
     cudaStream_t st = (cudaStream_t)stream;
     if (g->fmt == TDM_W_NVFP4) launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
@@ -886,9 +926,8 @@ extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *ac
     if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
     if (M == 0) return 0;
     const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
-    const ChunkPlan cp = chunk_plan(d);
-    const int rows = FAST_THREADS >> cp.lg;
-    dim3 grid((ex->H + rows - 1) / rows, M * k);
+    const ChunkPlan cp = chunk_plan(d, M > 1);
+    dim3 grid((ex->H + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->I) * 4;
     cudaStream_t st = (cudaStream_t)stream;
     if (d->fmt == TDM_W_NVFP4) launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st);
@@ -995,7 +1034,7 @@ static void launch_grouped(const struct tdm_moe_experts *ex, const tdm_moe_mat &
                            const uint16_t *a, int64_t lda, int div, const GroupView &v, uint16_t *out, cudaStream_t st)
 {
     const dim3 grid((unsigned)v.NT, (unsigned)((m0.n + (GU ? GU_OUTS : GBN) - 1) / (GU ? GU_OUTS : GBN)));
-    const bool vec = chunk_plan(&m0).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
+    const bool vec = chunk_plan(&m0, false).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
     const int T = tdm_wide::THREADS;
     if (m0.fmt == TDM_W_NVFP4)
         grouped_kernel<TDM_W_NVFP4, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);

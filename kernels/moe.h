@@ -95,7 +95,8 @@ int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t
                     const int32_t *order, uint16_t *act, void *stream);
 /* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
  * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts; the dots in the order above). y [M k][H].
- * Grid: H in blocks of 256 / G values x the pairs in order. */
+ * Grid: H in blocks of 256 / G values x the pairs in order; past one row (M > 1) and where a lane
+ * has one or two chunks of a row, each group takes 4 or 2 rows (moe.cu: the same sums). */
 int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
                  const int32_t *order, uint16_t *y, void *stream);
 
