@@ -530,7 +530,8 @@ static struct gates gates_of(const struct dlayer *d, uint16_t *buf, int64_t rows
 }
 
 /* The side stream (TANDEM_CONCURRENT): a layer's sibling projections read the same input (e->xn) and
- * write different buffers, so the smaller ones run on e->side beside the largest on e->st.
+ * write different buffers, so the smaller ones run on e->side beside the largest on e->st (and a MoE
+ * layer's shared expert beside its router and routed experts: moe_mlp, engine_moe.h).
  * side_fork makes e->side wait for everything launched on e->st so far; side_join makes e->st wait
  * for everything launched on e->side so far. Captured into a CUDA graph, the pair forks the capture
  * into a branch on e->side and joins it back: a capture can only end with every forked stream

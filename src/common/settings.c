@@ -46,7 +46,8 @@ const struct tdm_setting_def tdm_settings[] = {
     {"TANDEM_CONCURRENT", "on", "on|off",
      "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
      "rows (a GDN layer's in_proj_z and in_proj_b/a, or in_proj_ba, beside in_proj_qkv or in_proj_qkvz; an "
-     "attention layer's k_proj and v_proj beside q_proj), forked and joined by events, in CUDA graphs as "
+     "attention layer's k_proj and v_proj beside q_proj; a MoE layer's shared expert beside the router and the "
+     "routed experts), forked and joined by events, in CUDA graphs as "
      "branches: the same kernels, so the same bits; off runs everything on one stream (the older path, for "
      "comparison)"},
     {"TANDEM_PDL", "on", "on|off",
