@@ -14,26 +14,6 @@
 // The wide GEMM's launcher (wide_gemm.cu).
 cudaError_t tdm_mm_wide_launch(const tdm_mm::SkinnyArgs &a, int fmt, bool vec, cudaStream_t st);
 
-static int64_t stored_w_bytes(enum tdm_wfmt fmt, int64_t rows, int64_t k)
-{
-    switch (fmt) {
-    case TDM_W_BF16: return rows * k * 2;
-    case TDM_W_FP8: return rows * k;
-    case TDM_W_NVFP4: return rows * (k / 2);
-    default: return -1;
-    }
-}
-
-static int64_t stored_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype dt, int64_t rows, int64_t k)
-{
-    const int64_t B = TDM_FP8_BLOCK;
-    switch (fmt) {
-    case TDM_W_FP8: return ((rows + B - 1) / B) * ((k + B - 1) / B) * (int64_t)tdm_dtype_size(dt);
-    case TDM_W_NVFP4: return rows * (k / TDM_NVFP4_GROUP);
-    default: return 0;
-    }
-}
-
 static int check_format(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k, const char *who)
 {
     if (n < 1 || k < 1) return tdm_errf("%s: shape %" PRId64 "x%" PRId64 ": empty", who, n, k);
@@ -95,7 +75,7 @@ extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweigh
     memset(d, 0, sizeof *d);
     if (check_format(h->fmt, h->scale_dt, h->n, h->k, "upload") != 0) return -1;
     const int64_t rows = h->row0 + h->n;
-    const int64_t wb = stored_w_bytes(h->fmt, rows, h->k), sb = stored_scale_bytes(h->fmt, h->scale_dt, rows, h->k);
+    const int64_t wb = tdm_wfmt_code_bytes(h->fmt, rows, h->k), sb = tdm_wfmt_scale_bytes(h->fmt, h->scale_dt, rows, h->k);
     const int64_t soff = (wb + 255) / 256 * 256;   // scales start 256-byte aligned
     void *p;
     if (tdm_cuda_malloc(&p, (size_t)(soff + sb)) != 0) return -1;
@@ -226,7 +206,7 @@ extern "C" int tdm_mm_direct_rows(int64_t m)
 // that the kernel may use vector loads.
 static bool rows_aligned(const struct tdm_dweight *w)
 {
-    const int64_t rb = stored_w_bytes(w->fmt, 1, w->k);
+    const int64_t rb = tdm_wfmt_code_bytes(w->fmt, 1, w->k);
     if ((uintptr_t)w->w % 16 || rb % 16) return false;
     if (w->fmt == TDM_W_NVFP4 && ((uintptr_t)w->scale % 2 || (w->k / TDM_NVFP4_GROUP) % 2)) return false;
     return true;

@@ -661,17 +661,6 @@ grouped_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *a, int64_t
 
 // ---- the packed layout ----------------------------------------------------------------------------
 
-int64_t mat_w_bytes(enum tdm_wfmt fmt, int64_t n, int64_t k)
-{
-    return fmt == TDM_W_NVFP4 ? n * (k / 2) : fmt == TDM_W_FP8 ? n * k : n * k * 2;
-}
-int64_t mat_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k)
-{
-    const int64_t B = TDM_FP8_BLOCK;
-    if (fmt == TDM_W_FP8) return ((n + B - 1) / B) * ((k + B - 1) / B) * (int64_t)tdm_dtype_size(sdt);
-    if (fmt == TDM_W_NVFP4) return n * (k / TDM_NVFP4_GROUP);
-    return 0;
-}
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 const struct tdm_qweight *kind_of(const struct tdm_mlp *ex, int kind)
@@ -695,8 +684,8 @@ size_t plan(const struct tdm_mlp *experts, int E, struct tdm_moe_experts *d)
         m->scale_dt = q->scale_dt;
         m->n = (int)q->n;
         m->k = (int)q->k;
-        m->w_stride = round_up(mat_w_bytes(q->fmt, q->n, q->k), 16);
-        m->scale_stride = round_up(mat_scale_bytes(q->fmt, q->scale_dt, q->n, q->k), 16);
+        m->w_stride = round_up(tdm_wfmt_code_bytes(q->fmt, q->n, q->k), 16);
+        m->scale_stride = round_up(tdm_wfmt_scale_bytes(q->fmt, q->scale_dt, q->n, q->k), 16);
         at += (size_t)round_up(m->w_stride * E, 256) + (size_t)round_up(m->scale_stride * E, 256);
         if (q->fmt == TDM_W_NVFP4) at += (size_t)round_up((int64_t)E * 4, 256);
     }
@@ -777,14 +766,14 @@ extern "C" int tdm_moe_experts_upload(const struct tdm_mlp *experts, int E, stru
         m->w = w;
         m->scale = scale;
         m->scale2 = scale2;
-        const int64_t wrow = mat_w_bytes(m->fmt, 1, m->k);
+        const int64_t wrow = tdm_wfmt_code_bytes(m->fmt, 1, m->k);
         for (int e = 0; e < E && !rc; e++) {
             const struct tdm_qweight *q = kind_of(&experts[e], kind);
             rc = tdm_cuda_h2d(w + e * m->w_stride, (const uint8_t *)q->w + q->row0 * wrow, (size_t)(wrow * m->n));
             if (!rc && m->fmt == TDM_W_FP8) {
-                const int64_t brow = mat_scale_bytes(m->fmt, m->scale_dt, TDM_FP8_BLOCK, m->k);  // one block row
+                const int64_t brow = tdm_wfmt_scale_bytes(m->fmt, m->scale_dt, TDM_FP8_BLOCK, m->k);  // one block row
                 rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 / TDM_FP8_BLOCK * brow,
-                                  (size_t)mat_scale_bytes(m->fmt, m->scale_dt, m->n, m->k));
+                                  (size_t)tdm_wfmt_scale_bytes(m->fmt, m->scale_dt, m->n, m->k));
             } else if (!rc && m->fmt == TDM_W_NVFP4) {
                 const int64_t srow = m->k / TDM_NVFP4_GROUP;
                 rc = tdm_cuda_h2d(scale + e * m->scale_stride, (const uint8_t *)q->scale + q->row0 * srow,
@@ -859,7 +848,7 @@ static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const cha
 struct ChunkPlan { int nch, lg, rpg, rows; bool vec; };
 static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down)
 {
-    const int64_t rowbytes = mat_w_bytes(m->fmt, 1, m->k);
+    const int64_t rowbytes = tdm_wfmt_code_bytes(m->fmt, 1, m->k);
     ChunkPlan p;
     p.nch = (int)((rowbytes + 15) / 16);
     p.lg = 0;

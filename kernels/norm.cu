@@ -231,13 +231,14 @@ qk_norm_rope_kernel(const uint16_t *qg, int64_t ldqg, const uint16_t *k, const u
 
 }  // namespace
 
-extern "C" int tdm_add_rmsnorm_to(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
-                                  uint16_t *out, int64_t ldo, uint16_t *outb, void *stream)
+// tdm_add_rmsnorm_to and tdm_add_rmsnorm, whose messages name who
+static int add_rmsnorm(const char *who, uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M,
+                       float eps, uint16_t *out, int64_t ldo, uint16_t *outb, void *stream)
 {
-    if (out == h || (y && out == y)) return tdm_errf("tdm_add_rmsnorm: out must not be h or y");
-    if (xb_refused("tdm_add_rmsnorm", outb, M)) return -1;
+    if (out == h || (y && out == y)) return tdm_errf("%s: out must not be h or y", who);
+    if (xb_refused(who, outb, M)) return -1;
     if (M < 0 || H <= 0 || H > NORM_MAX_H || (y && ldy < H) || ldo < H)
-        return tdm_errf("tdm_add_rmsnorm: bad shape M %d, H %d (at most %d), ldy %lld, ldo %lld", M, H, NORM_MAX_H,
+        return tdm_errf("%s: bad shape M %d, H %d (at most %d), ldy %lld, ldo %lld", who, M, H, NORM_MAX_H,
                         (long long)ldy, (long long)ldo);
     if (M == 0) return 0;
     const bool vec = TDM_NORM_VEC && H % 8 == 0 && H <= 8 * NORM_THREADS * NORM_VEC_UNITS && (uintptr_t)h % 16 == 0 &&
@@ -252,10 +253,16 @@ extern "C" int tdm_add_rmsnorm_to(uint16_t *h, const uint16_t *y, int64_t ldy, c
     return 0;
 }
 
+extern "C" int tdm_add_rmsnorm_to(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
+                                  uint16_t *out, int64_t ldo, uint16_t *outb, void *stream)
+{
+    return add_rmsnorm("tdm_add_rmsnorm_to", h, y, ldy, w, H, M, eps, out, ldo, outb, stream);
+}
+
 extern "C" int tdm_add_rmsnorm(uint16_t *h, const uint16_t *y, int64_t ldy, const float *w, int H, int M, float eps,
                                uint16_t *out, uint16_t *outb, void *stream)
 {
-    return tdm_add_rmsnorm_to(h, y, ldy, w, H, M, eps, out, H, outb, stream);
+    return add_rmsnorm("tdm_add_rmsnorm", h, y, ldy, w, H, M, eps, out, H, outb, stream);
 }
 
 extern "C" int64_t tdm_add_rmsnorm_bytes(int H, int M, int add)

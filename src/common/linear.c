@@ -16,25 +16,33 @@ static const struct { const char *name, *title; } wfmt_names[TDM_W_COUNT] = {
 const char *tdm_wfmt_name(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].name : "?"; }
 const char *tdm_wfmt_title(enum tdm_wfmt f) { return f < TDM_W_COUNT ? wfmt_names[f].title : "?"; }
 
-int64_t tdm_qweight_scale_bytes(const struct tdm_qweight *w)
+int64_t tdm_wfmt_code_bytes(enum tdm_wfmt fmt, int64_t n, int64_t k)
+{
+    switch (fmt) {
+    case TDM_W_BF16: return n * k * 2;
+    case TDM_W_F32: return n * k * 4;
+    case TDM_W_FP8: return n * k;
+    case TDM_W_NVFP4: return n * (k / 2);
+    default: return -1;
+    }
+}
+
+int64_t tdm_wfmt_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k)
 {
     const int64_t B = TDM_FP8_BLOCK;
-    switch (w->fmt) {
-    case TDM_W_FP8: return ((w->n + B - 1) / B) * ((w->k + B - 1) / B) * (int64_t)tdm_dtype_size(w->scale_dt);
-    case TDM_W_NVFP4: return w->n * w->k / TDM_NVFP4_GROUP;
+    switch (fmt) {
+    case TDM_W_FP8: return ((n + B - 1) / B) * ((k + B - 1) / B) * (int64_t)tdm_dtype_size(sdt);
+    case TDM_W_NVFP4: return n * (k / TDM_NVFP4_GROUP);
     default: return 0;
     }
 }
 
+int64_t tdm_qweight_scale_bytes(const struct tdm_qweight *w) { return tdm_wfmt_scale_bytes(w->fmt, w->scale_dt, w->n, w->k); }
+
 int64_t tdm_qweight_bytes(const struct tdm_qweight *w)
 {
-    switch (w->fmt) {
-    case TDM_W_BF16: return w->n * w->k * 2;
-    case TDM_W_F32: return w->n * w->k * 4;
-    case TDM_W_FP8: return w->n * w->k + tdm_qweight_scale_bytes(w);
-    case TDM_W_NVFP4: return w->n * w->k / 2 + tdm_qweight_scale_bytes(w);
-    default: return 0;
-    }
+    const int64_t codes = tdm_wfmt_code_bytes(w->fmt, w->n, w->k);
+    return codes < 0 ? 0 : codes + tdm_qweight_scale_bytes(w);
 }
 
 void tdm_qweight_row(const struct tdm_qweight *w, int64_t r, float *out)

@@ -31,6 +31,12 @@ struct tdm_qweight {
     float scale2;          /* NVFP4 global scale */
 };
 
+/* The stored sizes of an n x k matrix in format fmt, the one place they are spelled: its codes
+ * (BF16 2 bytes a value, F32 4, FP8 1, NVFP4 k / 2 a row; -1 for a format without codes) and its
+ * scales (FP8: one sdt value per 128 x 128 block; NVFP4: one e4m3 byte per 16 values of a row; 0
+ * for the rest). */
+int64_t tdm_wfmt_code_bytes(enum tdm_wfmt fmt, int64_t n, int64_t k);
+int64_t tdm_wfmt_scale_bytes(enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t n, int64_t k);
 /* Bytes a kernel must read to stream the view once (weights and scales). */
 int64_t tdm_qweight_bytes(const struct tdm_qweight *w);
 /* The part of those that are its scales (FP8 blocks, NVFP4 groups; 0 for BF16 and F32): the codes
