@@ -918,7 +918,8 @@ extern "C" int tdm_gdn_ungroup(const uint16_t *qkvz, int64_t ldqkvz, const uint1
         return tdm_errf("tdm_gdn_ungroup: bad arguments M %d, Hk %d, Hv %d (a multiple of Hk), Dk %d, Dv %d, ldqkvz %lld, "
                         "ldba %lld", M, Hk, Hv, Dk, Dv, (long long)ldqkvz, (long long)ldba);
     if (M == 0) return 0;
-    ungroup_kernel<<<dim3(M, Hk), UNGROUP_THREADS, 0, (cudaStream_t)stream>>>(qkvz, ldqkvz, ba, ldba, Hk, Hv, Dk, Dv, mixed, z, b, a);
+    ungroup_kernel<<<dim3(M, Hk), UNGROUP_THREADS, 0, (cudaStream_t)stream>>>(qkvz, ldqkvz, ba, ldba, Hk, Hv, Dk, Dv,
+                                                                            mixed, z, b, a);
     TDM_LAUNCH_CHECK();
     return 0;
 }
