@@ -2,9 +2,11 @@
 # The compiled kernels' resources, as ptxas reported them when the build compiled each object
 # (build/kernels/*.res, written by the Makefile's nvcc --resource-usage; no GPU and no cuobjdump
 # needed), for both targets (sm_90, sm_121a):
-#   - no skinny matrix kernel (kernels/*_skinny.cu), no decode attention kernel and no form of the GDN
-#     recurrence (recur_kernel, kernels/gdn.cu: its token loop runs once a token of every round) uses a
-#     stack frame or spills to local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
+#   - no skinny matrix kernel (kernels/*_skinny.cu), no decode attention kernel, no form of the GDN
+#     recurrence (recur_kernel, kernels/gdn.cu: its token loop runs once a token of every round) and no
+#     per-pair MoE expert kernel (gate_up_kernel, down_kernel in kernels/moe.cu, every decode step and
+#     round of a MoE model; down's forms of 2 and 4 rows a group spilled at 64 registers and hold up to
+#     128) uses a stack frame or spills to local memory: the register caps (skinny_regs, mm_skinny.cuh) are set where ptxas
 #     spills nothing, and a change that makes one spill fails here. One exception, measured: the
 #     17-32-row forms that read the blocked copy (NVFP4 nt 2, pf 1, the plain and the SwiGLU form,
 #     sm_90) are capped at 96 registers (TDM_MM_XB32_REGS) for 5 warps a scheduler, where ptxas
@@ -22,7 +24,7 @@
 #     (TANDEM_MM_XB); the plain and the SwiGLU form of each) use at
 #     most 96 registers on sm_90: past 96 a scheduler holds 4 warps, not 5, and
 #     the 27B's 6-warp CTAs fit 2 a SM instead of 3 (bench/NOTES.md, the register cliff).
-objs="build/kernels/nvfp4_skinny.o build/kernels/fp8_skinny.o build/kernels/bf16_skinny.o build/kernels/attn.o build/kernels/gdn.o"
+objs="build/kernels/nvfp4_skinny.o build/kernels/fp8_skinny.o build/kernels/bf16_skinny.o build/kernels/attn.o build/kernels/gdn.o build/kernels/moe.o"
 for o in $objs; do
     [ -f "$o" ] && [ -f "${o%.o}.res" ] || { echo "Bail out! $o or its ptxas report ${o%.o}.res is not built (make all first)"; exit 1; }
 done
@@ -36,7 +38,7 @@ for o in $objs; do
         / bytes stack frame, / { s = $1; l = $5 + $9 }
         /Used [0-9]+ registers/ && f != "" { r = $0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r)
                                             print o, arch, f, r, s, l; f = "" }' "${o%.o}.res"
-done | grep -E 'skinny_kernel|attn_partial_kernel|recur_kernel' >"$tmp"
+done | grep -E 'skinny_kernel|attn_partial_kernel|recur_kernel|gate_up_kernel|down_kernel' >"$tmp"
 n=$(wc -l <"$tmp")
 HOT=' sm_90 _ZN6tdm_mm13skinny_kernelILi3ELi2ELi0ELi[13]ELb1ELb[01]ELb[01]ELb[01]ELb0EEE'
 hot=$(grep -cE "$HOT" "$tmp")
