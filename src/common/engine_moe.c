@@ -185,7 +185,7 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const ui
     int32_t *order = tdm_moe_scratch_order(x->scratch);
     uint16_t *act = tdm_moe_scratch_act(x->scratch, M, k), *ye = tdm_moe_scratch_out(x->scratch, M, k, I);
     void *ss = side ? side->stream : stream; /* the shared expert's stream */
-    if (side && tdm_stream_after(ss, stream, side->fork) != 0) return -1;
+    if (side && tdm_stream_after(ss, stream, side->fork) != 0) return tdm_err_prefix("layer %d MoE", layer);
     const int bad =
         tdm_matmul_xb(&d->sh_gate, xn, H, xnb, M, x->g, Is, TDM_MM_BF16, tiles, ss) ||
         tdm_matmul_xb(&d->sh_up, xn, H, xnb, M, x->u, Is, TDM_MM_BF16, tiles, ss) ||
