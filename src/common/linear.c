@@ -95,18 +95,6 @@ struct tdm_qweight tdm_qweight_rows(const struct tdm_qweight *w, int64_t r0, int
     return v;
 }
 
-/* Bytes of one stored weight row (0: a format without a row layout). */
-static int64_t row_bytes(enum tdm_wfmt fmt, int64_t k)
-{
-    switch (fmt) {
-    case TDM_W_BF16: return k * 2;
-    case TDM_W_F32: return k * 4;
-    case TDM_W_FP8: return k;
-    case TDM_W_NVFP4: return k / 2;
-    default: return 0;
-    }
-}
-
 int tdm_qweight_cat_exact(const struct tdm_qweight *a, const struct tdm_qweight *b)
 {
     const int64_t B = TDM_FP8_BLOCK;
@@ -128,7 +116,7 @@ int tdm_qweight_cat(const struct tdm_qweight *a, const struct tdm_qweight *b, st
         return tdm_errf("%s %" PRId64 "x%" PRId64 " and %s %" PRId64 "x%" PRId64 ": rows that do not concatenate "
                         "exactly (format, k, NVFP4 scale_2 or FP8 128-row blocks)",
                         tdm_wfmt_name(a->fmt), a->n, a->k, tdm_wfmt_name(b->fmt), b->n, b->k);
-    const int64_t k = a->k, n = a->n + b->n, rb = row_bytes(a->fmt, k);
+    const int64_t k = a->k, n = a->n + b->n, rb = tdm_wfmt_code_bytes(a->fmt, 1, k);
     /* scale rows: NVFP4 one per weight row (k/16 e4m3); FP8 one per 128 rows (ceil(k/128) of scale_dt) */
     int64_t sa = 0, sb = 0, s_row = 0, s_a0 = 0, s_b0 = 0;
     if (a->fmt == TDM_W_NVFP4) {
