@@ -840,11 +840,10 @@ static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const cha
     return 0;
 }
 
-// A matrix's chunk layout: chunks of a row, log2 of the lanes a row (G = the power of two >=
-// min(chunks, 32)), whether every row is 16-byte aligned with full chunks. Shapes only: the same
-// for every M, so the summation order is too.
-// A matrix's chunks a row (nch), lanes a row (1 << lg), whole 16-byte chunks (vec), rows a group
-// (rpg: 1 but for down of more than one row, down_rows_per_group) and outputs a block (rows).
+// A matrix's chunks a row (nch), log2 of the lanes a row (lg: G = the power of two >= min(chunks,
+// 32)), whole 16-byte chunks (vec: every row 16-byte aligned), rows a group (rpg: 1 but for down of
+// more than one row, down_rows_per_group) and outputs a block (rows). Shapes only: the same for every
+// M, so the summation order is too.
 struct ChunkPlan { int nch, lg, rpg, rows; bool vec; };
 static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down)
 {
