@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
 // ---- the routed experts' matrices: 16-byte chunks decoded in registers --------------------------
 //
 // A stored weight row is cut into chunks of 16 bytes (32 k NVFP4, 16 k FP8, 8 k BF16). A row is
-// owned by a group of G lanes (G the power of two >= min(chunks, 32): 32 for the 80B's gate and
-// up, 16 for its NVFP4 down); chunk c belongs to lane c mod G, so a warp reads contiguous bytes of
+// owned by a group of G lanes (lanes_log2: the fewest, a power of two up to 32, that take at most
+// BATCH chunks each: 16 for the 80B's NVFP4 gate and up, 4 for its down); chunk c belongs to lane c mod G, so a warp reads contiguous bytes of
 // its rows. A lane loads BATCH chunks of its row (gate and up together) with 16-byte loads, decodes
 // them in registers with the dense kernels' helpers (mm_layout.h, mm_skinny.cuh) and FMAs them in
 // FP32 against the pair's input row, staged once per block in shared memory as FP32 with 4 floats
@@ -420,38 +420,46 @@ constexpr int MAX_TOPK = TDM_ROUTE_MAX_K;   // the router's most chosen experts
 // Outputs a combine block: one a thread.
 constexpr int COMBINE_COLS = MOE_THREADS;
 
-// Block (row r, slice c): tdm_ref_moe_combine of row r's outputs [c COMBINE_COLS, (c + 1) COMBINE_COLS).
-// Every block of the row stages the shared gate's products x[i] * w[i] and computes its logit (warp 0,
-// tdm_dot's order, ->bf16: the same bits in every block) while the next k threads order the row's
-// slots by ascending (expert id, slot); then each thread its value. (One block a row, its threads walking
-// the row, took ~54 us a call at one row of H 2048 on an H100: one SM, 80 dependent loads a thread.)
+// Row r's shared-expert scale, tdm_ref_moe_combine's bf16(sigmoid(bf16(x_r . w))): a block a row stages
+// the products x[i] * w[i] in shared memory and warp 0 adds them in tdm_dot's order (group_dot).
 __global__ void __launch_bounds__(MOE_THREADS)
-combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, int H, RowRef sg, const uint16_t *x,
-               int64_t ldx, const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout)
+shared_gate_kernel(RowRef sg, const uint16_t *x, int64_t ldx, int H, float *gate)
 {
     extern __shared__ float prod[];   // [H]
-    __shared__ int asc[MAX_TOPK], ss[MAX_TOPK];
-    __shared__ float wt[MAX_TOPK], ws[MAX_TOPK];
-    __shared__ float gate;
     const int r = blockIdx.x, tid = threadIdx.x;
     const uint16_t *xr = x + (size_t)r * ldx;
     for (int i = tid; i < H; i += MOE_THREADS) prod[i] = __fmul_rn(bf2f(xr[i]), w_at(sg, i));
+    __syncthreads();
+    if (tid < 32) {
+        const float g = group_dot(prod, H, tid & 7);   // the four groups compute the same sum
+        if (tid == 0) gate[r] = bfr(sigmoid_ref(bfr(g)));
+    }
+}
+
+// Block (row r, slice c): tdm_ref_moe_combine of row r's outputs [c COMBINE_COLS, (c + 1) COMBINE_COLS),
+// the shared expert scaled by gate[r] (shared_gate_kernel, launched on the shared expert's stream: off
+// this kernel's path). The first k threads order the row's slots by ascending (expert id, slot); then
+// each thread its value. (One block a row, its threads walking the row, took ~54 us a call at one row
+// of H 2048 on an H100: one SM, 80 dependent loads a thread; the gate's dot in this kernel ~2 us more.)
+__global__ void __launch_bounds__(MOE_THREADS)
+combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, int H, const float *gate,
+               const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout)
+{
+    __shared__ int asc[MAX_TOPK], ss[MAX_TOPK];
+    __shared__ float wt[MAX_TOPK], ws[MAX_TOPK];
+    const int r = blockIdx.x, tid = threadIdx.x;
     if (tid < k) {
         ss[tid] = sel[(size_t)r * k + tid];
         ws[tid] = bf2f(w[(size_t)r * k + tid]);
     }
     __syncthreads();
-    if (tid < 32) {
-        const float g = group_dot(prod, H, tid & 7);   // the four groups compute the same sum
-        if (tid == 0) gate = bfr(sigmoid_ref(bfr(g)));
-    } else if (tid >= 32 && tid < 32 + k) {
+    if (tid < k) {
         // tdm_ref_moe_combine's order, ascending (expert id, slot): slot t's place is the number of
         // slots before it in that order
-        const int t = tid - 32;
         int n = 0;
-        for (int i = 0; i < k; i++) n += ss[i] < ss[t] || (ss[i] == ss[t] && i < t);
-        asc[n] = t;
-        wt[n] = ws[t];
+        for (int i = 0; i < k; i++) n += ss[i] < ss[tid] || (ss[i] == ss[tid] && i < tid);
+        asc[n] = tid;
+        wt[n] = ws[tid];
     }
     __syncthreads();
     const int i = blockIdx.y * COMBINE_COLS + tid;
@@ -466,7 +474,7 @@ combine_kernel(const uint16_t *y, const uint16_t *w, const int32_t *sel, int k, 
         for (int j = 0; j < 8; j++)
             if (n0 + j < k) o = bfr(__fadd_rn(o, bfr(__fmul_rn(yv[j], wt[n0 + j]))));
     }
-    o = __fadd_rn(o, bfr(__fmul_rn(gate, bf2f(sh[(size_t)r * ldsh + i]))));
+    o = __fadd_rn(o, bfr(__fmul_rn(gate[r], bf2f(sh[(size_t)r * ldsh + i]))));
     out[(size_t)r * ldout + i] = f2bf(o);
 }
 
@@ -840,18 +848,34 @@ static int check_pairs(const struct tdm_moe_experts *ex, int M, int k, const cha
     return 0;
 }
 
-// A matrix's chunks a row (nch), log2 of the lanes a row (lg: G = the power of two >= min(chunks,
-// 32)), whole 16-byte chunks (vec: every row 16-byte aligned), rows a group (rpg: 1 but for down of
-// more than one row, down_rows_per_group) and outputs a block (rows). Shapes only: the same for every
-// M, so the summation order is too.
+// Lanes a row: the fewest (a power of two, at most 32) whose lanes take at most BATCH chunks each,
+// so that a lane's one batch holds its whole share of a short row (the 80B's NVFP4 gate and up, 2048
+// inputs in 64 chunks: 16 lanes of 4 chunks, 16 rows and 32 KB a block; its down, 512 inputs in 16
+// chunks: 4 lanes of 4, 64 rows and 16 KB a block). With TDM_MOE_LANES_FILL 0: the lanes a row are
+// min(chunks, 32) (a lane one or two chunks of those rows: 16 KB and 4 KB a block).
+#ifndef TDM_MOE_LANES_FILL
+#define TDM_MOE_LANES_FILL 1
+#endif
+static int lanes_log2(int nch)
+{
+    int lg = 0;
+    if (TDM_MOE_LANES_FILL)
+        while ((BATCH << lg) < nch && lg < 5) lg++;
+    else
+        while ((1 << lg) < nch && lg < 5) lg++;
+    return lg;
+}
+
+// A matrix's chunks a row (nch), lanes a row (1 << lg, lanes_log2), whole 16-byte chunks (vec), rows
+// a group (rpg: 1 but for down of more than one row, down_rows_per_group) and outputs a block (rows).
+// Shapes only: the same for every M, so the summation order is too.
 struct ChunkPlan { int nch, lg, rpg, rows; bool vec; };
 static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down)
 {
     const int64_t rowbytes = tdm_wfmt_code_bytes(m->fmt, 1, m->k);
     ChunkPlan p;
     p.nch = (int)((rowbytes + 15) / 16);
-    p.lg = 0;
-    while ((1 << p.lg) < p.nch && p.lg < 5) p.lg++;
+    p.lg = lanes_log2(p.nch);
     p.rpg = many_rows_down ? down_rows_per_group((p.nch + (1 << p.lg) - 1) >> p.lg) : 1;
     p.rows = (FAST_THREADS >> p.lg) * p.rpg;
     p.vec = rowbytes % 16 == 0;
@@ -925,24 +949,33 @@ extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *ac
     return 0;
 }
 
-extern "C" int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
-                               const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
-                               int64_t ldsh, uint16_t *out, int64_t ldout, void *stream)
+extern "C" int tdm_moe_shared_gate(const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, int M, int H,
+                                   float *gate, void *stream)
 {
-    if (M < 0 || k < 1 || k > MAX_TOPK || H < 1 || H > TDM_MOE_MAX_K || ldx < H || ldsh < H || ldout < H || !y || !w ||
-        !sel || !x || !sh || !out || !shared_gate || !shared_gate->w)
-        return tdm_errf("tdm_moe_combine: bad arguments M %d, k %d (at most %d), H %d (at most %d)", M, k, MAX_TOPK, H,
-                        TDM_MOE_MAX_K);
     const struct tdm_dweight *g = shared_gate;
+    if (M < 0 || H < 1 || H > TDM_MOE_MAX_K || ldx < H || !x || !gate || !g || !g->w)
+        return tdm_errf("tdm_moe_shared_gate: bad arguments M %d, H %d (at most %d), ldx %lld", M, H, TDM_MOE_MAX_K,
+                        (long long)ldx);
     if (g->k != H || g->n != 1 || (g->fmt != TDM_W_BF16 && g->fmt != TDM_W_FP8 && g->fmt != TDM_W_NVFP4) ||
         (g->fmt != TDM_W_BF16 && !g->scale))
-        return tdm_errf("tdm_moe_combine: the shared gate must be a [1, %d] BF16, FP8 or NVFP4 weight (got [%lld, %lld] %s)",
+        return tdm_errf("tdm_moe_shared_gate: the shared gate must be a [1, %d] BF16, FP8 or NVFP4 weight (got [%lld, %lld] %s)",
                         H, (long long)g->n, (long long)g->k, tdm_wfmt_name(g->fmt));
     if (M == 0) return 0;
     const RowRef sg = row_ref(g->fmt, g->scale_dt == TDM_DT_BF16, g->w, g->scale, g->scale2, g->k, g->row0);
+    shared_gate_kernel<<<M, MOE_THREADS, (size_t)H * 4, (cudaStream_t)stream>>>(sg, x, ldx, H, gate);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
+                               const float *gate, const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout,
+                               void *stream)
+{
+    if (M < 0 || k < 1 || k > MAX_TOPK || H < 1 || ldsh < H || ldout < H || !y || !w || !sel || !gate || !sh || !out)
+        return tdm_errf("tdm_moe_combine: bad arguments M %d, k %d (at most %d), H %d", M, k, MAX_TOPK, H);
+    if (M == 0) return 0;
     const dim3 grid(M, (H + COMBINE_COLS - 1) / COMBINE_COLS);
-    combine_kernel<<<grid, MOE_THREADS, (size_t)H * 4, (cudaStream_t)stream>>>(y, w, sel, k, H, sg, x, ldx, sh, ldsh, out,
-                                                                                ldout);
+    combine_kernel<<<grid, MOE_THREADS, 0, (cudaStream_t)stream>>>(y, w, sel, k, H, gate, sh, ldsh, out, ldout);
     TDM_LAUNCH_CHECK();
     return 0;
 }

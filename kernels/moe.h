@@ -17,14 +17,15 @@
  *
  * The expert matrices' dot products (gate, up, down) run in this fixed order, a function of the
  * matrix's format and k only: the stored row is cut into chunks of 16 bytes (32 k NVFP4, 16 k
- * FP8, 8 k BF16); a group of G lanes owns the row (G the power of two >= min(chunks, 32)); lane
- * l of the group takes chunks l, l + G, l + 2G, ... in ascending order into one FP32 accumulator
- * from 0, each chunk's products in ascending k by fused multiply-add (the input x as FP32, the
- * weight decoded in registers: BF16 as stored; FP8 the e4m3 code, the chunk's 16 products summed
- * from 0 and then acc = fma(that, block scale, acc); NVFP4 e2m1 * e4m3 group scale * 2^-7, exact
- * in BF16); the G sums are added in an xor butterfly over G/2, ..., 2, 1; NVFP4 multiplies the
- * total by scale_2 * 2^7. This is not tdm_dot's order (t/unit/layers_gpu.c bounds the difference
- * by a relative error). The input row is staged once per block in shared memory as FP32. */
+ * FP8, 8 k BF16); a group of G lanes owns the row (G the fewest, a power of two up to 32, whose
+ * lanes take at most 4 chunks each); lane l of the group takes chunks l, l + G, l + 2G, ... in
+ * ascending order into one FP32 accumulator from 0, each chunk's products in ascending k by fused
+ * multiply-add (the input x as FP32, the weight decoded in registers: BF16 as stored; FP8 the e4m3
+ * code, the chunk's 16 products summed from 0 and then acc = fma(that, block scale, acc); NVFP4
+ * e2m1 * e4m3 group scale * 2^-7, exact in BF16); the G sums are added in an xor butterfly over
+ * G/2, ..., 2, 1; NVFP4 multiplies the total by scale_2 * 2^7. This is not tdm_dot's order
+ * (t/unit/layers_gpu.c bounds the difference by a relative error). The input row is staged once
+ * per block in shared memory as FP32. */
 #ifndef TDM_MOE_H
 #define TDM_MOE_H
 #include "matmul.h"
@@ -100,14 +101,17 @@ int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t
 int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
                  const int32_t *order, uint16_t *y, void *stream);
 
+/* gate[r] = bf16(sigmoid(bf16(x_r . shared_gate))) (F32 [M]): tdm_ref_moe_combine's scale of row r's
+ * shared expert, the dot in tdm_dot's order; shared_gate [1, H] in any stored format, x [M][H] (row
+ * stride ldx). A block a row: the engine launches it on the shared expert's stream. */
+int tdm_moe_shared_gate(const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, int M, int H,
+                        float *gate, void *stream);
 /* out[r] = tdm_ref_moe_combine of row r: its k experts' outputs y [M k][H] with the router's
- * weights w [M][k] (BF16) added in ascending (expert id, slot), k <= 64, then the shared expert's output sh [M][H]
- * (row stride ldsh) scaled by bf16(sigmoid(g_r)), g_r = bf16(x_r . shared_gate) computed here
- * (shared_gate [1, H] in any stored format, x [M][H] row stride ldx). out [M][H] (row stride
+ * weights w [M][k] (BF16) added in ascending (expert id, slot), k <= 64, then the shared expert's
+ * output sh [M][H] (row stride ldsh) scaled by gate[r] (tdm_moe_shared_gate). out [M][H] (row stride
  * ldout) may not alias y or sh. A block for each row and slice of 256 outputs. */
-int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H,
-                    const struct tdm_dweight *shared_gate, const uint16_t *x, int64_t ldx, const uint16_t *sh,
-                    int64_t ldsh, uint16_t *out, int64_t ldout, void *stream);
+int tdm_moe_combine(const uint16_t *y, const uint16_t *w, const int32_t *sel, int M, int k, int H, const float *gate,
+                    const uint16_t *sh, int64_t ldsh, uint16_t *out, int64_t ldout, void *stream);
 
 /* ---- the grouped form (prefill chunks) ----------------------------------------------------------
  * For M rows of a prefill chunk (any M; decode's and a verify's 1..32 rows keep the per-pair kernels

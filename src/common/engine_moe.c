@@ -29,6 +29,7 @@ struct tdm_emoe {
     void *scratch;                /* tdm_moe_scratch_bytes(R, k, H, I) */
     void *group;                  /* tdm_moe_group_bytes(R, k, E) when R > TDM_ENGINE_MAX_ROWS (the grouped form) */
     uint16_t *g, *u, *sh;         /* shared expert: [R][Is] x2, [R][H] */
+    float *gate;                  /* [R]: the shared expert's scale (tdm_moe_shared_gate) */
 };
 
 int tdm_emoe_supported(const struct tdm_model *m)
@@ -97,6 +98,7 @@ void tdm_emoe_free(struct tdm_emoe *x)
     tdm_cuda_free(x->g);
     tdm_cuda_free(x->u);
     tdm_cuda_free(x->sh);
+    tdm_cuda_free(x->gate);
     free(x);
 }
 
@@ -144,6 +146,7 @@ struct tdm_emoe *tdm_emoe_new(const struct tdm_model *m, int rows, size_t *weigh
         !(x->g = act_alloc(R * Is * 2, act, "shared expert activations")) ||
         !(x->u = act_alloc(R * Is * 2, act, "shared expert activations")) ||
         !(x->sh = act_alloc(R * H * 2, act, "shared expert activations")) ||
+        !(x->gate = act_alloc(R * 4, act, "shared expert activations")) ||
         (rows > TDM_ENGINE_MAX_ROWS &&
          !(x->group = act_alloc(tdm_moe_group_bytes(rows, c->top_k, c->n_experts), act, "expert grouping"))))
         goto fail;
@@ -191,6 +194,7 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const ui
         tdm_matmul_xb(&d->sh_up, xn, H, xnb, M, x->u, Is, TDM_MM_BF16, tiles, ss) ||
         tdm_silu_mul(x->g, x->u, Is, M, x->g, NULL, ss) ||
         tdm_matmul(&d->sh_down, x->g, Is, M, x->sh, H, TDM_MM_BF16, tiles, ss) ||
+        tdm_moe_shared_gate(&d->shared_gate, xn, H, M, H, x->gate, ss) ||
         tdm_matmul_xb(&d->router, xn, H, xnb, M, x->logits, E, TDM_MM_BF16, tiles, stream) ||
         tdm_moe_route(x->logits, E, M, E, k, c->norm_topk, x->sel, x->w, stream) ||
         (M > TDM_ENGINE_MAX_ROWS
@@ -202,7 +206,7 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const ui
                    tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream));
     /* a capture must join every stream it forked, a failed launch's too */
     if ((side && tdm_stream_after(stream, ss, side->join) != 0) || bad ||
-        tdm_moe_combine(ye, x->w, x->sel, M, k, H, &d->shared_gate, xn, H, x->sh, H, y, H, stream))
+        tdm_moe_combine(ye, x->w, x->sel, M, k, H, x->gate, x->sh, H, y, H, stream))
         return tdm_err_prefix("layer %d MoE", layer);
     return 0;
 }

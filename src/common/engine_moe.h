@@ -3,9 +3,10 @@
  * launches on the engine's stream, the routing on the device (no host sync: a decode step that
  * contains it can be captured in a CUDA graph):
  *   logits = bf16(x Wr^T) (tdm_matmul); sel, w = tdm_moe_route;
- *   shared = down_s(silu(gate_s x) * up_s x) (tdm_matmul, tdm_silu_mul);
+ *   shared = down_s(silu(gate_s x) * up_s x) (tdm_matmul, tdm_silu_mul), its scale
+ *   bf16(sigmoid(x Wsg^T)) (tdm_moe_shared_gate);
  *   the chosen (row, expert) pairs in ascending expert id: tdm_moe_order, tdm_moe_gate_up,
- *   tdm_moe_down; y = tdm_moe_combine (experts in ascending id, + bf16(sigmoid(x Wsg^T)) shared).
+ *   tdm_moe_down; y = tdm_moe_combine (experts in ascending id, + the scaled shared expert).
  * Row-invariant up to TDM_ENGINE_MAX_ROWS rows: the router, the shared expert's products (1..32
  * rows), the pairs and the combination each give a row the bits of a one-row call. A prefill chunk
  * of more rows (activations for them: TANDEM_MOE_GROUPED, engine.c) runs the experts' grouped form

@@ -1914,6 +1914,7 @@ struct moe_ctx {
     struct tdm_dweight sg;
     uint16_t *dx, *dw, *dact, *dy, *dsh, *dout;
     int32_t *dsel, *dorder;
+    float *dgate;
     int H, I, k;
 };
 static int moe_launch(void *p, int r0, int m, int devpos)
@@ -1925,8 +1926,9 @@ static int moe_launch(void *p, int r0, int m, int devpos)
     return tdm_moe_order(sel, m, c->k, c->dorder, st) ||
            tdm_moe_gate_up(&c->ex, c->dx + r0 * H, H, m, sel, c->k, c->dorder, c->dact + r0 * k * I, st) ||
            tdm_moe_down(&c->ex, c->dact + r0 * k * I, m, sel, c->k, c->dorder, c->dy + r0 * k * H, st) ||
-           tdm_moe_combine(c->dy + r0 * k * H, c->dw + r0 * k, sel, m, c->k, c->H, &c->sg, c->dx + r0 * H, H,
-                           c->dsh + r0 * H, H, c->dout + r0 * H, H, st);
+           tdm_moe_shared_gate(&c->sg, c->dx + r0 * H, H, m, c->H, c->dgate + r0, st) ||
+           tdm_moe_combine(c->dy + r0 * k * H, c->dw + r0 * k, sel, m, c->k, c->H, c->dgate + r0, c->dsh + r0 * H, H,
+                           c->dout + r0 * H, H, st);
 }
 
 /* The expert kernels' dots run in their own fixed order (moe.h), not tdm_dot's: a dot may differ
@@ -1997,10 +1999,10 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     }
     c.dx = dal(nx * 2); c.dsh = dal(nx * 2); c.dout = dal(nx * 2); c.dw = dal((size_t)P * 2);
     c.dact = dal((size_t)P * I * 2); c.dy = dal((size_t)P * H * 2);
-    c.dsel = dal((size_t)P * 4); c.dorder = dal((size_t)P * 4);
+    c.dsel = dal((size_t)P * 4); c.dorder = dal((size_t)P * 4); c.dgate = dal((size_t)R * 4);
     up(c.dx, x, nx * 2); up(c.dsh, sh, nx * 2); up(c.dw, w, (size_t)P * 2); up(c.dsel, sel, (size_t)P * 4);
     poison(c.dact, (size_t)P * I * 2); poison(c.dy, (size_t)P * H * 2); poison(c.dout, nx * 2);
-    poison(c.dorder, (size_t)P * 4);
+    poison(c.dorder, (size_t)P * 4); poison(c.dgate, (size_t)R * 4);
     if (moe_launch(&c, 0, rows, 0) != 0) bail("MoE experts");
     uint16_t *act = hal((size_t)P * I * 2), *y = hal((size_t)P * H * 2), *out = hal(nx * 2);
     down(order, c.dorder, (size_t)P * 4);
@@ -2079,7 +2081,7 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     tdm_moe_experts_free(&c.ex);
     tdm_dweight_free(&c.sg);
     tdm_cuda_free(c.dx); tdm_cuda_free(c.dsh); tdm_cuda_free(c.dout); tdm_cuda_free(c.dw); tdm_cuda_free(c.dact);
-    tdm_cuda_free(c.dy); tdm_cuda_free(c.dsel); tdm_cuda_free(c.dorder);
+    tdm_cuda_free(c.dy); tdm_cuda_free(c.dsel); tdm_cuda_free(c.dorder); tdm_cuda_free(c.dgate);
     free_experts(ex, E, mem);
     free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(order); free(act);
     free(y); free(out); free(aref); free(af); free(yref); free(ye); free(oref); free(selr);
@@ -2138,6 +2140,7 @@ static void test_moe_grouped(const struct shape *s, int E, enum tdm_wfmt fmt, en
     uint16_t *dx = dal(nx * 2), *dsh = dal(nx * 2), *dout = dal(nx * 2), *dw = dal((size_t)PM * 2);
     uint16_t *dact = dal((size_t)PM * I * 2), *dy = dal((size_t)PM * H * 2);
     int32_t *dsel = dal((size_t)PM * 4);
+    float *dgate = dal((size_t)TMAX * 4);
     void *dgroup = dal(tdm_moe_group_bytes(TMAX, k, E));
     up(dx, x, nx * 2); up(dsh, sh, nx * 2); up(dw, w, (size_t)PM * 2); up(dsel, sel, (size_t)PM * 4);
 
@@ -2157,7 +2160,8 @@ static void test_moe_grouped(const struct shape *s, int E, enum tdm_wfmt fmt, en
         poison(dgroup, tdm_moe_group_bytes(TMAX, k, E));
         if (tdm_moe_group(dsel, T, k, E, dgroup, st) || tdm_moe_gate_up_grouped(&dex, dx, H, T, k, dgroup, dact, st) ||
             tdm_moe_down_grouped(&dex, dact, T, k, dgroup, dy, st) ||
-            tdm_moe_combine(dy, dw, dsel, T, k, H, &dsg, dx, H, dsh, H, dout, H, st))
+            tdm_moe_shared_gate(&dsg, dx, H, T, H, dgate, st) ||
+            tdm_moe_combine(dy, dw, dsel, T, k, H, dgate, dsh, H, dout, H, st))
             bail("MoE grouped");
         down(act, dact, (size_t)P * I * 2);
         down(y, dy, (size_t)P * H * 2);
@@ -2247,7 +2251,7 @@ static void test_moe_grouped(const struct shape *s, int E, enum tdm_wfmt fmt, en
     tdm_moe_experts_free(&dex);
     tdm_dweight_free(&dsg);
     tdm_cuda_free(dx); tdm_cuda_free(dsh); tdm_cuda_free(dout); tdm_cuda_free(dw); tdm_cuda_free(dact);
-    tdm_cuda_free(dy); tdm_cuda_free(dsel); tdm_cuda_free(dgroup);
+    tdm_cuda_free(dy); tdm_cuda_free(dsel); tdm_cuda_free(dgroup); tdm_cuda_free(dgate);
     free_experts(ex, E, mem);
     free(x); free(w); free(sh); free(xf); free(wf); free(shf); free(sel); free(act); free(y); free(out); free(ar);
     free(ag); free(yr); free(yg); free(yfull); free(of); free(ofull); free(wg); free(wu); free(wd); free(xe); free(ae);
@@ -2313,8 +2317,9 @@ static void test_argmax(const struct shape *s)
 }
 
 /* The groups named on the command line (none: all): "attn" (decode, tree and prefill attention),
- * "rest" (everything else). */
-static int want_attn = 1, want_rest = 1;
+ * "rest" (everything else); "moe" (the router, the experts and their grouped form: a part of rest,
+ * alone). */
+static int want_attn = 1, want_rest = 1, want_moe = 0;
 
 /* ================================================================================================
  * blocked copies (mm_layout.h: xb): the kernels that write a product's input (add_rmsnorm,
@@ -2437,8 +2442,9 @@ int main(int argc, char **argv)
         for (int i = 1; i < argc; i++) {
             if (!strcmp(argv[i], "attn")) want_attn = 1;
             else if (!strcmp(argv[i], "rest")) want_rest = 1;
+            else if (!strcmp(argv[i], "moe")) want_moe = 1;
             else {
-                fprintf(stderr, "layers_gpu: unknown group '%s' (attn, rest)\n", argv[i]);
+                fprintf(stderr, "layers_gpu: unknown group '%s' (attn, rest, moe)\n", argv[i]);
                 return 2;
             }
         }
@@ -2457,6 +2463,7 @@ int main(int argc, char **argv)
             test_attn(s, 500);
             test_attn_tree(s, 500);
         }
+        if (want_moe && !want_rest && s->c.n_experts) test_route(s, 1);
         if (!want_rest) continue;
         test_norm(s);
         test_gated_norm(s);
@@ -2473,7 +2480,7 @@ int main(int argc, char **argv)
         for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
         for (int j = 0; j < 6; j++) test_recur_chunked(s, rec_m[j]);
     }
-    if (want_rest) {
+    if (want_rest || want_moe) {
         /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's (all 512
          * experts, top-10) in every format at M = 1, 5 and 32 */
         test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 0, R);
@@ -2495,9 +2502,9 @@ int main(int argc, char **argv)
         test_moe_grouped(&shapes[3], 512, TDM_W_BF16, TDM_DT_F32);
         test_moe_grouped(&shapes[3], 512, TDM_W_FP8, TDM_DT_BF16);
         test_moe_grouped(&shapes[3], 512, TDM_W_NVFP4, TDM_DT_F32);
-        test_qk(&shapes[0], 250000);  /* large rotary angles */
         test_route(&shapes[3], 0);
     }
+    if (want_rest) test_qk(&shapes[0], 250000);  /* large rotary angles */
     if (want_attn) {
         test_attn(&shapes[0], 0);     /* the first tokens */
         test_attn_tree(&shapes[0], 0);
