@@ -257,13 +257,9 @@ extern "C" int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, 
                               size_t min_bytes, int min_copies, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
-    int64_t wb, sb;
-    switch (fmt) {
-    case TDM_W_NVFP4: wb = n * (k / 2); sb = n * (k / 16); break;
-    case TDM_W_FP8: wb = n * k; sb = ((n + 127) / 128) * ((k + 127) / 128) * (sdt == TDM_DT_BF16 ? 2 : 4); break;
-    case TDM_W_BF16: wb = n * k * 2; sb = 0; break;
-    default: return tdm_errf("working set: format %s has no GPU kernel", tdm_wfmt_name(fmt));
-    }
+    if (fmt != TDM_W_NVFP4 && fmt != TDM_W_FP8 && fmt != TDM_W_BF16)
+        return tdm_errf("working set: format %s has no GPU kernel", tdm_wfmt_name(fmt));
+    const int64_t wb = tdm_wfmt_code_bytes(fmt, n, k), sb = tdm_wfmt_scale_bytes(fmt, sdt, n, k);
     const int64_t soff = (wb + 255) / 256 * 256, each = (soff + sb + 255) / 256 * 256;
     int copies = (int)((min_bytes + each - 1) / each);
     if (copies < min_copies) copies = min_copies;
