@@ -2449,6 +2449,7 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (want_rest) want_moe = 1;   /* moe is a part of rest */
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
     struct tdm_device_info info;
     if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) bail("device");
@@ -2463,7 +2464,7 @@ int main(int argc, char **argv)
             test_attn(s, 500);
             test_attn_tree(s, 500);
         }
-        if (want_moe && !want_rest && s->c.n_experts) test_route(s, 1);
+        if (want_moe && s->c.n_experts) test_route(s, 1);
         if (!want_rest) continue;
         test_norm(s);
         test_gated_norm(s);
@@ -2473,14 +2474,13 @@ int main(int argc, char **argv)
         test_recur(s);
         test_recur_fused(s);
         test_gdn_tree(s);
-        if (s->c.n_experts) test_route(s, 1);
         test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
         const int conv_m[] = {1, 5, 100, 4096}, rec_m[] = {1, 63, 64, 65, 300, 4096};
         for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
         for (int j = 0; j < 6; j++) test_recur_chunked(s, rec_m[j]);
     }
-    if (want_rest || want_moe) {
+    if (want_moe) {
         /* the experts: the tiny fixture's shape in every format (all 8 experts), the 80B's (all 512
          * experts, top-10) in every format at M = 1, 5 and 32 */
         test_moe(&shapes[1], 8, TDM_W_BF16, TDM_DT_F32, 0, R);
