@@ -3,6 +3,7 @@
 // shared expert.
 #include "moe.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "device.h"
 #include "err.h"
 #include "formats.h"
@@ -139,10 +140,17 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
 // of padding after every 32 (the lanes of a quarter-warp read distinct banks for every format).
 
 constexpr int FAST_THREADS = 256;
+// Threads of a gate+up block (knob TDM_MOE_GU_THREADS: 128, 256 or 512). A launch shape only: an
+// output's lanes and their order are the same for each, and so are the bits.
+#ifndef TDM_MOE_GU_THREADS
+#define TDM_MOE_GU_THREADS 256
+#endif
+constexpr int GU_THREADS = TDM_MOE_GU_THREADS;
+static_assert(GU_THREADS == 128 || GU_THREADS == 256 || GU_THREADS == 512, "TDM_MOE_GU_THREADS: 128, 256 or 512");
 constexpr int BATCH = 4;   // chunks of each matrix a lane has in flight
-// Blocks a SM at least: gate+up <= 80 registers a thread (3 blocks), down <= 64 (4): what ptxas
-// compiles without spilling for every format.
-constexpr int GATE_UP_MIN_BLOCKS = 3, DOWN_MIN_BLOCKS = 4;
+// Blocks a SM at least: gate+up <= 80 registers a thread (3 blocks of 256), down <= 64 (4): what
+// ptxas compiles without spilling for every format.
+constexpr int GATE_UP_MIN_BLOCKS = GU_THREADS == 512 ? 1 : 3 * 256 / GU_THREADS, DOWN_MIN_BLOCKS = 4;
 
 template <int F> struct ChunkK;   // k per 16-byte chunk
 template <> struct ChunkK<TDM_W_NVFP4> { static constexpr int K = 32; };
@@ -277,25 +285,27 @@ __device__ __forceinline__ float group_sum(float v, int lg)
 }
 
 // Stages k values of a BF16 row as FP32 at xpad(i), zeros up to a multiple of 32.
+template <int THREADS>
 __device__ __forceinline__ void stage_row(float *xs, const uint16_t *xr, int k)
 {
     const int kp = (k + 31) & ~31;
-    for (int i = threadIdx.x; i < kp; i += FAST_THREADS) xs[xpad(i)] = i < k ? bf2f(xr[i]) : 0.0f;
+    for (int i = threadIdx.x; i < kp; i += THREADS) xs[xpad(i)] = i < k ? bf2f(xr[i]) : 0.0f;
 }
 
-// Grid (blocks of 256 / G rows, the pairs in order); group q of the block (lanes of threadIdx.x
-// >> lg) computes output blockIdx.x * (256 / G) + q. nch: chunks of a row. A pair whose expert is
+// Grid (blocks of GU_THREADS / G rows, the pairs in order); group q of the block (lanes of
+// threadIdx.x >> lg) computes output blockIdx.x * (GU_THREADS / G) + q. nch: chunks of a row. A pair whose expert is
 // outside 0..E-1 gets NaN. The first batch of weights is loaded before the input row is staged.
 template <int F, bool VEC>
-__global__ void __launch_bounds__(FAST_THREADS, GATE_UP_MIN_BLOCKS)
+__global__ void __launch_bounds__(GU_THREADS, GATE_UP_MIN_BLOCKS)
 gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
                const int32_t *order, uint16_t *act, int nch, int lg)
 {
     extern __shared__ __align__(16) float xs[];
+    tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
     const int pair = order[blockIdx.y], r = pair / k, e = sel[pair];
     const int H = g.k, I = g.n, G = 1 << lg;
     const int gl = threadIdx.x & (G - 1);
-    const int n = blockIdx.x * (FAST_THREADS >> lg) + (threadIdx.x >> lg);
+    const int n = blockIdx.x * (GU_THREADS >> lg) + (threadIdx.x >> lg);
     uint16_t *out = act + (size_t)pair * I;
     if (e < 0 || e >= E) {   // the same for the whole block
         if (gl == 0 && n < I) out[n] = 0x7fc0;
@@ -317,7 +327,7 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
         }
     };
     load(0);
-    stage_row(xs, x + (size_t)r * ldx, H);
+    stage_row<GU_THREADS>(xs, x + (size_t)r * ldx, H);
     __syncthreads();
     float ag = 0.0f, au = 0.0f;
     for (int s0 = 0; s0 < S; s0 += BATCH) {
@@ -358,7 +368,10 @@ constexpr int down_rows_per_group(int steps)
 }
 
 // down_kernel as gate_up_kernel, RPG rows a group: group q computes outputs blockIdx.x * RPG Q + q +
-// j Q, j < RPG (Q = 256 / G groups a block).
+// j Q, j < RPG (Q = 256 / G groups a block). Launched programmatically after gate+up where
+// TDM_MOE_DOWN_PDL (pdl.cuh): its first weights load while gate+up finishes, and it waits before it
+// reads act or writes y. It reads sel and order before the wait: the kernels that make them finished
+// before gate+up (a plain launch) began (tdm_moe_down's contract in moe.h).
 template <int F, bool VEC, int RPG>
 __global__ void __launch_bounds__(FAST_THREADS, RPG == 1 ? DOWN_MIN_BLOCKS : 2)
 down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, int nch,
@@ -372,6 +385,7 @@ down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const
     const int n0 = blockIdx.x * Q * RPG + (threadIdx.x >> lg);
     uint16_t *out = y + (size_t)pair * H;
     if (e < 0 || e >= E) {
+        tdm_pdl::wait();
 #pragma unroll
         for (int j = 0; j < RPG; j++)
             if (gl == 0 && n0 + j * Q < H) out[n0 + j * Q] = 0x7fc0;
@@ -392,7 +406,8 @@ down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const
         }
     };
     load(0);
-    stage_row(as, act + (size_t)pair * I, I);
+    tdm_pdl::wait();
+    stage_row<FAST_THREADS>(as, act + (size_t)pair * I, I);
     __syncthreads();
     float acc[RPG];
 #pragma unroll
@@ -870,14 +885,14 @@ static int lanes_log2(int nch)
 // a group (rpg: 1 but for down of more than one row, down_rows_per_group) and outputs a block (rows).
 // Shapes only: the same for every M, so the summation order is too.
 struct ChunkPlan { int nch, lg, rpg, rows; bool vec; };
-static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down)
+static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down, int threads)
 {
     const int64_t rowbytes = tdm_wfmt_code_bytes(m->fmt, 1, m->k);
     ChunkPlan p;
     p.nch = (int)((rowbytes + 15) / 16);
     p.lg = lanes_log2(p.nch);
     p.rpg = many_rows_down ? down_rows_per_group((p.nch + (1 << p.lg) - 1) >> p.lg) : 1;
-    p.rows = (FAST_THREADS >> p.lg) * p.rpg;
+    p.rows = (threads >> p.lg) * p.rpg;
     p.vec = rowbytes % 16 == 0;
     return p;
 }
@@ -888,27 +903,42 @@ static void launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp
 {
     const tdm_moe_mat &g = ex->m[TDM_MOE_GATE], &u = ex->m[TDM_MOE_UP];
     if (cp.vec)
-        gate_up_kernel<F, true><<<grid, FAST_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+        gate_up_kernel<F, true><<<grid, GU_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
     else
-        gate_up_kernel<F, false><<<grid, FAST_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+        gate_up_kernel<F, false><<<grid, GU_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+}
+
+// Down's launch: programmatic (pdl.cuh) where TDM_MOE_DOWN_PDL, else plain.
+#ifndef TDM_MOE_DOWN_PDL
+#define TDM_MOE_DOWN_PDL 1
+#endif
+template <int F, bool VEC, int RPG>
+static cudaError_t launch_down_rpg(const tdm_moe_mat &d, int E, const ChunkPlan &cp, dim3 grid, size_t smem,
+                                   const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+{
+    if (TDM_MOE_DOWN_PDL)
+        return tdm_pdl::launch(down_kernel<F, VEC, RPG>, grid, dim3(FAST_THREADS), smem, st, d, E, act, sel, order, y, cp.nch,
+                               cp.lg);
+    down_kernel<F, VEC, RPG><<<grid, FAST_THREADS, smem, st>>>(d, E, act, sel, order, y, cp.nch, cp.lg);
+    return cudaGetLastError();
 }
 
 template <int F, bool VEC>
-static void launch_down_v(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
-                          const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+static cudaError_t launch_down_v(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
+                                 const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
     const tdm_moe_mat &d = ex->m[TDM_MOE_DOWN];
-    if (cp.rpg == 4) down_kernel<F, VEC, 4><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
-    else if (cp.rpg == 2) down_kernel<F, VEC, 2><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
-    else down_kernel<F, VEC, 1><<<grid, FAST_THREADS, smem, st>>>(d, ex->E, act, sel, order, y, cp.nch, cp.lg);
+    if (cp.rpg == 4) return launch_down_rpg<F, VEC, 4>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
+    if (cp.rpg == 2) return launch_down_rpg<F, VEC, 2>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
+    return launch_down_rpg<F, VEC, 1>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
 }
 
 template <int F>
-static void launch_down(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem, const uint16_t *act,
-                        const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+static cudaError_t launch_down(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
+                               const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
-    if (cp.vec) launch_down_v<F, true>(ex, cp, grid, smem, act, sel, order, y, st);
-    else launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
+    return cp.vec ? launch_down_v<F, true>(ex, cp, grid, smem, act, sel, order, y, st)
+                  : launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
 }
 
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
@@ -920,7 +950,7 @@ extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t 
     if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
         return tdm_errf("tdm_moe_gate_up: gate and up stored in different formats");
     if (M == 0) return 0;
-    const ChunkPlan cp = chunk_plan(g, false);
+    const ChunkPlan cp = chunk_plan(g, false, GU_THREADS);
     dim3 grid((ex->I + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->H) * 4;
     cudaStream_t st = (cudaStream_t)stream;
@@ -938,14 +968,13 @@ extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *ac
     if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
     if (M == 0) return 0;
     const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
-    const ChunkPlan cp = chunk_plan(d, M > 1);
+    const ChunkPlan cp = chunk_plan(d, M > 1, FAST_THREADS);
     dim3 grid((ex->H + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->I) * 4;
     cudaStream_t st = (cudaStream_t)stream;
-    if (d->fmt == TDM_W_NVFP4) launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st);
-    else if (d->fmt == TDM_W_FP8) launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, sel, order, y, st);
-    else launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, sel, order, y, st);
-    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(d->fmt == TDM_W_NVFP4 ? launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st)
+                 : d->fmt == TDM_W_FP8 ? launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, sel, order, y, st)
+                                       : launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, sel, order, y, st));
     return 0;
 }
 
@@ -1055,7 +1084,7 @@ static void launch_grouped(const struct tdm_moe_experts *ex, const tdm_moe_mat &
                            const uint16_t *a, int64_t lda, int div, const GroupView &v, uint16_t *out, cudaStream_t st)
 {
     const dim3 grid((unsigned)v.NT, (unsigned)((m0.n + (GU ? GU_OUTS : GBN) - 1) / (GU ? GU_OUTS : GBN)));
-    const bool vec = chunk_plan(&m0, false).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
+    const bool vec = chunk_plan(&m0, false, FAST_THREADS).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
     const int T = tdm_wide::THREADS;
     if (m0.fmt == TDM_W_NVFP4)
         grouped_kernel<TDM_W_NVFP4, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);
