@@ -351,6 +351,151 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
     if (gl == 0 && n < I) out[n] = swiglu_ref(ag, au);
 }
 
+// The experts on the tensor cores (NVFP4 rows of whole chunk quads: K a multiple of 128;
+// TDM_MOE_MMA). The FMA forms above issue ~31 instructions a word of 8 weights (the decode, 8
+// extractions, 8 FMAs, the input's loads) and are held by them at 16 rows (ncu of gate+up: 0.82
+// issued a scheduler cycle, DRAM 53 %). Here the decoded BF16 pairs feed mma.m16n8k16 as the A
+// operand and the pair's input row is the B operand in every column (7 columns wasted: the tensor
+// cores are idle otherwise). GU (gate+up): rows 0-7 of a tile are gate rows n .. n+7 and rows 8-15
+// the up rows of the same outputs, so a lane holds both dots of its output; down: the tile's 16 rows
+// are 16 outputs. A lane (group g, thread t of the fragment) takes chunk 4 s + t of its rows at step
+// s, so logical k 2t, 2t+1 | 2t+8, 2t+9 of an mma are the chunk's pairs (k 8q+j | 8q+j+4) j = 0, 1
+// (or 2, 3) of word q (nvfp4_bregs' order), and the input is staged in the same pairs. K is split
+// over the block's ks warps (mma_ks: from K alone), the warps' partial sums added in warp order by
+// the block's first threads: a row's sums never depend on M (the twins check it). Each mma's 16-term
+// sum runs in the tensor cores' order, not the FMA chain's; layers_gpu's bound against the reference
+// (MOE_DOT_REL of sum |x w|) is the same. TDM_MOE_MMA: 1 gate+up, 2 down, 3 both (the default), 0
+// neither (the FMA forms), for A/B runs.
+#ifndef TDM_MOE_MMA
+#define TDM_MOE_MMA 3
+#endif
+constexpr int MMA_TILES = 2;                   // 16-row tiles a warp
+constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K split)
+// The fewest steps a warp takes where the K split can give it more (knob TDM_MOE_MMA_MIN_STEPS: 4 or
+// 2): with 2, the 80B's gate+up and down each load a warp's whole slice in one batch, 8 warps a block.
+#ifndef TDM_MOE_MMA_MIN_STEPS
+#define TDM_MOE_MMA_MIN_STEPS 4
+#endif
+constexpr int MMA_BS = 2;                      // steps a lane has in flight (2 x 2 tiles x 2 rows)
+// outputs a block: gate+up 8 a tile, down 16
+__host__ __device__ constexpr int mma_outs(bool gu) { return (gu ? 8 : 16) * MMA_TILES; }
+
+// GU: act = swiglu of m0 (gate) and m1 (up) on x's row of the pair, ldx its stride; else y = m0
+// (down) on the pair's act row (x = act, ldx = I). Grid (blocks of mma_outs(GU) outputs, the pairs
+// in order); 32 ks threads.
+template <bool GU>
+__global__ void __launch_bounds__(32 * MMA_KS_MAX, 2)
+experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
+                   const int32_t *order, uint16_t *out_all, int nch, int ks)
+{
+    constexpr int OUT = mma_outs(GU);
+    extern __shared__ __align__(16) uint4 xq[];   // the input's pairs: [ks][steps][4 words][4 t]
+    __shared__ float part[MMA_KS_MAX][OUT][GU ? 2 : 1];
+    if (GU) tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
+    const int pair = order[blockIdx.y], e = sel[pair];
+    const int K = m0.k, N = m0.n;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * OUT;
+    uint16_t *out = out_all + (size_t)pair * N;
+    if (e < 0 || e >= E) {   // the same for the whole block
+        if (!GU) tdm_pdl::wait();
+        if (threadIdx.x < OUT && n0 + (int)threadIdx.x < N) out[n0 + threadIdx.x] = 0x7fc0;
+        return;
+    }
+    const int cpw = nch / ks, S = cpw >> 2, c0 = warp * cpw;   // a warp's chunks, steps, first chunk
+    RowPtr p0[MMA_TILES], p1[MMA_TILES];   // rows gq and gq + 8 of each tile
+#pragma unroll
+    for (int tt = 0; tt < MMA_TILES; tt++) {
+        const int r0 = GU ? n0 + 8 * tt + gq : n0 + 16 * tt + gq, r1 = GU ? r0 : r0 + 8;
+        p0[tt] = row_ptr(m0, e, min(r0, N - 1));
+        p1[tt] = row_ptr(m1, e, min(r1, N - 1));
+    }
+    WChunk c[MMA_BS][MMA_TILES][2];
+    auto load = [&](int s0) {
+#pragma unroll
+        for (int b = 0; b < MMA_BS; b++)
+            if (s0 + b < S) {
+                const int ch = c0 + 4 * (s0 + b) + t;
+#pragma unroll
+                for (int tt = 0; tt < MMA_TILES; tt++) {
+                    load_wchunk<TDM_W_NVFP4, true>(c[b][tt][0], p0[tt], ch, 0, K);
+                    load_wchunk<TDM_W_NVFP4, true>(c[b][tt][1], p1[tt], ch, 0, K);
+                }
+            }
+    };
+    load(0);
+    if (!GU) tdm_pdl::wait();   // act is gate+up's output (launched programmatically: tdm_moe_down)
+    // the warp's slice of the input as BF16 pairs (k 8q+j | 8q+j+4), at [step][word][t]: the lanes of
+    // a quarter-warp (t = 0..3 of one word) read 64 contiguous bytes
+    uint4 *xw = xq + (size_t)warp * cpw * 4;
+    const uint16_t *xr = x + (size_t)(GU ? pair / k : pair) * ldx + (size_t)c0 * 32;
+    for (int i = lane; i < cpw * 4; i += 32) {   // chunk cc = i >> 2 of the slice, word q = i & 3
+        const uint4 v = *reinterpret_cast<const uint4 *>(xr + 8 * i);
+        const int cc = i >> 2, q = i & 3;
+        xw[((cc >> 2) * 4 + q) * 4 + (cc & 3)] =
+            make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                       __byte_perm(v.y, v.w, 0x7632));
+    }
+    __syncwarp();
+    float acc[MMA_TILES][4];
+#pragma unroll
+    for (int tt = 0; tt < MMA_TILES; tt++) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.0f;
+    for (int s0 = 0; s0 < S; s0 += MMA_BS) {
+        if (s0) load(s0);
+#pragma unroll
+        for (int b = 0; b < MMA_BS; b++) {
+            if (s0 + b >= S) break;
+            uint32_t sc[MMA_TILES][2][2];   // [tile][row][words 0-1 | 2-3]
+#pragma unroll
+            for (int tt = 0; tt < MMA_TILES; tt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) tdm_mm::nvfp4_scales(c[b][tt][h].sc, sc[tt][h][0], sc[tt][h][1]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const uint4 xp = xw[((s0 + b) * 4 + q) * 4 + t];
+#pragma unroll
+                for (int tt = 0; tt < MMA_TILES; tt++) {
+                    const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
+                    const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
+                    uint32_t a[4], bb[4];
+                    tdm_mm::nvfp4_bregs(w0[q], sc[tt][0][q >> 1], a);
+                    tdm_mm::nvfp4_bregs(w1[q], sc[tt][1][q >> 1], bb);
+                    tdm_mm::mma_bf16(acc[tt], a[0], bb[0], a[1], bb[1], xp.x, xp.y);
+                    tdm_mm::mma_bf16(acc[tt], a[2], bb[2], a[3], bb[3], xp.z, xp.w);
+                }
+            }
+        }
+    }
+    // c0 (row gq) and c2 (row gq + 8) of column 2t; every column holds the same sums
+    if (t == 0) {
+#pragma unroll
+        for (int tt = 0; tt < MMA_TILES; tt++) {
+            if (GU) {
+                part[warp][8 * tt + gq][0] = acc[tt][0];
+                part[warp][8 * tt + gq][GU ? 1 : 0] = acc[tt][2];
+            } else {
+                part[warp][16 * tt + gq][0] = acc[tt][0];
+                part[warp][16 * tt + gq + 8][0] = acc[tt][2];
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < OUT) {
+        const int o = threadIdx.x, n = n0 + o;
+        float v0 = part[0][o][0];
+        for (int w = 1; w < ks; w++) v0 = __fadd_rn(v0, part[w][o][0]);
+        v0 = __fmul_rn(v0, __fmul_rn(m0.scale2[e], 0x1p7f));
+        if (GU) {
+            float v1 = part[0][o][GU ? 1 : 0];
+            for (int w = 1; w < ks; w++) v1 = __fadd_rn(v1, part[w][o][GU ? 1 : 0]);
+            v1 = __fmul_rn(v1, __fmul_rn(m1.scale2[e], 0x1p7f));
+            if (n < N) out[n] = swiglu_ref(v0, v1);
+        } else if (n < N) {
+            out[n] = f2bf(v0);
+        }
+    }
+}
+
 // Rows a group of down computes (RPG): its lanes load the first chunks of all RPG rows before any is
 // used, BATCH / RPG chunks of each, so a row short enough for one batch leaves no load slot idle (the
 // 80B's NVFP4 down_proj, 512 inputs: one chunk a lane, RPG 4, 16 KB a block where RPG 1 read 4 KB).
@@ -941,6 +1086,34 @@ static cudaError_t launch_down(const struct tdm_moe_experts *ex, const ChunkPlan
                   : launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
 }
 
+// experts_mma_kernel's warps a block (its K split) for matrix m read against rows of x (stride ldx),
+// 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4, K not a multiple of 128 (whole chunk quads),
+// or x's rows not 16-byte aligned (the same answer for every row of a buffer, so for every M). A warp
+// keeps >= TDM_MOE_MMA_MIN_STEPS steps where it can.
+static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int bit)
+{
+    if (!(TDM_MOE_MMA & bit) || m->fmt != TDM_W_NVFP4 || m->k % (4 * ChunkK<TDM_W_NVFP4>::K) || ldx % 8 || (uintptr_t)x % 16)
+        return 0;
+    const int quads = m->k / ChunkK<TDM_W_NVFP4>::K / 4;
+    for (int ks = MMA_KS_MAX; ks > 1; ks >>= 1)
+        if (quads % ks == 0 && quads / ks >= TDM_MOE_MMA_MIN_STEPS) return ks;
+    return 1;
+}
+
+// experts_mma_kernel<GU> for M rows of k pairs; down launched programmatically (TDM_MOE_DOWN_PDL).
+template <bool GU>
+static cudaError_t launch_mma(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int E, int ks, const uint16_t *x, int64_t ldx,
+                              int M, const int32_t *sel, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
+{
+    const int nch = m0.k / ChunkK<TDM_W_NVFP4>::K;
+    const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
+    const size_t smem = (size_t)nch * 4 * sizeof(uint4);
+    if (!GU && TDM_MOE_DOWN_PDL)
+        return tdm_pdl::launch(experts_mma_kernel<GU>, grid, block, smem, st, m0, m1, E, x, ldx, sel, k, order, out, nch, ks);
+    experts_mma_kernel<GU><<<grid, block, smem, st>>>(m0, m1, E, x, ldx, sel, k, order, out, nch, ks);
+    return cudaGetLastError();
+}
+
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
                                const int32_t *sel, int k, const int32_t *order, uint16_t *act, void *stream)
 {
@@ -950,10 +1123,14 @@ extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t 
     if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
         return tdm_errf("tdm_moe_gate_up: gate and up stored in different formats");
     if (M == 0) return 0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (const int ks = mma_ks(g, x, ldx, 1)) {
+        TDM_CUDA_TRY(launch_mma<true>(*g, *u, ex->E, ks, x, ldx, M, sel, k, order, act, st));
+        return 0;
+    }
     const ChunkPlan cp = chunk_plan(g, false, GU_THREADS);
     dim3 grid((ex->I + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->H) * 4;
-    cudaStream_t st = (cudaStream_t)stream;
     if (g->fmt == TDM_W_NVFP4) launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
     else if (g->fmt == TDM_W_FP8) launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
     else launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
@@ -968,10 +1145,14 @@ extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *ac
     if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
     if (M == 0) return 0;
     const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
+    cudaStream_t st = (cudaStream_t)stream;
+    if (const int ks = mma_ks(d, act, ex->I, 2)) {
+        TDM_CUDA_TRY(launch_mma<false>(*d, *d, ex->E, ks, act, ex->I, M, sel, k, order, y, st));
+        return 0;
+    }
     const ChunkPlan cp = chunk_plan(d, M > 1, FAST_THREADS);
     dim3 grid((ex->H + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->I) * 4;
-    cudaStream_t st = (cudaStream_t)stream;
     TDM_CUDA_TRY(d->fmt == TDM_W_NVFP4 ? launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st)
                  : d->fmt == TDM_W_FP8 ? launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, sel, order, y, st)
                                        : launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, sel, order, y, st));

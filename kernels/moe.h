@@ -25,7 +25,11 @@
  * e2m1 * e4m3 group scale * 2^-7, exact in BF16); the G sums are added in an xor butterfly over
  * G/2, ..., 2, 1; NVFP4 multiplies the total by scale_2 * 2^7. This is not tdm_dot's order
  * (t/unit/layers_gpu.c bounds the difference by a relative error). The input row is staged once
- * per block in shared memory as FP32. */
+ * per block in shared memory as FP32. NVFP4 matrices whose k is a multiple of 128 (the 80B's and
+ * the Qwen3.5 MoE's) run on the tensor cores instead (moe.cu, TDM_MOE_MMA): k is cut into ks slices
+ * (4, 2 or 1 by k alone), each slice's sum is a chain of mma.m16n8k16 (BF16 operands: the weight
+ * decoded as above, the input as stored; FP32 accumulation in the tensor cores' order, 4 chunks of
+ * the slice an mma step), the slices' sums are added in ascending order, then times scale_2 * 2^7. */
 #ifndef TDM_MOE_H
 #define TDM_MOE_H
 #include "matmul.h"
@@ -92,13 +96,14 @@ int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream
  * (ref: tdm_ref_mlp_act on expert e; the dots in the order above). x [M][H] (row stride ldx); act
  * [M k][I]. Gate and up in one pass: a lane loads its chunks of both rows together. Grid: I in
  * blocks of 256 / G values (a group of G lanes a value; TDM_MOE_GU_THREADS in moe.cu) x the pairs
- * in order; 256 threads. */
+ * in order; 256 threads (the tensor-core form: I in blocks of 16, ks warps). */
 int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, const int32_t *sel, int k,
                     const int32_t *order, uint16_t *act, void *stream);
 /* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
  * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts; the dots in the order above). y [M k][H].
  * Grid: H in blocks of 256 / G values x the pairs in order; past one row (M > 1) and where a lane
- * has one or two chunks of a row, each group takes 4 or 2 rows (moe.cu: the same sums). Where moe.cu
+ * has one or two chunks of a row, each group takes 4 or 2 rows (moe.cu: the same sums; the
+ * tensor-core form: H in blocks of 32, ks warps, for every M). Where moe.cu
  * launches it programmatically (TDM_MOE_DOWN_PDL) it reads sel and order while the kernel before it
  * in the stream may still run: they must be written before that kernel began (as tdm_moe_order,
  * tdm_moe_gate_up, tdm_moe_down in a row leave them). */
