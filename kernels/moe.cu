@@ -470,9 +470,9 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
     if (t == 0) {
 #pragma unroll
         for (int tt = 0; tt < MMA_TILES; tt++) {
-            if (GU) {
+            if constexpr (GU) {
                 part[warp][8 * tt + gq][0] = acc[tt][0];
-                part[warp][8 * tt + gq][GU ? 1 : 0] = acc[tt][2];
+                part[warp][8 * tt + gq][1] = acc[tt][2];
             } else {
                 part[warp][16 * tt + gq][0] = acc[tt][0];
                 part[warp][16 * tt + gq + 8][0] = acc[tt][2];
@@ -485,9 +485,9 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
         float v0 = part[0][o][0];
         for (int w = 1; w < ks; w++) v0 = __fadd_rn(v0, part[w][o][0]);
         v0 = __fmul_rn(v0, __fmul_rn(m0.scale2[e], 0x1p7f));
-        if (GU) {
-            float v1 = part[0][o][GU ? 1 : 0];
-            for (int w = 1; w < ks; w++) v1 = __fadd_rn(v1, part[w][o][GU ? 1 : 0]);
+        if constexpr (GU) {
+            float v1 = part[0][o][1];
+            for (int w = 1; w < ks; w++) v1 = __fadd_rn(v1, part[w][o][1]);
             v1 = __fmul_rn(v1, __fmul_rn(m1.scale2[e], 0x1p7f));
             if (n < N) out[n] = swiglu_ref(v0, v1);
         } else if (n < N) {

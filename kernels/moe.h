@@ -27,7 +27,7 @@
  * (t/unit/layers_gpu.c bounds the difference by a relative error). The input row is staged once
  * per block in shared memory as FP32. NVFP4 matrices whose k is a multiple of 128 (the 80B's and
  * the Qwen3.5 MoE's) run on the tensor cores instead (moe.cu, TDM_MOE_MMA): k is cut into ks slices
- * (4, 2 or 1 by k alone), each slice's sum is a chain of mma.m16n8k16 (BF16 operands: the weight
+ * (1 to 8, by k alone), each slice's sum is a chain of mma.m16n8k16 (BF16 operands: the weight
  * decoded as above, the input as stored; FP32 accumulation in the tensor cores' order, 4 chunks of
  * the slice an mma step), the slices' sums are added in ascending order, then times scale_2 * 2^7. */
 #ifndef TDM_MOE_H
