@@ -369,14 +369,20 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
 #ifndef TDM_MOE_MMA
 #define TDM_MOE_MMA 3
 #endif
-constexpr int MMA_TILES = 2;                   // 16-row tiles a warp
+// 16-row tiles a warp (knob TDM_MOE_MMA_TILES: 2, or 1 for fewer registers and more warps a SM; a
+// launch shape only: each output's sums are the same)
+#ifndef TDM_MOE_MMA_TILES
+#define TDM_MOE_MMA_TILES 2
+#endif
+constexpr int MMA_TILES = TDM_MOE_MMA_TILES;
+static_assert(MMA_TILES == 1 || MMA_TILES == 2, "TDM_MOE_MMA_TILES: 1 or 2");
 constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K split)
 // The fewest steps a warp takes where the K split can give it more (knob TDM_MOE_MMA_MIN_STEPS: 4 or
 // 2): with 2, the 80B's gate+up and down each load a warp's whole slice in one batch, 8 warps a block.
 #ifndef TDM_MOE_MMA_MIN_STEPS
 #define TDM_MOE_MMA_MIN_STEPS 4
 #endif
-constexpr int MMA_BS = 2;                      // steps a lane has in flight (2 x 2 tiles x 2 rows)
+constexpr int MMA_BS = 2;                      // steps a lane has in flight (2 x MMA_TILES tiles x 2 rows)
 // outputs a block: gate+up 8 a tile, down 16
 __host__ __device__ constexpr int mma_outs(bool gu) { return (gu ? 8 : 16) * MMA_TILES; }
 
