@@ -353,7 +353,7 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
 
 // The experts on the tensor cores (NVFP4 rows of whole chunk quads: K a multiple of 128;
 // TDM_MOE_MMA). The FMA forms above issue ~31 instructions a word of 8 weights (the decode, 8
-// extractions, 8 FMAs, the input's loads) and are held by them at 16 rows (ncu of gate+up: 0.82
+// extractions, 8 FMAs, the input's loads) and are held by them at 32 rows (ncu of gate+up: 0.82
 // issued a scheduler cycle, DRAM 53 %). Here the decoded BF16 pairs feed mma.m16n8k16 as the A
 // operand and the pair's input row is the B operand in every column (7 columns wasted: the tensor
 // cores are idle otherwise). GU (gate+up): rows 0-7 of a tile are gate rows n .. n+7 and rows 8-15
