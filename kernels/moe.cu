@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
 //
 // A stored weight row is cut into chunks of 16 bytes (32 k NVFP4, 16 k FP8, 8 k BF16). A row is
 // owned by a group of G lanes (lanes_log2: the fewest, a power of two up to 32, that take at most
-// BATCH chunks each: 16 for the 80B's NVFP4 gate and up, 4 for its down); chunk c belongs to lane c mod G, so a warp reads contiguous bytes of
-// its rows. A lane loads BATCH chunks of its row (gate and up together) with 16-byte loads, decodes
+// BATCH chunks each: 16 for the 80B's NVFP4 gate and up, 4 for its down); chunk c belongs to lane
+// c mod G, so a warp reads contiguous bytes of its rows. A lane loads BATCH chunks of its row (gate and up together) with 16-byte loads, decodes
 // them in registers with the dense kernels' helpers (mm_layout.h, mm_skinny.cuh) and FMAs them in
 // FP32 against the pair's input row, staged once per block in shared memory as FP32 with 4 floats
 // of padding after every 32 (the lanes of a quarter-warp read distinct banks for every format).
@@ -1067,11 +1067,8 @@ template <int F, bool VEC, int RPG>
 static cudaError_t launch_down_rpg(const tdm_moe_mat &d, int E, const ChunkPlan &cp, dim3 grid, size_t smem,
                                    const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
-    if (TDM_MOE_DOWN_PDL)
-        return tdm_pdl::launch(down_kernel<F, VEC, RPG>, grid, dim3(FAST_THREADS), smem, st, d, E, act, sel, order, y, cp.nch,
-                               cp.lg);
-    down_kernel<F, VEC, RPG><<<grid, FAST_THREADS, smem, st>>>(d, E, act, sel, order, y, cp.nch, cp.lg);
-    return cudaGetLastError();
+    return tdm_pdl::launch_if(TDM_MOE_DOWN_PDL, down_kernel<F, VEC, RPG>, grid, dim3(FAST_THREADS), smem, st, d, E, act, sel,
+                              order, y, cp.nch, cp.lg);
 }
 
 template <int F, bool VEC>
@@ -1092,13 +1089,16 @@ static cudaError_t launch_down(const struct tdm_moe_experts *ex, const ChunkPlan
                   : launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
 }
 
+// Whether every row of a BF16 matrix a (row stride lda) loads as 16-byte vectors.
+static bool bf16_rows_vec(const void *a, int64_t lda) { return (uintptr_t)a % 16 == 0 && lda % 8 == 0; }
+
 // experts_mma_kernel's warps a block (its K split) for matrix m read against rows of x (stride ldx),
-// 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4, K not a multiple of 128 (whole chunk quads),
-// or x's rows not 16-byte aligned (the same answer for every row of a buffer, so for every M). A warp
-// keeps >= TDM_MOE_MMA_MIN_STEPS steps where it can.
+// 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4, K not a multiple of
+// 128 (whole chunk quads), or x's rows not 16-byte aligned (the same answer for every row of a
+// buffer, so for every M). A warp keeps >= TDM_MOE_MMA_MIN_STEPS steps where it can.
 static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int bit)
 {
-    if (!(TDM_MOE_MMA & bit) || m->fmt != TDM_W_NVFP4 || m->k % (4 * ChunkK<TDM_W_NVFP4>::K) || ldx % 8 || (uintptr_t)x % 16)
+    if (!(TDM_MOE_MMA & bit) || m->fmt != TDM_W_NVFP4 || m->k % (4 * ChunkK<TDM_W_NVFP4>::K) || !bf16_rows_vec(x, ldx))
         return 0;
     const int quads = m->k / ChunkK<TDM_W_NVFP4>::K / 4;
     for (int ks = MMA_KS_MAX; ks > 1; ks >>= 1)
@@ -1114,10 +1114,8 @@ static cudaError_t launch_mma(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int 
     const int nch = m0.k / ChunkK<TDM_W_NVFP4>::K;
     const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
     const size_t smem = (size_t)nch * 4 * sizeof(uint4);
-    if (!GU && TDM_MOE_DOWN_PDL)
-        return tdm_pdl::launch(experts_mma_kernel<GU>, grid, block, smem, st, m0, m1, E, x, ldx, sel, k, order, out, nch, ks);
-    experts_mma_kernel<GU><<<grid, block, smem, st>>>(m0, m1, E, x, ldx, sel, k, order, out, nch, ks);
-    return cudaGetLastError();
+    return tdm_pdl::launch_if(!GU && TDM_MOE_DOWN_PDL, experts_mma_kernel<GU>, grid, block, smem, st, m0, m1, E, x, ldx, sel,
+                              k, order, out, nch, ks);
 }
 
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
@@ -1271,7 +1269,7 @@ static void launch_grouped(const struct tdm_moe_experts *ex, const tdm_moe_mat &
                            const uint16_t *a, int64_t lda, int div, const GroupView &v, uint16_t *out, cudaStream_t st)
 {
     const dim3 grid((unsigned)v.NT, (unsigned)((m0.n + (GU ? GU_OUTS : GBN) - 1) / (GU ? GU_OUTS : GBN)));
-    const bool vec = chunk_plan(&m0, false, FAST_THREADS).vec, x_vec = (uintptr_t)a % 16 == 0 && lda % 8 == 0;
+    const bool vec = chunk_plan(&m0, false, FAST_THREADS).vec, x_vec = bf16_rows_vec(a, lda);
     const int T = tdm_wide::THREADS;
     if (m0.fmt == TDM_W_NVFP4)
         grouped_kernel<TDM_W_NVFP4, GU><<<grid, T, 0, st>>>(m0, m1, ex->E, a, lda, div, v, out, vec, x_vec);

@@ -42,10 +42,11 @@ inline unsigned add_attr(cudaLaunchAttribute *attrs, unsigned n)
     return n + 1;
 }
 
-// kern<<<grid, block, smem, st>>>(args...) as a programmatic dependent launch (where on). kern must
-// call wait() before it reads an input or writes an output (the rules above).
+// kern<<<grid, block, smem, st>>>(args...), as a programmatic dependent launch where programmatic
+// (and TANDEM_PDL is on), else plainly (a build-time choice such as moe.cu's TDM_MOE_DOWN_PDL).
 template <typename... P, typename... A>
-cudaError_t launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+cudaError_t launch_if(bool programmatic, void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                      A &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -54,8 +55,16 @@ cudaError_t launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaS
     cfg.stream = st;
     cudaLaunchAttribute attr[1];
     cfg.attrs = attr;
-    cfg.numAttrs = add_attr(attr, 0);
+    cfg.numAttrs = programmatic ? add_attr(attr, 0) : 0;
     return cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
+}
+
+// kern<<<grid, block, smem, st>>>(args...) as a programmatic dependent launch (where on). kern must
+// call wait() before it reads an input or writes an output (the rules above).
+template <typename... P, typename... A>
+cudaError_t launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A &&...args)
+{
+    return launch_if(true, kern, grid, block, smem, st, std::forward<A>(args)...);
 }
 
 }  // namespace tdm_pdl
