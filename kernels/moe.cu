@@ -369,20 +369,34 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
 #ifndef TDM_MOE_MMA
 #define TDM_MOE_MMA 3
 #endif
-// 16-row tiles a warp (knob TDM_MOE_MMA_TILES: 2, or 1 for fewer registers and more warps a SM; a
-// launch shape only: each output's sums are the same)
+// 16-row tiles a warp (knob TDM_MOE_MMA_TILES: 1, or 2 for twice the outputs a block; a launch shape
+// only: each output's sums are the same). 1 measured faster on the 4-layer 80B (H100): 72 registers
+// where 2 took 104, so ~28 warps a SM instead of 16; the step 0.361-0.367 -> 0.355 ms, 16-row rounds
+// 0.925-0.934 -> 0.893, 32-row 1.517-1.520 -> 1.454-1.483 (bench/results/h100-moe-mma-v2.txt).
 #ifndef TDM_MOE_MMA_TILES
-#define TDM_MOE_MMA_TILES 2
+#define TDM_MOE_MMA_TILES 1
 #endif
 constexpr int MMA_TILES = TDM_MOE_MMA_TILES;
 static_assert(MMA_TILES == 1 || MMA_TILES == 2, "TDM_MOE_MMA_TILES: 1 or 2");
 constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K split)
-// The fewest steps a warp takes where the K split can give it more (knob TDM_MOE_MMA_MIN_STEPS: 4 or
-// 2): with 2, the 80B's gate+up and down each load a warp's whole slice in one batch, 8 warps a block.
-#ifndef TDM_MOE_MMA_MIN_STEPS
-#define TDM_MOE_MMA_MIN_STEPS 4
+// The fewest steps a warp takes where the K split can give it more, for gate+up and for down (knobs
+// TDM_MOE_MMA_GU_MIN_STEPS, TDM_MOE_MMA_DOWN_MIN_STEPS: 1, 2, 4 or 8; they change the K split, so the
+// bits). Both at 2 measured slower for gate+up on the 4-layer 80B (H100: 2 blocks of 8 warps a SM,
+// so 320 blocks of a one-row call took two waves) and faster for down (one row: 640 blocks of one
+// warp, 7 % occupancy).
+#ifndef TDM_MOE_MMA_GU_MIN_STEPS
+#define TDM_MOE_MMA_GU_MIN_STEPS 4
 #endif
-constexpr int MMA_BS = 2;                      // steps a lane has in flight (2 x MMA_TILES tiles x 2 rows)
+#ifndef TDM_MOE_MMA_DOWN_MIN_STEPS
+#define TDM_MOE_MMA_DOWN_MIN_STEPS 4
+#endif
+// Steps a lane has in flight (knob TDM_MOE_MMA_BS: 2 or 4; 2 x MMA_TILES x BS chunks; the same sums:
+// a warp's steps are added in order whatever the batch)
+#ifndef TDM_MOE_MMA_BS
+#define TDM_MOE_MMA_BS 2
+#endif
+constexpr int MMA_BS = TDM_MOE_MMA_BS;
+static_assert(MMA_BS == 2 || MMA_BS == 4, "TDM_MOE_MMA_BS: 2 or 4");
 // outputs a block: gate+up 8 a tile, down 16
 __host__ __device__ constexpr int mma_outs(bool gu) { return (gu ? 8 : 16) * MMA_TILES; }
 
@@ -1095,14 +1109,15 @@ static bool bf16_rows_vec(const void *a, int64_t lda) { return (uintptr_t)a % 16
 // experts_mma_kernel's warps a block (its K split) for matrix m read against rows of x (stride ldx),
 // 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4, K not a multiple of
 // 128 (whole chunk quads), or x's rows not 16-byte aligned (the same answer for every row of a
-// buffer, so for every M). A warp keeps >= TDM_MOE_MMA_MIN_STEPS steps where it can.
+// buffer, so for every M). A warp keeps >= TDM_MOE_MMA_{GU,DOWN}_MIN_STEPS steps where it can.
 static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int bit)
 {
     if (!(TDM_MOE_MMA & bit) || m->fmt != TDM_W_NVFP4 || m->k % (4 * ChunkK<TDM_W_NVFP4>::K) || !bf16_rows_vec(x, ldx))
         return 0;
     const int quads = m->k / ChunkK<TDM_W_NVFP4>::K / 4;
+    const int min_steps = bit == 1 ? TDM_MOE_MMA_GU_MIN_STEPS : TDM_MOE_MMA_DOWN_MIN_STEPS;
     for (int ks = MMA_KS_MAX; ks > 1; ks >>= 1)
-        if (quads % ks == 0 && quads / ks >= TDM_MOE_MMA_MIN_STEPS) return ks;
+        if (quads % ks == 0 && quads / ks >= min_steps) return ks;
     return 1;
 }
 
