@@ -369,6 +369,11 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
 #ifndef TDM_MOE_MMA
 #define TDM_MOE_MMA 3
 #endif
+// FP8 experts (k a multiple of 128) in the same form (knob TDM_MOE_MMA_FP8, 1 or 0): a 128-k scale
+// block is one batch of MMA_BS steps; its sum from 0, then acc = fma(sum, the block's scale, acc).
+#ifndef TDM_MOE_MMA_FP8
+#define TDM_MOE_MMA_FP8 1
+#endif
 // 16-row tiles a warp (knob TDM_MOE_MMA_TILES: 1, or 2 for twice the outputs a block; a launch shape
 // only: each output's sums are the same). 1 measured faster on the 4-layer 80B (H100): 72 registers
 // where 2 took 104, so ~28 warps a SM instead of 16; the step 0.361-0.367 -> 0.355 ms, 16-row rounds
@@ -397,19 +402,22 @@ constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K s
 #endif
 constexpr int MMA_BS = TDM_MOE_MMA_BS;
 static_assert(MMA_BS == 2 || MMA_BS == 4, "TDM_MOE_MMA_BS: 2 or 4");
+static_assert(!TDM_MOE_MMA_FP8 || MMA_BS == 2, "TDM_MOE_MMA_FP8: a batch of 2 steps is one 128-k scale block");
 // outputs a block: gate+up 8 a tile, down 16
 __host__ __device__ constexpr int mma_outs(bool gu) { return (gu ? 8 : 16) * MMA_TILES; }
 
 // GU: act = swiglu of m0 (gate) and m1 (up) on x's row of the pair, ldx its stride; else y = m0
 // (down) on the pair's act row (x = act, ldx = I). Grid (blocks of mma_outs(GU) outputs, the pairs
 // in order); 32 ks threads.
-template <bool GU>
+template <int F, bool GU>
 __global__ void __launch_bounds__(32 * MMA_KS_MAX, 2)
 experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
                    const int32_t *order, uint16_t *out_all, int nch, int ks)
 {
-    constexpr int OUT = mma_outs(GU);
-    extern __shared__ __align__(16) uint4 xq[];   // the input's pairs: [ks][steps][4 words][4 t]
+    static_assert(F == TDM_W_NVFP4 || F == TDM_W_FP8, "experts_mma_kernel: NVFP4 or FP8");
+    constexpr bool FP8 = F == TDM_W_FP8;
+    constexpr int OUT = mma_outs(GU), CK = ChunkK<F>::K, XQ = FP8 ? 2 : 4;   // XQ: uint4 of pairs a chunk
+    extern __shared__ __align__(16) uint4 xq[];   // the input's pairs: [ks][steps][XQ][4 t]
     __shared__ float part[MMA_KS_MAX][OUT][GU ? 2 : 1];
     if (GU) tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
     const int pair = order[blockIdx.y], e = sel[pair];
@@ -423,6 +431,7 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
         return;
     }
     const int cpw = nch / ks, S = cpw >> 2, c0 = warp * cpw;   // a warp's chunks, steps, first chunk
+    const int sbf0 = m0.scale_dt == TDM_DT_BF16, sbf1 = m1.scale_dt == TDM_DT_BF16;
     RowPtr p0[MMA_TILES], p1[MMA_TILES];   // rows gq and gq + 8 of each tile
 #pragma unroll
     for (int tt = 0; tt < MMA_TILES; tt++) {
@@ -438,23 +447,27 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
                 const int ch = c0 + 4 * (s0 + b) + t;
 #pragma unroll
                 for (int tt = 0; tt < MMA_TILES; tt++) {
-                    load_wchunk<TDM_W_NVFP4, true>(c[b][tt][0], p0[tt], ch, 0, K);
-                    load_wchunk<TDM_W_NVFP4, true>(c[b][tt][1], p1[tt], ch, 0, K);
+                    load_wchunk<F, true>(c[b][tt][0], p0[tt], ch, sbf0, K);
+                    load_wchunk<F, true>(c[b][tt][1], p1[tt], ch, sbf1, K);
                 }
             }
     };
     load(0);
     if (!GU) tdm_pdl::wait();   // act is gate+up's output (launched programmatically: tdm_moe_down)
-    // the warp's slice of the input as BF16 pairs (k 8q+j | 8q+j+4), at [step][word][t]: the lanes of
-    // a quarter-warp (t = 0..3 of one word) read 64 contiguous bytes
-    uint4 *xw = xq + (size_t)warp * cpw * 4;
-    const uint16_t *xr = x + (size_t)(GU ? pair / k : pair) * ldx + (size_t)c0 * 32;
-    for (int i = lane; i < cpw * 4; i += 32) {   // chunk cc = i >> 2 of the slice, word q = i & 3
+    // the warp's slice of the input as BF16 pairs in the weights' register order, at [step][XQ][t]:
+    // the lanes of a quarter-warp (t = 0..3) read 64 contiguous bytes. NVFP4: uint4 q of a chunk holds
+    // word q's pairs (k 8q+j | 8q+j+4), j = 0..3; FP8: uint4 h holds words 2h and 2h+1, each as its
+    // pairs (k 4q | 4q+2), (4q+1 | 4q+3) (tdm_fp8_place's order).
+    uint4 *xw = xq + (size_t)warp * cpw * XQ;
+    const uint16_t *xr = x + (size_t)(GU ? pair / k : pair) * ldx + (size_t)c0 * CK;
+    for (int i = lane; i < cpw * XQ; i += 32) {   // chunk cc = i / XQ of the slice, part h = i % XQ: 8 k
         const uint4 v = *reinterpret_cast<const uint4 *>(xr + 8 * i);
-        const int cc = i >> 2, q = i & 3;
-        xw[((cc >> 2) * 4 + q) * 4 + (cc & 3)] =
-            make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
-                       __byte_perm(v.y, v.w, 0x7632));
+        const int cc = i / XQ, h = i % XQ;
+        xw[((cc >> 2) * XQ + h) * 4 + (cc & 3)] =
+            FP8 ? make_uint4(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632), __byte_perm(v.z, v.w, 0x5410),
+                             __byte_perm(v.z, v.w, 0x7632))
+                : make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                             __byte_perm(v.y, v.w, 0x7632));
     }
     __syncwarp();
     float acc[MMA_TILES][4];
@@ -462,27 +475,60 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
     for (int tt = 0; tt < MMA_TILES; tt++) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.0f;
     for (int s0 = 0; s0 < S; s0 += MMA_BS) {
         if (s0) load(s0);
+        // FP8: a batch is one 128-k scale block (MMA_BS steps of 4 chunks of 16 k; s0 even): its sums
+        // from 0 in blk, then acc = fma(blk, the row's block scale, acc), as the FMA form does a chunk
+        float blk[MMA_TILES][4];
+#pragma unroll
+        for (int tt = 0; tt < MMA_TILES; tt++) blk[tt][0] = blk[tt][1] = blk[tt][2] = blk[tt][3] = 0.0f;
 #pragma unroll
         for (int b = 0; b < MMA_BS; b++) {
             if (s0 + b >= S) break;
-            uint32_t sc[MMA_TILES][2][2];   // [tile][row][words 0-1 | 2-3]
+            if constexpr (FP8) {
 #pragma unroll
-            for (int tt = 0; tt < MMA_TILES; tt++)
+                for (int h = 0; h < 2; h++) {
+                    const uint4 xp = xw[((s0 + b) * 2 + h) * 4 + t];
 #pragma unroll
-                for (int h = 0; h < 2; h++) tdm_mm::nvfp4_scales(c[b][tt][h].sc, sc[tt][h][0], sc[tt][h][1]);
+                    for (int tt = 0; tt < MMA_TILES; tt++) {
+                        const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
+                        const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const uint4 xp = xw[((s0 + b) * 4 + q) * 4 + t];
-#pragma unroll
-                for (int tt = 0; tt < MMA_TILES; tt++) {
-                    const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
-                    const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
-                    uint32_t a[4], bb[4];
-                    tdm_mm::nvfp4_bregs(w0[q], sc[tt][0][q >> 1], a);
-                    tdm_mm::nvfp4_bregs(w1[q], sc[tt][1][q >> 1], bb);
-                    tdm_mm::mma_bf16(acc[tt], a[0], bb[0], a[1], bb[1], xp.x, xp.y);
-                    tdm_mm::mma_bf16(acc[tt], a[2], bb[2], a[3], bb[3], xp.z, xp.w);
+                        for (int j = 0; j < 2; j++) {   // word q = 2h + j
+                            const int q = 2 * h + j;
+                            const uint32_t a0 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0[q], 0), TDM_FP8_UNPLACE),
+                                           a2 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0[q], 1), TDM_FP8_UNPLACE),
+                                           a1 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1[q], 0), TDM_FP8_UNPLACE),
+                                           a3 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1[q], 1), TDM_FP8_UNPLACE);
+                            tdm_mm::mma_bf16(blk[tt], a0, a1, a2, a3, j ? xp.z : xp.x, j ? xp.w : xp.y);
+                        }
+                    }
                 }
+            } else {
+                uint32_t sc[MMA_TILES][2][2];   // [tile][row][words 0-1 | 2-3]
+#pragma unroll
+                for (int tt = 0; tt < MMA_TILES; tt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) tdm_mm::nvfp4_scales(c[b][tt][h].sc, sc[tt][h][0], sc[tt][h][1]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint4 xp = xw[((s0 + b) * 4 + q) * 4 + t];
+#pragma unroll
+                    for (int tt = 0; tt < MMA_TILES; tt++) {
+                        const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
+                        const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
+                        uint32_t a[4], bb[4];
+                        tdm_mm::nvfp4_bregs(w0[q], sc[tt][0][q >> 1], a);
+                        tdm_mm::nvfp4_bregs(w1[q], sc[tt][1][q >> 1], bb);
+                        tdm_mm::mma_bf16(acc[tt], a[0], bb[0], a[1], bb[1], xp.x, xp.y);
+                        tdm_mm::mma_bf16(acc[tt], a[2], bb[2], a[3], bb[3], xp.z, xp.w);
+                    }
+                }
+            }
+        }
+        if constexpr (FP8) {
+#pragma unroll
+            for (int tt = 0; tt < MMA_TILES; tt++) {
+                acc[tt][0] = fmaf(blk[tt][0], __uint_as_float(c[0][tt][0].sc), acc[tt][0]);
+                acc[tt][2] = fmaf(blk[tt][2], __uint_as_float(c[0][tt][1].sc), acc[tt][2]);
             }
         }
     }
@@ -504,11 +550,11 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
         const int o = threadIdx.x, n = n0 + o;
         float v0 = part[0][o][0];
         for (int w = 1; w < ks; w++) v0 = __fadd_rn(v0, part[w][o][0]);
-        v0 = __fmul_rn(v0, __fmul_rn(m0.scale2[e], 0x1p7f));
+        if constexpr (!FP8) v0 = __fmul_rn(v0, __fmul_rn(m0.scale2[e], 0x1p7f));
         if constexpr (GU) {
             float v1 = part[0][o][1];
             for (int w = 1; w < ks; w++) v1 = __fadd_rn(v1, part[w][o][1]);
-            v1 = __fmul_rn(v1, __fmul_rn(m1.scale2[e], 0x1p7f));
+            if constexpr (!FP8) v1 = __fmul_rn(v1, __fmul_rn(m1.scale2[e], 0x1p7f));
             if (n < N) out[n] = swiglu_ref(v0, v1);
         } else if (n < N) {
             out[n] = f2bf(v0);
@@ -1107,30 +1153,41 @@ static cudaError_t launch_down(const struct tdm_moe_experts *ex, const ChunkPlan
 static bool bf16_rows_vec(const void *a, int64_t lda) { return (uintptr_t)a % 16 == 0 && lda % 8 == 0; }
 
 // experts_mma_kernel's warps a block (its K split) for matrix m read against rows of x (stride ldx),
-// 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4, K not a multiple of
-// 128 (whole chunk quads), or x's rows not 16-byte aligned (the same answer for every row of a
-// buffer, so for every M). A warp keeps >= TDM_MOE_MMA_{GU,DOWN}_MIN_STEPS steps where it can.
+// 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4 (nor FP8 where
+// TDM_MOE_MMA_FP8), K not a multiple of 128 (whole chunk quads), or x's rows not 16-byte aligned
+// (the same answer for every row of a buffer, so for every M). A warp keeps >= TDM_MOE_MMA_{GU,DOWN}_MIN_STEPS
+// steps where it can.
 static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int bit)
 {
-    if (!(TDM_MOE_MMA & bit) || m->fmt != TDM_W_NVFP4 || m->k % (4 * ChunkK<TDM_W_NVFP4>::K) || !bf16_rows_vec(x, ldx))
+    const int nvfp4 = m->fmt == TDM_W_NVFP4, fp8 = m->fmt == TDM_W_FP8;
+    if (!(TDM_MOE_MMA & bit) || !(nvfp4 || (fp8 && TDM_MOE_MMA_FP8)) || m->k % 128 || !bf16_rows_vec(x, ldx))
         return 0;
-    const int quads = m->k / ChunkK<TDM_W_NVFP4>::K / 4;
+    const int steps = m->k / (nvfp4 ? ChunkK<TDM_W_NVFP4>::K : ChunkK<TDM_W_FP8>::K) / 4;
+    const int unit = fp8 ? MMA_BS : 1;   // FP8: a warp's slice is whole 128-k scale blocks (MMA_BS steps)
     const int min_steps = bit == 1 ? TDM_MOE_MMA_GU_MIN_STEPS : TDM_MOE_MMA_DOWN_MIN_STEPS;
     for (int ks = MMA_KS_MAX; ks > 1; ks >>= 1)
-        if (quads % ks == 0 && quads / ks >= min_steps) return ks;
+        if (steps % (ks * unit) == 0 && steps / ks >= min_steps) return ks;
     return 1;
 }
 
-// experts_mma_kernel<GU> for M rows of k pairs; down launched programmatically (TDM_MOE_DOWN_PDL).
+// experts_mma_kernel<F, GU> for M rows of k pairs; down launched programmatically (TDM_MOE_DOWN_PDL).
+template <int F, bool GU>
+static cudaError_t launch_mma_f(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int E, int ks, const uint16_t *x, int64_t ldx,
+                                int M, const int32_t *sel, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
+{
+    const int nch = m0.k / ChunkK<F>::K;
+    const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
+    const size_t smem = (size_t)nch * (F == TDM_W_FP8 ? 2 : 4) * sizeof(uint4);
+    return tdm_pdl::launch_if(!GU && TDM_MOE_DOWN_PDL, experts_mma_kernel<F, GU>, grid, block, smem, st, m0, m1, E, x, ldx,
+                              sel, k, order, out, nch, ks);
+}
+
 template <bool GU>
 static cudaError_t launch_mma(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int E, int ks, const uint16_t *x, int64_t ldx,
                               int M, const int32_t *sel, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
 {
-    const int nch = m0.k / ChunkK<TDM_W_NVFP4>::K;
-    const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
-    const size_t smem = (size_t)nch * 4 * sizeof(uint4);
-    return tdm_pdl::launch_if(!GU && TDM_MOE_DOWN_PDL, experts_mma_kernel<GU>, grid, block, smem, st, m0, m1, E, x, ldx, sel,
-                              k, order, out, nch, ks);
+    return m0.fmt == TDM_W_FP8 ? launch_mma_f<TDM_W_FP8, GU>(m0, m1, E, ks, x, ldx, M, sel, k, order, out, st)
+                               : launch_mma_f<TDM_W_NVFP4, GU>(m0, m1, E, ks, x, ldx, M, sel, k, order, out, st);
 }
 
 extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,

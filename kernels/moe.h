@@ -26,10 +26,11 @@
  * G/2, ..., 2, 1; NVFP4 multiplies the total by scale_2 * 2^7. This is not tdm_dot's order
  * (t/unit/layers_gpu.c bounds the difference by a relative error). The input row is staged once
  * per block in shared memory as FP32. NVFP4 matrices whose k is a multiple of 128 (the 80B's and
- * the Qwen3.5 MoE's) run on the tensor cores instead (moe.cu, TDM_MOE_MMA): k is cut into ks slices
+ * the Qwen3.5 MoE's), and FP8 ones where TDM_MOE_MMA_FP8, run on the tensor cores instead (moe.cu,
+ * TDM_MOE_MMA; FP8: each 128-k block's sum times its scale, added in order): k is cut into ks slices
  * (1 to 8, by k alone), each slice's sum is a chain of mma.m16n8k16 (BF16 operands: the weight
  * decoded as above, the input as stored; FP32 accumulation in the tensor cores' order, 4 chunks of
- * the slice an mma step), the slices' sums are added in ascending order, then times scale_2 * 2^7. */
+ * the slice an mma step), the slices' sums are added in ascending order, then (NVFP4) times scale_2 * 2^7. */
 #ifndef TDM_MOE_H
 #define TDM_MOE_H
 #include "matmul.h"
