@@ -165,6 +165,8 @@ struct WChunk {
     uint4 w;        // 16 bytes of the row
     uint32_t sc;    // NVFP4: the two e4m3 group scales (low byte first); FP8: the block scale's F32 bits
 };
+// Word q of a chunk's 16 bytes (q known at compile time in the unrolled loops: no select is left).
+__device__ __forceinline__ uint32_t word(const uint4 &v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
@@ -489,15 +491,14 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
                     const uint4 xp = xw[((s0 + b) * 2 + h) * 4 + t];
 #pragma unroll
                     for (int tt = 0; tt < MMA_TILES; tt++) {
-                        const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
-                        const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
 #pragma unroll
                         for (int j = 0; j < 2; j++) {   // word q = 2h + j
                             const int q = 2 * h + j;
-                            const uint32_t a0 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0[q], 0), TDM_FP8_UNPLACE),
-                                           a2 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0[q], 1), TDM_FP8_UNPLACE),
-                                           a1 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1[q], 0), TDM_FP8_UNPLACE),
-                                           a3 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1[q], 1), TDM_FP8_UNPLACE);
+                            const uint32_t w0 = word(c[b][tt][0].w, q), w1 = word(c[b][tt][1].w, q);
+                            const uint32_t a0 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0, 0), TDM_FP8_UNPLACE),
+                                           a2 = tdm_mm::bf16x2_mul(tdm_fp8_place(w0, 1), TDM_FP8_UNPLACE),
+                                           a1 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1, 0), TDM_FP8_UNPLACE),
+                                           a3 = tdm_mm::bf16x2_mul(tdm_fp8_place(w1, 1), TDM_FP8_UNPLACE);
                             tdm_mm::mma_bf16(blk[tt], a0, a1, a2, a3, j ? xp.z : xp.x, j ? xp.w : xp.y);
                         }
                     }
@@ -513,11 +514,9 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
                     const uint4 xp = xw[((s0 + b) * 4 + q) * 4 + t];
 #pragma unroll
                     for (int tt = 0; tt < MMA_TILES; tt++) {
-                        const uint32_t w0[4] = {c[b][tt][0].w.x, c[b][tt][0].w.y, c[b][tt][0].w.z, c[b][tt][0].w.w};
-                        const uint32_t w1[4] = {c[b][tt][1].w.x, c[b][tt][1].w.y, c[b][tt][1].w.z, c[b][tt][1].w.w};
                         uint32_t a[4], bb[4];
-                        tdm_mm::nvfp4_bregs(w0[q], sc[tt][0][q >> 1], a);
-                        tdm_mm::nvfp4_bregs(w1[q], sc[tt][1][q >> 1], bb);
+                        tdm_mm::nvfp4_bregs(word(c[b][tt][0].w, q), sc[tt][0][q >> 1], a);
+                        tdm_mm::nvfp4_bregs(word(c[b][tt][1].w, q), sc[tt][1][q >> 1], bb);
                         tdm_mm::mma_bf16(acc[tt], a[0], bb[0], a[1], bb[1], xp.x, xp.y);
                         tdm_mm::mma_bf16(acc[tt], a[2], bb[2], a[3], bb[3], xp.z, xp.w);
                     }
