@@ -388,9 +388,10 @@ static_assert(MMA_TILES == 1 || MMA_TILES == 2, "TDM_MOE_MMA_TILES: 1 or 2");
 constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K split)
 // The fewest steps a warp takes where the K split can give it more, for gate+up and for down (knobs
 // TDM_MOE_MMA_GU_MIN_STEPS, TDM_MOE_MMA_DOWN_MIN_STEPS: 1, 2, 4 or 8; they change the K split, so the
-// bits). Both at 2 measured slower for gate+up on the 4-layer 80B (H100: 2 blocks of 8 warps a SM,
-// so 320 blocks of a one-row call took two waves) and faster for down (one row: 640 blocks of one
-// warp, 7 % occupancy).
+// bits). Measured on the 4-layer 80B (H100, bench/results/h100-moe-mma-v2.txt): gate+up at 2 slower
+// everywhere (at 104 registers 2 blocks of 8 warps a SM, so a one-row call's 320 blocks took two
+// waves); down at 2 faster at one row by the tracer (4.4 -> 3.0 us a call) but 1-4 % slower rounds
+// at 16-32 rows, at 1 slower; so 4 for both.
 #ifndef TDM_MOE_MMA_GU_MIN_STEPS
 #define TDM_MOE_MMA_GU_MIN_STEPS 4
 #endif
@@ -398,7 +399,8 @@ constexpr int MMA_KS_MAX = 8;                  // warps a block at most (the K s
 #define TDM_MOE_MMA_DOWN_MIN_STEPS 4
 #endif
 // Steps a lane has in flight (knob TDM_MOE_MMA_BS: 2 or 4; 2 x MMA_TILES x BS chunks; the same sums:
-// a warp's steps are added in order whatever the batch)
+// a warp's steps are added in order whatever the batch). 4 (96 registers) measured no faster at one
+// row and 1-3 % slower at 16-32 (h100-moe-mma-v2.txt); it needs TDM_MOE_MMA_FP8=0.
 #ifndef TDM_MOE_MMA_BS
 #define TDM_MOE_MMA_BS 2
 #endif
