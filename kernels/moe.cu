@@ -134,10 +134,11 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
 // A stored weight row is cut into chunks of 16 bytes (32 k NVFP4, 16 k FP8, 8 k BF16). A row is
 // owned by a group of G lanes (lanes_log2: the fewest, a power of two up to 32, that take at most
 // BATCH chunks each: 16 for the 80B's NVFP4 gate and up, 4 for its down); chunk c belongs to lane
-// c mod G, so a warp reads contiguous bytes of its rows. A lane loads BATCH chunks of its row (gate and up together) with 16-byte loads, decodes
-// them in registers with the dense kernels' helpers (mm_layout.h, mm_skinny.cuh) and FMAs them in
-// FP32 against the pair's input row, staged once per block in shared memory as FP32 with 4 floats
-// of padding after every 32 (the lanes of a quarter-warp read distinct banks for every format).
+// c mod G, so a warp reads contiguous bytes of its rows. A lane loads BATCH chunks of its row (gate
+// and up together) with 16-byte loads, decodes them in registers with the dense kernels' helpers
+// (mm_layout.h, mm_skinny.cuh) and FMAs them in FP32 against the pair's input row, staged once per
+// block in shared memory as FP32 with 4 floats of padding after every 32 (the lanes of a
+// quarter-warp read distinct banks for every format).
 
 constexpr int FAST_THREADS = 256;
 // Threads of a gate+up block (knob TDM_MOE_GU_THREADS: 128, 256 or 512). A launch shape only: an
@@ -295,8 +296,9 @@ __device__ __forceinline__ void stage_row(float *xs, const uint16_t *xr, int k)
 }
 
 // Grid (blocks of GU_THREADS / G rows, the pairs in order); group q of the block (lanes of
-// threadIdx.x >> lg) computes output blockIdx.x * (GU_THREADS / G) + q. nch: chunks of a row. A pair whose expert is
-// outside 0..E-1 gets NaN. The first batch of weights is loaded before the input row is staged.
+// threadIdx.x >> lg) computes output blockIdx.x * (GU_THREADS / G) + q. nch: chunks of a row. A pair
+// whose expert is outside 0..E-1 gets NaN. The first batch of weights is loaded before the input
+// row is staged.
 template <int F, bool VEC>
 __global__ void __launch_bounds__(GU_THREADS, GATE_UP_MIN_BLOCKS)
 gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
