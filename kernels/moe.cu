@@ -115,19 +115,26 @@ __device__ __forceinline__ float group_dot(const float *prod, int k, int p)
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-// order = the pairs sorted by (sel, pair index): a pair's rank is the number of pairs before it.
+// order = the pairs sorted by (sel, pair index): a pair's rank is the number of pairs before it;
+// each entry packs the pair's index (low 16 bits) and its expert (high 16; 0xffff for one outside
+// 0..65534), so an expert kernel's block reads its pair and expert in one load (order_pair,
+// order_expert). Gate+up may be launched programmatically after it (TDM_MOE_GU_PDL): release at once.
 __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel, int n, int32_t *order)
 {
     extern __shared__ int32_t ss[];   // [n]
+    tdm_pdl::release();
     for (int i = threadIdx.x; i < n; i += ORDER_THREADS) ss[i] = sel[i];
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += ORDER_THREADS) {
         const int32_t e = ss[i];
         int rank = 0;
         for (int j = 0; j < n; j++) rank += ss[j] < e || (ss[j] == e && j < i);
-        order[rank] = i;
+        order[rank] = (int32_t)((uint32_t)i | ((uint32_t)e < 0xffffu ? (uint32_t)e : 0xffffu) << 16);
     }
 }
+// The pair and the expert of an order entry (order_kernel); the expert is >= E where invalid.
+__device__ __forceinline__ int order_pair(int32_t v) { return (int)((uint32_t)v & 0xffffu); }
+__device__ __forceinline__ int order_expert(int32_t v) { return (int)((uint32_t)v >> 16); }
 
 // ---- the routed experts' matrices: 16-byte chunks decoded in registers --------------------------
 //
@@ -305,8 +312,10 @@ gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t l
                const int32_t *order, uint16_t *act, int nch, int lg)
 {
     extern __shared__ __align__(16) float xs[];
+    tdm_pdl::wait();      // order (TDM_MOE_GU_PDL); then down, which reads order before its wait, may start
     tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
-    const int pair = order[blockIdx.y], r = pair / k, e = sel[pair];
+    const int32_t ov = order[blockIdx.y];
+    const int pair = order_pair(ov), r = pair / k, e = order_expert(ov);
     const int H = g.k, I = g.n, G = 1 << lg;
     const int gl = threadIdx.x & (G - 1);
     const int n = blockIdx.x * (GU_THREADS >> lg) + (threadIdx.x >> lg);
@@ -425,8 +434,12 @@ experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int
     constexpr int OUT = mma_outs(GU), CK = ChunkK<F>::K, XQ = FP8 ? 2 : 4;   // XQ: uint4 of pairs a chunk
     extern __shared__ __align__(16) uint4 xq[];   // the input's pairs: [ks][steps][XQ][4 t]
     __shared__ float part[MMA_KS_MAX][OUT][GU ? 2 : 1];
-    if (GU) tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
-    const int pair = order[blockIdx.y], e = sel[pair];
+    if (GU) {
+        tdm_pdl::wait();      // order (TDM_MOE_GU_PDL); then down, which reads order before its wait, may start
+        tdm_pdl::release();   // down may start its weight loads (TDM_MOE_DOWN_PDL)
+    }
+    const int32_t ov = order[blockIdx.y];
+    const int pair = order_pair(ov), e = order_expert(ov);
     const int K = m0.k, N = m0.n;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
     const int n0 = blockIdx.x * OUT;
@@ -593,7 +606,8 @@ down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const
 {
     extern __shared__ __align__(16) float as[];
     constexpr int B = BATCH / RPG;
-    const int pair = order[blockIdx.y], e = sel[pair];
+    const int32_t ov = order[blockIdx.y];
+    const int pair = order_pair(ov), e = order_expert(ov);
     const int I = d.k, H = d.n, G = 1 << lg, Q = FAST_THREADS >> lg;
     const int gl = threadIdx.x & (G - 1);
     const int n0 = blockIdx.x * Q * RPG + (threadIdx.x >> lg);
@@ -1111,15 +1125,21 @@ static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down, in
     return p;
 }
 
+// Gate+up's launch: programmatic (pdl.cuh) after the order kernel where TDM_MOE_GU_PDL (its blocks
+// come up while order runs and wait for it before they read order), else plain.
+#ifndef TDM_MOE_GU_PDL
+#define TDM_MOE_GU_PDL 1
+#endif
 template <int F>
-static void launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem, const uint16_t *x,
-                           int64_t ldx, const int32_t *sel, int k, const int32_t *order, uint16_t *act, cudaStream_t st)
+static cudaError_t launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
+                                  const uint16_t *x, int64_t ldx, const int32_t *sel, int k, const int32_t *order,
+                                  uint16_t *act, cudaStream_t st)
 {
     const tdm_moe_mat &g = ex->m[TDM_MOE_GATE], &u = ex->m[TDM_MOE_UP];
-    if (cp.vec)
-        gate_up_kernel<F, true><<<grid, GU_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
-    else
-        gate_up_kernel<F, false><<<grid, GU_THREADS, smem, st>>>(g, u, ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+    return cp.vec ? tdm_pdl::launch_if(TDM_MOE_GU_PDL, gate_up_kernel<F, true>, grid, dim3(GU_THREADS), smem, st, g, u,
+                                       ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg)
+                  : tdm_pdl::launch_if(TDM_MOE_GU_PDL, gate_up_kernel<F, false>, grid, dim3(GU_THREADS), smem, st, g, u,
+                                       ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
 }
 
 // Down's launch: programmatic (pdl.cuh) where TDM_MOE_DOWN_PDL, else plain.
@@ -1181,8 +1201,8 @@ static cudaError_t launch_mma_f(const tdm_moe_mat &m0, const tdm_moe_mat &m1, in
     const int nch = m0.k / ChunkK<F>::K;
     const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
     const size_t smem = (size_t)nch * (F == TDM_W_FP8 ? 2 : 4) * sizeof(uint4);
-    return tdm_pdl::launch_if(!GU && TDM_MOE_DOWN_PDL, experts_mma_kernel<F, GU>, grid, block, smem, st, m0, m1, E, x, ldx,
-                              sel, k, order, out, nch, ks);
+    return tdm_pdl::launch_if(GU ? TDM_MOE_GU_PDL : TDM_MOE_DOWN_PDL, experts_mma_kernel<F, GU>, grid, block, smem, st, m0,
+                              m1, E, x, ldx, sel, k, order, out, nch, ks);
 }
 
 template <bool GU>
@@ -1210,10 +1230,9 @@ extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t 
     const ChunkPlan cp = chunk_plan(g, false, GU_THREADS);
     dim3 grid((ex->I + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->H) * 4;
-    if (g->fmt == TDM_W_NVFP4) launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
-    else if (g->fmt == TDM_W_FP8) launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
-    else launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st);
-    TDM_LAUNCH_CHECK();
+    TDM_CUDA_TRY(g->fmt == TDM_W_NVFP4 ? launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st)
+                 : g->fmt == TDM_W_FP8 ? launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st)
+                                       : launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st));
     return 0;
 }
 

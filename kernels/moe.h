@@ -88,9 +88,11 @@ int32_t *tdm_moe_scratch_order(void *scratch);
 uint16_t *tdm_moe_scratch_act(void *scratch, int M, int k);
 uint16_t *tdm_moe_scratch_out(void *scratch, int M, int k, int I);
 
-/* order [M k] = the pair indices p = r k + j sorted by (sel[p], p): the launch order of the pairs.
- * One block; a pair's rank is the count of pairs before it. M k <= TDM_MOE_MAX_PAIRS. (The expert
- * kernels write NaN for a pair whose sel is outside 0..E-1.) */
+/* order [M k] = the pair indices p = r k + j sorted by (sel[p], p): the launch order of the pairs,
+ * each entry p | e << 16 with e = sel[p] (0xffff where sel[p] is outside 0..65534), so an expert
+ * kernel reads its pair and expert in one load. One block; a pair's rank is the count of pairs
+ * before it. M k <= TDM_MOE_MAX_PAIRS. (The expert kernels write NaN for a pair whose expert is
+ * outside 0..E-1.) */
 int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream);
 
 /* act[r k + j][i] = bf16(bf16(silu(bf16(x_r . gate_e[i]))) * bf16(x_r . up_e[i])), e = sel[r][j]
@@ -98,7 +100,9 @@ int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream
  * [M k][I]. Gate and up in one pass: a lane loads its chunks of both rows together. Grid: I in
  * blocks of 256 / G values (a group of G lanes a value; TDM_MOE_GU_THREADS in moe.cu) x the pairs
  * in order; 256 threads (the tensor-core form: I in blocks of 8, or 16 at TDM_MOE_MMA_TILES 2; ks
- * warps). */
+ * warps). Where moe.cu launches it programmatically (TDM_MOE_GU_PDL), its blocks may come up while
+ * the kernel before it runs and wait for it before they read anything (that kernel is tdm_moe_order
+ * in the engine). */
 int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, const int32_t *sel, int k,
                     const int32_t *order, uint16_t *act, void *stream);
 /* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
@@ -107,8 +111,9 @@ int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t
  * has one or two chunks of a row, each group takes 4 or 2 rows (moe.cu: the same sums; the
  * tensor-core form: H in blocks of 16, or 32 at TDM_MOE_MMA_TILES 2; ks warps; for every M). Where
  * moe.cu launches it programmatically (TDM_MOE_DOWN_PDL) it reads sel and order while the kernel
- * before it in the stream may still run: they must be written before that kernel began (as
- * tdm_moe_order, tdm_moe_gate_up, tdm_moe_down in a row leave them). */
+ * before it in the stream may still run: they must be written before that kernel began, or before it
+ * waited where it was itself launched programmatically (as tdm_moe_order, tdm_moe_gate_up,
+ * tdm_moe_down in a row leave them: gate+up releases down only after its wait). */
 int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
                  const int32_t *order, uint16_t *y, void *stream);
 

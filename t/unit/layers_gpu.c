@@ -2010,12 +2010,13 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     down(y, c.dy, (size_t)P * H * 2);
     down(out, c.dout, nx * 2);
 
-    /* the pair order: a stable sort by expert id */
+    /* the pair order: a stable sort by expert id, each entry the pair (low 16 bits) and its expert */
     int obad = 0;
     for (int i = 0, at = 0; i < E; i++)
         for (int p = 0; p < PC; p++)
-            if (sel[p] == i) obad += order[at++] != p;
-    ok(obad == 0, "%s: tdm_moe_order equals the pairs sorted by (expert, pair) (%d of %d differ)", label, obad, PC);
+            if (sel[p] == i) obad += order[at] != (int32_t)((uint32_t)p | (uint32_t)i << 16), at++;
+    ok(obad == 0, "%s: tdm_moe_order equals the pairs sorted by (expert, pair), each with its expert (%d of %d differ)",
+       label, obad, PC);
 
     /* gate+up against tdm_ref_mlp_act; down on the kernel's products against tdm_ref_linear_bf16;
      * bounds from the reference's dots and their sums |x w| (act_bound, MOE_DOT_REL) */
