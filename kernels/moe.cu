@@ -308,8 +308,8 @@ __device__ __forceinline__ void stage_row(float *xs, const uint16_t *xr, int k)
 // row is staged.
 template <int F, bool VEC>
 __global__ void __launch_bounds__(GU_THREADS, GATE_UP_MIN_BLOCKS)
-gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
-               const int32_t *order, uint16_t *act, int nch, int lg)
+gate_up_kernel(tdm_moe_mat g, tdm_moe_mat u, int E, const uint16_t *x, int64_t ldx, int k, const int32_t *order,
+               uint16_t *act, int nch, int lg)
 {
     extern __shared__ __align__(16) float xs[];
     tdm_pdl::wait();      // order (TDM_MOE_GU_PDL); then down, which reads order before its wait, may start
@@ -426,8 +426,8 @@ __host__ __device__ constexpr int mma_outs(bool gu) { return (gu ? 8 : 16) * MMA
 // in order); 32 ks threads.
 template <int F, bool GU>
 __global__ void __launch_bounds__(32 * MMA_KS_MAX, 2)
-experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int64_t ldx, const int32_t *sel, int k,
-                   const int32_t *order, uint16_t *out_all, int nch, int ks)
+experts_mma_kernel(tdm_moe_mat m0, tdm_moe_mat m1, int E, const uint16_t *x, int64_t ldx, int k, const int32_t *order,
+                   uint16_t *out_all, int nch, int ks)
 {
     static_assert(F == TDM_W_NVFP4 || F == TDM_W_FP8, "experts_mma_kernel: NVFP4 or FP8");
     constexpr bool FP8 = F == TDM_W_FP8;
@@ -601,8 +601,7 @@ constexpr int down_rows_per_group(int steps)
 // before gate+up (a plain launch) began (tdm_moe_down's contract in moe.h).
 template <int F, bool VEC, int RPG>
 __global__ void __launch_bounds__(FAST_THREADS, RPG == 1 ? DOWN_MIN_BLOCKS : 2)
-down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, int nch,
-            int lg)
+down_kernel(tdm_moe_mat d, int E, const uint16_t *act, const int32_t *order, uint16_t *y, int nch, int lg)
 {
     extern __shared__ __align__(16) float as[];
     constexpr int B = BATCH / RPG;
@@ -1132,14 +1131,14 @@ static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down, in
 #endif
 template <int F>
 static cudaError_t launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
-                                  const uint16_t *x, int64_t ldx, const int32_t *sel, int k, const int32_t *order,
+                                  const uint16_t *x, int64_t ldx, int k, const int32_t *order,
                                   uint16_t *act, cudaStream_t st)
 {
     const tdm_moe_mat &g = ex->m[TDM_MOE_GATE], &u = ex->m[TDM_MOE_UP];
     return cp.vec ? tdm_pdl::launch_if(TDM_MOE_GU_PDL, gate_up_kernel<F, true>, grid, dim3(GU_THREADS), smem, st, g, u,
-                                       ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg)
+                                       ex->E, x, ldx, k, order, act, cp.nch, cp.lg)
                   : tdm_pdl::launch_if(TDM_MOE_GU_PDL, gate_up_kernel<F, false>, grid, dim3(GU_THREADS), smem, st, g, u,
-                                       ex->E, x, ldx, sel, k, order, act, cp.nch, cp.lg);
+                                       ex->E, x, ldx, k, order, act, cp.nch, cp.lg);
 }
 
 // Down's launch: programmatic (pdl.cuh) where TDM_MOE_DOWN_PDL, else plain.
@@ -1148,28 +1147,28 @@ static cudaError_t launch_gate_up(const struct tdm_moe_experts *ex, const ChunkP
 #endif
 template <int F, bool VEC, int RPG>
 static cudaError_t launch_down_rpg(const tdm_moe_mat &d, int E, const ChunkPlan &cp, dim3 grid, size_t smem,
-                                   const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+                                   const uint16_t *act, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
-    return tdm_pdl::launch_if(TDM_MOE_DOWN_PDL, down_kernel<F, VEC, RPG>, grid, dim3(FAST_THREADS), smem, st, d, E, act, sel,
+    return tdm_pdl::launch_if(TDM_MOE_DOWN_PDL, down_kernel<F, VEC, RPG>, grid, dim3(FAST_THREADS), smem, st, d, E, act,
                               order, y, cp.nch, cp.lg);
 }
 
 template <int F, bool VEC>
 static cudaError_t launch_down_v(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
-                                 const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+                                 const uint16_t *act, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
     const tdm_moe_mat &d = ex->m[TDM_MOE_DOWN];
-    if (cp.rpg == 4) return launch_down_rpg<F, VEC, 4>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
-    if (cp.rpg == 2) return launch_down_rpg<F, VEC, 2>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
-    return launch_down_rpg<F, VEC, 1>(d, ex->E, cp, grid, smem, act, sel, order, y, st);
+    if (cp.rpg == 4) return launch_down_rpg<F, VEC, 4>(d, ex->E, cp, grid, smem, act, order, y, st);
+    if (cp.rpg == 2) return launch_down_rpg<F, VEC, 2>(d, ex->E, cp, grid, smem, act, order, y, st);
+    return launch_down_rpg<F, VEC, 1>(d, ex->E, cp, grid, smem, act, order, y, st);
 }
 
 template <int F>
 static cudaError_t launch_down(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
-                               const uint16_t *act, const int32_t *sel, const int32_t *order, uint16_t *y, cudaStream_t st)
+                               const uint16_t *act, const int32_t *order, uint16_t *y, cudaStream_t st)
 {
-    return cp.vec ? launch_down_v<F, true>(ex, cp, grid, smem, act, sel, order, y, st)
-                  : launch_down_v<F, false>(ex, cp, grid, smem, act, sel, order, y, st);
+    return cp.vec ? launch_down_v<F, true>(ex, cp, grid, smem, act, order, y, st)
+                  : launch_down_v<F, false>(ex, cp, grid, smem, act, order, y, st);
 }
 
 // Whether every row of a BF16 matrix a (row stride lda) loads as 16-byte vectors.
@@ -1196,64 +1195,64 @@ static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int b
 // experts_mma_kernel<F, GU> for M rows of k pairs; down launched programmatically (TDM_MOE_DOWN_PDL).
 template <int F, bool GU>
 static cudaError_t launch_mma_f(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int E, int ks, const uint16_t *x, int64_t ldx,
-                                int M, const int32_t *sel, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
+                                int M, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
 {
     const int nch = m0.k / ChunkK<F>::K;
     const dim3 grid((m0.n + mma_outs(GU) - 1) / mma_outs(GU), M * k), block(32 * ks);
     const size_t smem = (size_t)nch * (F == TDM_W_FP8 ? 2 : 4) * sizeof(uint4);
     return tdm_pdl::launch_if(GU ? TDM_MOE_GU_PDL : TDM_MOE_DOWN_PDL, experts_mma_kernel<F, GU>, grid, block, smem, st, m0,
-                              m1, E, x, ldx, sel, k, order, out, nch, ks);
+                              m1, E, x, ldx, k, order, out, nch, ks);
 }
 
 template <bool GU>
 static cudaError_t launch_mma(const tdm_moe_mat &m0, const tdm_moe_mat &m1, int E, int ks, const uint16_t *x, int64_t ldx,
-                              int M, const int32_t *sel, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
+                              int M, int k, const int32_t *order, uint16_t *out, cudaStream_t st)
 {
-    return m0.fmt == TDM_W_FP8 ? launch_mma_f<TDM_W_FP8, GU>(m0, m1, E, ks, x, ldx, M, sel, k, order, out, st)
-                               : launch_mma_f<TDM_W_NVFP4, GU>(m0, m1, E, ks, x, ldx, M, sel, k, order, out, st);
+    return m0.fmt == TDM_W_FP8 ? launch_mma_f<TDM_W_FP8, GU>(m0, m1, E, ks, x, ldx, M, k, order, out, st)
+                               : launch_mma_f<TDM_W_NVFP4, GU>(m0, m1, E, ks, x, ldx, M, k, order, out, st);
 }
 
-extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M,
-                               const int32_t *sel, int k, const int32_t *order, uint16_t *act, void *stream)
+extern "C" int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, int k,
+                               const int32_t *order, uint16_t *act, void *stream)
 {
     if (check_pairs(ex, M, k, "tdm_moe_gate_up") != 0) return -1;
-    if (!x || !sel || !order || !act || ldx < ex->H) return tdm_errf("tdm_moe_gate_up: bad arguments (ldx %lld)", (long long)ldx);
+    if (!x || !order || !act || ldx < ex->H) return tdm_errf("tdm_moe_gate_up: bad arguments (ldx %lld)", (long long)ldx);
     const struct tdm_moe_mat *g = &ex->m[TDM_MOE_GATE], *u = &ex->m[TDM_MOE_UP];
     if (g->fmt != u->fmt || (g->fmt == TDM_W_FP8 && g->scale_dt != u->scale_dt))
         return tdm_errf("tdm_moe_gate_up: gate and up stored in different formats");
     if (M == 0) return 0;
     cudaStream_t st = (cudaStream_t)stream;
     if (const int ks = mma_ks(g, x, ldx, 1)) {
-        TDM_CUDA_TRY(launch_mma<true>(*g, *u, ex->E, ks, x, ldx, M, sel, k, order, act, st));
+        TDM_CUDA_TRY(launch_mma<true>(*g, *u, ex->E, ks, x, ldx, M, k, order, act, st));
         return 0;
     }
     const ChunkPlan cp = chunk_plan(g, false, GU_THREADS);
     dim3 grid((ex->I + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->H) * 4;
-    TDM_CUDA_TRY(g->fmt == TDM_W_NVFP4 ? launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st)
-                 : g->fmt == TDM_W_FP8 ? launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st)
-                                       : launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, sel, k, order, act, st));
+    TDM_CUDA_TRY(g->fmt == TDM_W_NVFP4 ? launch_gate_up<TDM_W_NVFP4>(ex, cp, grid, smem, x, ldx, k, order, act, st)
+                 : g->fmt == TDM_W_FP8 ? launch_gate_up<TDM_W_FP8>(ex, cp, grid, smem, x, ldx, k, order, act, st)
+                                       : launch_gate_up<TDM_W_BF16>(ex, cp, grid, smem, x, ldx, k, order, act, st));
     return 0;
 }
 
-extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
-                            const int32_t *order, uint16_t *y, void *stream)
+extern "C" int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, int k, const int32_t *order,
+                            uint16_t *y, void *stream)
 {
     if (check_pairs(ex, M, k, "tdm_moe_down") != 0) return -1;
-    if (!act || !sel || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
+    if (!act || !order || !y) return tdm_errf("tdm_moe_down: NULL argument");
     if (M == 0) return 0;
     const struct tdm_moe_mat *d = &ex->m[TDM_MOE_DOWN];
     cudaStream_t st = (cudaStream_t)stream;
     if (const int ks = mma_ks(d, act, ex->I, 2)) {
-        TDM_CUDA_TRY(launch_mma<false>(*d, *d, ex->E, ks, act, ex->I, M, sel, k, order, y, st));
+        TDM_CUDA_TRY(launch_mma<false>(*d, *d, ex->E, ks, act, ex->I, M, k, order, y, st));
         return 0;
     }
     const ChunkPlan cp = chunk_plan(d, M > 1, FAST_THREADS);
     dim3 grid((ex->H + cp.rows - 1) / cp.rows, M * k);
     const size_t smem = (size_t)xs_floats(ex->I) * 4;
-    TDM_CUDA_TRY(d->fmt == TDM_W_NVFP4 ? launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, sel, order, y, st)
-                 : d->fmt == TDM_W_FP8 ? launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, sel, order, y, st)
-                                       : launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, sel, order, y, st));
+    TDM_CUDA_TRY(d->fmt == TDM_W_NVFP4 ? launch_down<TDM_W_NVFP4>(ex, cp, grid, smem, act, order, y, st)
+                 : d->fmt == TDM_W_FP8 ? launch_down<TDM_W_FP8>(ex, cp, grid, smem, act, order, y, st)
+                                       : launch_down<TDM_W_BF16>(ex, cp, grid, smem, act, order, y, st));
     return 0;
 }
 

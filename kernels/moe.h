@@ -96,26 +96,28 @@ uint16_t *tdm_moe_scratch_out(void *scratch, int M, int k, int I);
 int tdm_moe_order(const int32_t *sel, int M, int k, int32_t *order, void *stream);
 
 /* act[r k + j][i] = bf16(bf16(silu(bf16(x_r . gate_e[i]))) * bf16(x_r . up_e[i])), e = sel[r][j]
- * (ref: tdm_ref_mlp_act on expert e; the dots in the order above). x [M][H] (row stride ldx); act
+ * (ref: tdm_ref_mlp_act on expert e; the dots in the order above), the pairs and their experts read
+ * from order (tdm_moe_order's entries) alone. x [M][H] (row stride ldx); act
  * [M k][I]. Gate and up in one pass: a lane loads its chunks of both rows together. Grid: I in
  * blocks of 256 / G values (a group of G lanes a value; TDM_MOE_GU_THREADS in moe.cu) x the pairs
  * in order; 256 threads (the tensor-core form: I in blocks of 8, or 16 at TDM_MOE_MMA_TILES 2; ks
  * warps). Where moe.cu launches it programmatically (TDM_MOE_GU_PDL), its blocks may come up while
  * the kernel before it runs and wait for it before they read anything (that kernel is tdm_moe_order
  * in the engine). */
-int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, const int32_t *sel, int k,
+int tdm_moe_gate_up(const struct tdm_moe_experts *ex, const uint16_t *x, int64_t ldx, int M, int k,
                     const int32_t *order, uint16_t *act, void *stream);
-/* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] (ref: the
- * tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts; the dots in the order above). y [M k][H].
+/* y[p][h] = bf16(act[p] . down_e[h]) for every pair p = r k + j, e = sel[r][j] as order holds it
+ * (ref: the tdm_ref_linear_bf16(down, act) of tdm_ref_mlp's experts; the dots in the order above).
+ * y [M k][H].
  * Grid: H in blocks of 256 / G values x the pairs in order; past one row (M > 1) and where a lane
  * has one or two chunks of a row, each group takes 4 or 2 rows (moe.cu: the same sums; the
  * tensor-core form: H in blocks of 16, or 32 at TDM_MOE_MMA_TILES 2; ks warps; for every M). Where
- * moe.cu launches it programmatically (TDM_MOE_DOWN_PDL) it reads sel and order while the kernel
- * before it in the stream may still run: they must be written before that kernel began, or before it
+ * moe.cu launches it programmatically (TDM_MOE_DOWN_PDL) it reads order while the kernel
+ * before it in the stream may still run: it must be written before that kernel began, or before it
  * waited where it was itself launched programmatically (as tdm_moe_order, tdm_moe_gate_up,
  * tdm_moe_down in a row leave them: gate+up releases down only after its wait). */
-int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, const int32_t *sel, int k,
-                 const int32_t *order, uint16_t *y, void *stream);
+int tdm_moe_down(const struct tdm_moe_experts *ex, const uint16_t *act, int M, int k, const int32_t *order, uint16_t *y,
+                 void *stream);
 
 /* gate[r] = bf16(sigmoid(bf16(x_r . shared_gate))) (F32 [M]): tdm_ref_moe_combine's scale of row r's
  * shared expert, the dot in tdm_dot's order; shared_gate [1, H] in any stored format, x [M][H] (row

@@ -202,8 +202,8 @@ int tdm_emoe_forward(struct tdm_emoe *x, int layer, const uint16_t *xn, const ui
                    tdm_moe_gate_up_grouped(&d->ex, xn, H, M, k, x->group, act, stream) ||
                    tdm_moe_down_grouped(&d->ex, act, M, k, x->group, ye, stream)
              : tdm_moe_order(x->sel, M, k, order, stream) ||
-                   tdm_moe_gate_up(&d->ex, xn, H, M, x->sel, k, order, act, stream) ||
-                   tdm_moe_down(&d->ex, act, M, x->sel, k, order, ye, stream));
+                   tdm_moe_gate_up(&d->ex, xn, H, M, k, order, act, stream) ||
+                   tdm_moe_down(&d->ex, act, M, k, order, ye, stream));
     /* a capture must join every stream it forked, a failed launch's too */
     if ((side && tdm_stream_after(stream, ss, side->join) != 0) || bad ||
         tdm_moe_combine(ye, x->w, x->sel, M, k, H, x->gate, x->sh, H, y, H, stream))

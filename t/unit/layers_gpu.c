@@ -1924,8 +1924,8 @@ static int moe_launch(void *p, int r0, int m, int devpos)
     const size_t k = c->k, H = c->H, I = c->I;
     const int32_t *sel = c->dsel + r0 * k;
     return tdm_moe_order(sel, m, c->k, c->dorder, st) ||
-           tdm_moe_gate_up(&c->ex, c->dx + r0 * H, H, m, sel, c->k, c->dorder, c->dact + r0 * k * I, st) ||
-           tdm_moe_down(&c->ex, c->dact + r0 * k * I, m, sel, c->k, c->dorder, c->dy + r0 * k * H, st) ||
+           tdm_moe_gate_up(&c->ex, c->dx + r0 * H, H, m, c->k, c->dorder, c->dact + r0 * k * I, st) ||
+           tdm_moe_down(&c->ex, c->dact + r0 * k * I, m, c->k, c->dorder, c->dy + r0 * k * H, st) ||
            tdm_moe_shared_gate(&c->sg, c->dx + r0 * H, H, m, c->H, c->dgate + r0, st) ||
            tdm_moe_combine(c->dy + r0 * k * H, c->dw + r0 * k, sel, m, c->k, c->H, c->dgate + r0, c->dsh + r0 * H, H,
                            c->dout + r0 * H, H, st);
