@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(ORDER_THREADS) order_kernel(const int32_t *sel
     }
 }
 // The pair and the expert of an order entry (order_kernel); the expert is >= E where invalid.
+static_assert(TDM_MOE_MAX_PAIRS <= 0x10000 && TDM_ROUTE_MAX_E < 0xffff, "an order entry: a pair and an expert in 16 bits each");
 __device__ __forceinline__ int order_pair(int32_t v) { return (int)((uint32_t)v & 0xffffu); }
 __device__ __forceinline__ int order_expert(int32_t v) { return (int)((uint32_t)v >> 16); }
 
@@ -1131,8 +1132,8 @@ static ChunkPlan chunk_plan(const struct tdm_moe_mat *m, bool many_rows_down, in
 #endif
 template <int F>
 static cudaError_t launch_gate_up(const struct tdm_moe_experts *ex, const ChunkPlan &cp, dim3 grid, size_t smem,
-                                  const uint16_t *x, int64_t ldx, int k, const int32_t *order,
-                                  uint16_t *act, cudaStream_t st)
+                                  const uint16_t *x, int64_t ldx, int k, const int32_t *order, uint16_t *act,
+                                  cudaStream_t st)
 {
     const tdm_moe_mat &g = ex->m[TDM_MOE_GATE], &u = ex->m[TDM_MOE_UP];
     return cp.vec ? tdm_pdl::launch_if(TDM_MOE_GU_PDL, gate_up_kernel<F, true>, grid, dim3(GU_THREADS), smem, st, g, u,
@@ -1177,8 +1178,8 @@ static bool bf16_rows_vec(const void *a, int64_t lda) { return (uintptr_t)a % 16
 // experts_mma_kernel's warps a block (its K split) for matrix m read against rows of x (stride ldx),
 // 0 where the FMA forms run: the knob's bit (1 gate+up, 2 down) off, not NVFP4 (nor FP8 where
 // TDM_MOE_MMA_FP8), K not a multiple of 128 (whole chunk quads), or x's rows not 16-byte aligned
-// (the same answer for every row of a buffer, so for every M). A warp keeps >= TDM_MOE_MMA_{GU,DOWN}_MIN_STEPS
-// steps where it can.
+// (the same answer for every row of a buffer, so for every M). A warp keeps >=
+// TDM_MOE_MMA_{GU,DOWN}_MIN_STEPS steps where it can.
 static int mma_ks(const struct tdm_moe_mat *m, const void *x, int64_t ldx, int bit)
 {
     const int nvfp4 = m->fmt == TDM_W_NVFP4, fp8 = m->fmt == TDM_W_FP8;

@@ -2014,7 +2014,10 @@ static void test_moe(const struct shape *s, int E, enum tdm_wfmt fmt, enum tdm_d
     int obad = 0;
     for (int i = 0, at = 0; i < E; i++)
         for (int p = 0; p < PC; p++)
-            if (sel[p] == i) obad += order[at] != (int32_t)((uint32_t)p | (uint32_t)i << 16), at++;
+            if (sel[p] == i) {
+                obad += order[at] != (int32_t)((uint32_t)p | (uint32_t)i << 16);
+                at++;
+            }
     ok(obad == 0, "%s: tdm_moe_order equals the pairs sorted by (expert, pair), each with its expert (%d of %d differ)",
        label, obad, PC);
 
