@@ -1,7 +1,8 @@
 #!/bin/sh
 # The matrix tools' command lines: --help, bad usage (exit 2, one line naming the option), no
 # visible CUDA device (exit 2, "no CUDA device visible", forced with CUDA_VISIBLE_DEVICES=), and
-# tandem-sweep --write-defaults, which needs no GPU.
+# tandem-sweep --write-defaults, which needs no GPU; the device helpers' (scripts/variant-build,
+# scripts/bundle) usage and scripts/bundle's list.
 n=0; failed=0
 t() { # t DESCRIPTION COMMAND... : ok when the command succeeds
     n=$((n + 1)); d=$1; shift
@@ -33,6 +34,14 @@ t "tandem-sweep --objective split --lo-rows 0: exit 2 naming the option" exits 2
 t "scripts/variant-build --help exits 0 and prints the usage" sh -c "scripts/variant-build --help | grep -q '^scripts/variant-build NAME'"
 t "scripts/variant-build without a name and defines: exit 2 with its usage" exits 2 "usage" scripts/variant-build
 t "scripts/variant-build with a bad name: exit 2 naming NAME" exits 2 "NAME" scripts/variant-build "a/b" "-DX=1"
+t "scripts/bundle --help exits 0 and prints the usage" sh -c "scripts/bundle --help | grep -q '^Usage: scripts/bundle'"
+t "scripts/bundle with an unknown argument: exit 2" sh -c "scripts/bundle --no-such >/dev/null 2>&1; [ \$? -eq 2 ]"
+t "scripts/bundle --variant a/b: exit 2 naming --variant" exits 2 "--variant a/b" scripts/bundle --variant a/b --list
+t "scripts/bundle --variant of no build: exit 2 naming it" exits 2 "nosuch" scripts/bundle --variant nosuch --list
+t "scripts/bundle --list: every tool and test program, the fixtures, nothing written" sh -c "scripts/bundle --list \
+    -o '$tmp/none.txz' >'$tmp/list' 2>/dev/null && grep -qx bin/tandem-run '$tmp/list' && grep -qx build/t/layers_gpu '$tmp/list' &&
+    [ \$(grep -c '^bin/' '$tmp/list') -eq \$(ls src/cmd/*.c | wc -l) ] && [ ! -e '$tmp/none.txz' ] &&
+    { [ ! -d '${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny' ] || grep -qx .fixtures/qwen35-tiny '$tmp/list'; }"
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo
 t "TANDEM_ unknown switch: exit 2" exits 2 "unknown switch" env TANDEM_NO_SUCH=1 bin/tandem-coldbw
