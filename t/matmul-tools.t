@@ -2,7 +2,7 @@
 # The matrix tools' command lines: --help, bad usage (exit 2, one line naming the option), no
 # visible CUDA device (exit 2, "no CUDA device visible", forced with CUDA_VISIBLE_DEVICES=), and
 # tandem-sweep --write-defaults, which needs no GPU; the device helpers' (scripts/variant-build,
-# scripts/bundle) usage and scripts/bundle's list.
+# scripts/bundle) usage and scripts/bundle's list; scripts/gpu-run's tile-table A/B on stand-in tools.
 n=0; failed=0
 t() { # t DESCRIPTION COMMAND... : ok when the command succeeds
     n=$((n + 1)); d=$1; shift
@@ -42,6 +42,20 @@ t "scripts/bundle --list: every tool and test program, the fixtures, nothing wri
     -o '$tmp/none.txz' >'$tmp/list' 2>/dev/null && grep -qx bin/tandem-run '$tmp/list' && grep -qx build/t/layers_gpu '$tmp/list' &&
     [ \$(grep -c '^bin/' '$tmp/list') -eq \$(ls src/cmd/*.c | wc -l) ] && [ ! -e '$tmp/none.txz' ] &&
     { [ ! -d '${TANDEM_FIXTURES:-../shared/fixtures}/qwen35-tiny' ] || grep -qx .fixtures/qwen35-tiny '$tmp/list'; }"
+# scripts/gpu-run ab80 on stand-in tools (no GPU): each GPU_RUN_AB_TILES directory is one more "build", the
+# default binary with TANDEM_TILES set to it; a missing directory fails the part
+g=$tmp/gr; mkdir -p "$g/scripts" "$g/bin" "$tmp/tA/sm_90" && cp scripts/gpu-run "$g/scripts/"
+printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
+printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && mkdir -p "$2" && : >"$2/config.json"; shift; done\n' >"$g/bin/tandem-mkmodel"
+printf '#!/bin/sh\necho "$0 $TANDEM_TILES" >>"%s/runs"\necho "step 1 a b c d e 0.5"\n' "$tmp" >"$g/bin/tandem-benchround"
+chmod +x "$g/bin/"*
+t "gpu-run ab80 with GPU_RUN_AB_TILES: the default build, then the tiles directory through TANDEM_TILES" sh -c "
+    GPU_RUN_AB_TILES='$tmp/tA' GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>&1 &&
+    grep -qx 'new 1 step 1 0.5' '$tmp/gro/ab80.txt' && grep -qx 'tiles1 1 step 1 0.5' '$tmp/gro/ab80.txt' &&
+    grep -q 'tandem-benchround tiles\$' '$tmp/runs' && grep -q 'tandem-benchround $tmp/tA\$' '$tmp/runs'"
+t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
+    GPU_RUN_AB_TILES='$tmp/nosuch' GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>'$tmp/gre';
+    [ \$? -eq 1 ] && grep -q 'no tile directory $tmp/nosuch' '$tmp/gre'"
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo
 t "TANDEM_ unknown switch: exit 2" exits 2 "unknown switch" env TANDEM_NO_SUCH=1 bin/tandem-coldbw
