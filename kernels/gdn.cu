@@ -333,24 +333,71 @@ __device__ __forceinline__ void recur_apply(float (&s)[ROWS], RecSmem<ROWS * REC
 // read. (Before, the last block of a head to finish did the head's norm after a fence and an atomic
 // counter: the fences, the counter's round trip and the reads of o back from L2 were ~4 us of a
 // one-row step's 9.5 us a layer on the H200; bench/NOTES.md.)
+//
+// TDM_GDN_TAIL_EARLY (0 or 1; default 1): a warp's first row's z and norm weight at its column come
+// from registers loaded at the kernel's start (gated_norm_early; the inputs are complete when the
+// recurrence starts: it is not launched programmatically), silu(z) is taken before the first
+// cluster barrier, and a row's o columns are gathered in one batch of loads: the step's last DRAM
+// or L2 round trip before the norm's sum goes. The same values, so the same bits; 0: each loaded
+// where it is used, as gated_norm_kernel does.
+#ifndef TDM_GDN_TAIL_EARLY
+#define TDM_GDN_TAIL_EARLY 1
+#endif
+// The warps that run the tail's rows (row r by warp r % nw): >= 1 (the launcher's check of Dv).
+template <int DK>
+__device__ __forceinline__ int gated_norm_warps(int Dv)
+{
+    return min(REC_WARPS, (int)(sizeof(RecSmem<DK>::qn) / sizeof(float)) / Dv);
+}
+// The raw factors of the warp's first row (row warp) at the lane's column, where the warp has one.
+struct GnormEarly {
+    uint16_t z;
+    float w;
+};
+template <int DK>
+__device__ __forceinline__ GnormEarly gated_norm_early(const tdm_gdn_gnorm &gn, int M, int Hv, int Dv, int h)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = 32 * (int)blockIdx.y + lane;
+    GnormEarly e = {0, 0.0f};
+    if (TDM_GDN_TAIL_EARLY && gn.y && warp < M && warp < gated_norm_warps<DK>(Dv)) {
+        e.z = gn.z[(size_t)warp * gn.ldz + (size_t)h * Dv + j];
+        e.w = gn.w[j];
+    }
+    return e;
+}
 template <int DK>
 __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_gnorm &gn, const uint16_t *o, int M,
-                                                int Hv, int Dv, int h)
+                                                int Hv, int Dv, int h, GnormEarly early)
 {
     namespace cg = cooperative_groups;
     const cg::cluster_group cl = cg::this_cluster();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = gated_norm_warps<DK>(Dv);
+    const bool pre = TDM_GDN_TAIL_EARLY && warp < M && warp < nw;   // the warp's first row has its factors
+    const float zs_pre = pre ? silu_ref(bf2f(early.z)) : 0.0f;
     if (M > REC_OSM_ROWS) __threadfence();   // rows read back from o by the head's other blocks
     cl.sync();
-    const int nw = min(REC_WARPS, (int)(sizeof(sm.qn) / sizeof(float)) / Dv);   // >= 1 (the launcher's check)
     if (warp < nw) {
         float *xs = &sm.qn[0][0] + (size_t)warp * Dv;
         for (int r = warp; r < M; r += nw) {
             const uint16_t *orow = o + ((size_t)r * Hv + h) * Dv;
-            for (int c = lane; c < Dv; c += 32)
-                xs[c] = bf2f(r < REC_OSM_ROWS ? cl.map_shared_rank(&sm.osm[r][0], c / 32)[c % 32] : __ldcg(orow + c));
+            if (TDM_GDN_TAIL_EARLY) {   // every load of the row, then every store (Dv <= 8 * 32)
+                uint16_t v[TDM_GDN_FUSED_NORM_DV_MAX / 32];
+#pragma unroll
+                for (int q = 0; q < TDM_GDN_FUSED_NORM_DV_MAX / 32; q++)
+                    if (32 * q < Dv)
+                        v[q] = r < REC_OSM_ROWS ? cl.map_shared_rank(&sm.osm[r][0], q)[lane] : __ldcg(orow + 32 * q + lane);
+#pragma unroll
+                for (int q = 0; q < TDM_GDN_FUSED_NORM_DV_MAX / 32; q++)
+                    if (32 * q < Dv) xs[32 * q + lane] = bf2f(v[q]);
+            } else {
+                for (int c = lane; c < Dv; c += 32)
+                    xs[c] = bf2f(r < REC_OSM_ROWS ? cl.map_shared_rank(&sm.osm[r][0], c / 32)[c % 32] : __ldcg(orow + c));
+            }
+            const bool first = pre && r == warp;
             gated_norm_head(xs, gn.z + (size_t)r * gn.ldz + (size_t)h * Dv, gn.w, Dv, gn.eps,
-                            gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane, 32 * (int)blockIdx.y, 32);
+                            gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane, 32 * (int)blockIdx.y, 32, first,
+                            zs_pre, early.w);
         }
     }
     cl.sync();
@@ -405,6 +452,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     float s[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
+    const GnormEarly gearly = gated_norm_early<Dk>(gn, M, Hv, Dv, h);
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
     const int np = pend.d_n ? min(max(*pend.d_n, 0), TDM_GDN_PEND_MAX) : 0;  // block-uniform
     constexpr int TB = rec_tb<Dk>();
@@ -463,7 +511,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
 #pragma unroll
         for (int r = 0; r < ROWS; r++) So[(size_t)(i0 + r) * Dv + j] = s[r];
     }
-    if (gn.y && M > 0) gated_norm_tail<Dk>(sm, gn, o, M, Hv, Dv, h);
+    if (gn.y && M > 0) gated_norm_tail<Dk>(sm, gn, o, M, Hv, Dv, h, gearly);
 }
 
 // ---- the chunked delta rule (tdm_gdn_recur_chunked; layers.h has the equations) ----------------

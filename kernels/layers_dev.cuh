@@ -131,16 +131,19 @@ __device__ __forceinline__ void xb_put_unit(uint16_t *xb, int row, uint32_t k0, 
 // one warp: xs [Dv] (this warp's) holds the head's o as floats on entry (BF16 values: the first
 // ->bf16 is done) and is scratch after; zrow, yrow the head's z and y; yb the blocked copy or NULL.
 // The outputs j0 .. j0 + jn - 1 (j0, jn multiples of 8 where Dv is; all: 0, Dv).
+// pre: jn is 32, so the lane's one output is j0 + lane, and the caller has loaded its factors:
+// zs_pre = silu_ref(bf2f(zrow[j0 + lane])), w_pre = w[j0 + lane] (the same values, so the same bits).
 // gated_norm_kernel and the recurrence's fused tail (gdn.cu) both run this: the same bits.
 __device__ __forceinline__ void gated_norm_head(float *xs, const uint16_t *zrow, const float *w, int Dv, float eps,
                                                 uint16_t *yrow, uint16_t *yb, int r, int hd, int Hv, int lane, int j0,
-                                                int jn)
+                                                int jn, bool pre = false, float zs_pre = 0.0f, float w_pre = 0.0f)
 {
     __syncwarp();
     const float rr = rsqrt_ref(__fadd_rn(__fdiv_rn(warp_dot_ref(xs, xs, Dv), (float)Dv), eps));
     const bool units = Dv % 8 == 0;   // the blocked copy in 16-byte units from xs (else element by element)
     for (int j = j0 + lane; j < j0 + jn; j += 32) {
-        const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), w[j])), silu_ref(bf2f(zrow[j]))));
+        const float zs = pre ? zs_pre : silu_ref(bf2f(zrow[j])), wj = pre ? w_pre : w[j];
+        const uint16_t v = f2bf(__fmul_rn(bfr(__fmul_rn(bfr(__fmul_rn(xs[j], rr)), wj)), zs));
         yrow[j] = v;
         if (!yb) continue;
         if (units) xs[j] = __uint_as_float(v);   // xs[j] is read by this lane only, just above
