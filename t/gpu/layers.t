@@ -10,5 +10,6 @@
 # tdm_gdn_recur and the reference up to 4096 tokens); the deferred commit's forms (the conv and the
 # recurrence with pending rows, the count in device memory) against the plain kernels over the same
 # rows, bit for bit, eager and from graphs. Skips without a CUDA device. Arguments name the groups
-# to run (attn: decode, tree and prefill attention; rest: the others); none runs all.
+# to run (attn: decode, tree and prefill attention; rest: the others; moe, gdn: the MoE layer's and
+# the GDN layer's kernels alone, both parts of rest); none runs all.
 exec build/t/layers_gpu "$@"

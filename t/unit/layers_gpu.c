@@ -2323,7 +2323,7 @@ static void test_argmax(const struct shape *s)
 /* The groups named on the command line (none: all): "attn" (decode, tree and prefill attention),
  * "rest" (everything else); "moe" (the router, the experts and their grouped form: a part of rest,
  * alone). */
-static int want_attn = 1, want_rest = 1, want_moe = 0;
+static int want_attn = 1, want_rest = 1, want_moe = 0, want_gdn = 0;
 
 /* ================================================================================================
  * blocked copies (mm_layout.h: xb): the kernels that write a product's input (add_rmsnorm,
@@ -2447,13 +2447,14 @@ int main(int argc, char **argv)
             if (!strcmp(argv[i], "attn")) want_attn = 1;
             else if (!strcmp(argv[i], "rest")) want_rest = 1;
             else if (!strcmp(argv[i], "moe")) want_moe = 1;
+            else if (!strcmp(argv[i], "gdn")) want_gdn = 1;
             else {
-                fprintf(stderr, "layers_gpu: unknown group '%s' (attn, rest, moe)\n", argv[i]);
+                fprintf(stderr, "layers_gpu: unknown group '%s' (attn, rest, moe, gdn)\n", argv[i]);
                 return 2;
             }
         }
     }
-    if (want_rest) want_moe = 1;   /* moe is a part of rest */
+    if (want_rest) want_moe = want_gdn = 1;   /* moe and gdn are parts of rest */
     if (tdm_cuda_device_count() < 1) skip_all("no CUDA device visible");
     struct tdm_device_info info;
     if (tdm_cuda_device_info(0, &info) != 0 || tdm_stream_create(&st) != 0) bail("device");
@@ -2469,16 +2470,18 @@ int main(int argc, char **argv)
             test_attn_tree(s, 500);
         }
         if (want_moe && s->c.n_experts) test_route(s, 1);
-        if (!want_rest) continue;
-        test_norm(s);
-        test_gated_norm(s);
-        test_blocked(s);
-        test_qk(s, 3000);
+        if (want_rest) test_norm(s);
+        if (want_gdn) test_gated_norm(s);
+        if (want_rest) {
+            test_blocked(s);
+            test_qk(s, 3000);
+        }
+        if (!want_gdn) continue;
         test_conv(s);
         test_recur(s);
         test_recur_fused(s);
         test_gdn_tree(s);
-        test_argmax(s);
+        if (want_rest) test_argmax(s);
         if (s->c.arch == TDM_ARCH_QWEN3_NEXT) test_ungroup(s);
         const int conv_m[] = {1, 5, 100, 4096}, rec_m[] = {1, 63, 64, 65, 300, 4096};
         for (int j = 0; j < 4; j++) test_conv_prefill(s, conv_m[j]);
