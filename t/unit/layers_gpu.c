@@ -2321,8 +2321,9 @@ static void test_argmax(const struct shape *s)
 }
 
 /* The groups named on the command line (none: all): "attn" (decode, tree and prefill attention),
- * "rest" (everything else); "moe" (the router, the experts and their grouped form: a part of rest,
- * alone). */
+ * "rest" (everything else); "moe" (the router, the experts and their grouped form) and "gdn" (the
+ * gated norm, the conv, the recurrence with its fused norm, trees, the ungroup and the prefill forms):
+ * parts of rest, alone. */
 static int want_attn = 1, want_rest = 1, want_moe = 0, want_gdn = 0;
 
 /* ================================================================================================
