@@ -349,8 +349,10 @@ __device__ __forceinline__ int gated_norm_warps(int Dv)
 {
     return min(REC_WARPS, (int)(sizeof(RecSmem<DK>::qn) / sizeof(float)) / Dv);
 }
-// The raw factors of the warp's first row (row warp) at the lane's column, where the warp has one.
+// The raw factors of the warp's first row (row warp) at the lane's column, where the warp has one
+// (has: the warp runs a row and the early form is on).
 struct GnormEarly {
+    bool has;
     uint16_t z;
     float w;
 };
@@ -358,8 +360,8 @@ template <int DK>
 __device__ __forceinline__ GnormEarly gated_norm_early(const tdm_gdn_gnorm &gn, int M, int Hv, int Dv, int h)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, j = 32 * (int)blockIdx.y + lane;
-    GnormEarly e = {0, 0.0f};
-    if (TDM_GDN_TAIL_EARLY && gn.y && warp < M && warp < gated_norm_warps<DK>(Dv)) {
+    GnormEarly e = {TDM_GDN_TAIL_EARLY && warp < M && warp < gated_norm_warps<DK>(Dv), 0, 0.0f};
+    if (e.has && gn.y) {
         e.z = gn.z[(size_t)warp * gn.ldz + (size_t)h * Dv + j];
         e.w = gn.w[j];
     }
@@ -373,8 +375,7 @@ __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_g
     const cg::cluster_group cl = cg::this_cluster();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nw = gated_norm_warps<DK>(Dv);
-    const bool pre = TDM_GDN_TAIL_EARLY && warp < M && warp < nw;   // the warp's first row has its factors
-    const float zs_pre = pre ? silu_ref(bf2f(early.z)) : 0.0f;
+    const float zs_pre = early.has ? silu_ref(bf2f(early.z)) : 0.0f;
     if (M > REC_OSM_ROWS) __threadfence();   // rows read back from o by the head's other blocks
     cl.sync();
     if (warp < nw) {
@@ -394,7 +395,7 @@ __device__ __forceinline__ void gated_norm_tail(RecSmem<DK> &sm, const tdm_gdn_g
                 for (int c = lane; c < Dv; c += 32)
                     xs[c] = bf2f(r < REC_OSM_ROWS ? cl.map_shared_rank(&sm.osm[r][0], c / 32)[c % 32] : __ldcg(orow + c));
             }
-            const bool first = pre && r == warp;
+            const bool first = early.has && r == warp;
             gated_norm_head(xs, gn.z + (size_t)r * gn.ldz + (size_t)h * Dv, gn.w, Dv, gn.eps,
                             gn.y + ((size_t)r * Hv + h) * Dv, gn.yb, r, h, Hv, lane, 32 * (int)blockIdx.y, 32, first,
                             zs_pre, early.w);
