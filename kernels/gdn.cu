@@ -219,15 +219,40 @@ struct RecSmem {
 // ~3 us a token on the H200). The same operations on the same values as one token alone: the
 // same bits. fk, fdec: a tree's factor store for these tokens (normed k, decay), or NULL. Starts
 // with a barrier (the previous batch's factors are read until then) and ends with one.
+//
+// TDM_GDN_PREP_EARLY (0 or 1; default 1): the head's -exp(A_log) and dt_bias come in as values the
+// kernel took at its start (gates_pre: a DRAM round trip each step that lane 0 made after the norms,
+// off the path), and a batch of at most REC_WARPS / 2 tokens has token w's gates (beta, decay)
+// computed by the idle warp w + REC_WARPS / 2 beside warp w's norms instead of after them. The same
+// operations on the same values, so the same bits; 0: both where they were (warp w, after the norms,
+// the parameters loaded there). Measured on an H100 (bench/NOTES.md, builds alternated 3 times): the
+// 16-layer 27B's one-row step 2.138 -> 2.128 ms, the 4-layer 80B's 0.352 -> 0.349; 16-32 rows the same.
+#ifndef TDM_GDN_PREP_EARLY
+#define TDM_GDN_PREP_EARLY 1
+#endif
+struct GatesPre {   // -exp(A_log[h]) and dt_bias[h], taken at the kernel's start (TDM_GDN_PREP_EARLY)
+    float neg_a, dt_bias;
+};
+__device__ __forceinline__ GatesPre gates_pre(const float *A_log, const float *dt_bias, int h)
+{
+    GatesPre g = {0.0f, 0.0f};
+    if (TDM_GDN_PREP_EARLY) g.neg_a = -expf(A_log[h]), g.dt_bias = dt_bias[h];
+    return g;
+}
 template <int ROWS>
 __device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const uint16_t *qkv, int64_t C,
                                            const uint16_t *b, int64_t ldb, const uint16_t *a, int64_t lda,
-                                           const float *A_log, const float *dt_bias, int h, int kh, int Hk, int Dv,
-                                           float qscale, int n, float (*fk)[ROWS * REC_WARPS], float *fdec)
+                                           const float *A_log, const float *dt_bias, GatesPre gp, int h, int kh,
+                                           int Hk, int Dv, float qscale, int n, float (*fk)[ROWS * REC_WARPS],
+                                           float *fdec)
 {
-    constexpr int Dk = ROWS * REC_WARPS;
+    constexpr int Dk = ROWS * REC_WARPS, HALF = REC_WARPS / 2;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    // the token whose gates this warp computes (none where out of [0, n))
+    const int gw = TDM_GDN_PREP_EARLY && n <= HALF ? w - HALF : w;
     __syncthreads();
+    float bt = 0.0f, at = 0.0f;
+    if (gw >= 0 && gw < n) bt = bf2f(b[(size_t)gw * ldb + h]), at = bf2f(a[(size_t)gw * lda + h]);
     if (w < n) {
         const uint16_t *ct = qkv + (size_t)w * C;
         float *qs = sm.qn[w], *ks = sm.kn[w];
@@ -236,7 +261,6 @@ __device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const 
             ks[i] = bf2f(ct[(size_t)(Hk + kh) * Dk + i]);
         }
         sm.vs[w][lane] = bf2f(ct[(size_t)2 * Hk * Dk + (size_t)h * Dv + blockIdx.y * 32 + lane]);
-        const float bt = bf2f(b[(size_t)w * ldb + h]), at = bf2f(a[(size_t)w * lda + h]);
         __syncwarp();
         const float dq = warp_dot_ref(qs, qs, Dk), dk = warp_dot_ref(ks, ks, Dk);   // every lane: lane 0's sum
         const float invq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(dq, 1e-6f)));
@@ -247,12 +271,13 @@ __device__ __forceinline__ void recur_prep(RecSmem<ROWS * REC_WARPS> &sm, const 
             qs[i] = __fmul_rn(__fmul_rn(qs[i], invq), qscale);
             if (fk) fk[w][i] = ks[i];
         }
-        if (lane == 0) {
-            sm.beta[w] = bfr(sigmoid_ref(bt));
-            const float gt = __fmul_rn(-expf(A_log[h]), softplus_ref(__fadd_rn(at, dt_bias[h])));
-            sm.decay[w] = expf(gt);
-            if (fdec) fdec[w] = sm.decay[w];
-        }
+    }
+    if (gw >= 0 && gw < n && lane == 0) {
+        sm.beta[gw] = bfr(sigmoid_ref(bt));
+        const float neg_a = TDM_GDN_PREP_EARLY ? gp.neg_a : -expf(A_log[h]);
+        const float gt = __fmul_rn(neg_a, softplus_ref(__fadd_rn(at, TDM_GDN_PREP_EARLY ? gp.dt_bias : dt_bias[h])));
+        sm.decay[gw] = expf(gt);
+        if (fdec) fdec[gw] = sm.decay[gw];
     }
     __syncthreads();
 }
@@ -454,6 +479,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
 #pragma unroll
     for (int r = 0; r < ROWS; r++) s[r] = Sh[(size_t)(i0 + r) * Dv + j];
     const GnormEarly gearly = gated_norm_early<Dk>(gn, M, Hv, Dv, h);
+    const GatesPre gp = gates_pre(A_log, dt_bias, h);
     const float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)Dk));
     const int np = pend.d_n ? min(max(*pend.d_n, 0), TDM_GDN_PEND_MAX) : 0;  // block-uniform
     constexpr int TB = rec_tb<Dk>();
@@ -461,8 +487,8 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
     for (int t0 = 0; t0 < np; t0 += TB) {
         const int n = min(TB, np - t0);
         recur_prep<ROWS>(sm, pend.qkv + (size_t)t0 * C, C, pend.b + (size_t)t0 * pend.ldb, pend.ldb,
-                         pend.a + (size_t)t0 * pend.lda, pend.lda, A_log, dt_bias, h, kh, Hk, Dv, qscale, n, nullptr,
-                         nullptr);
+                         pend.a + (size_t)t0 * pend.lda, pend.lda, A_log, dt_bias, gp, h, kh, Hk, Dv, qscale, n,
+                         nullptr, nullptr);
         for (int w = 0; w < n; w++, k++) recur_apply<ROWS>(s, sm, w, k & 1, h, Dv, nullptr, nullptr, nullptr);
     }
     if (np > 0 && S_pend) {
@@ -482,7 +508,7 @@ recur_kernel(const uint16_t *qkv, const uint16_t *b, int64_t ldb, const uint16_t
         float *fdec_t = nullptr;
         if constexpr (TREE) fk_t = &fk[t0], fdec_t = &fdec[t0];
         recur_prep<ROWS>(sm, qkv + (size_t)t0 * C, C, b + (size_t)t0 * ldb, ldb, a + (size_t)t0 * lda, lda, A_log,
-                         dt_bias, h, kh, Hk, Dv, qscale, n, fk_t, fdec_t);
+                         dt_bias, gp, h, kh, Hk, Dv, qscale, n, fk_t, fdec_t);
         for (int w = 0; w < n; w++, k++) {
             const int t = t0 + w;
             if constexpr (TREE) {
