@@ -1,0 +1,360 @@
+// wgmma_nvfp4.cu — a probe (not part of the build): the NVFP4 skinny product at 16 or 32 rows on the
+// warpgroup tensor-core instruction (wgmma.mma_async, sm_90a), weights decoded in registers straight
+// into the A operand (64 weight rows a warpgroup, the per-lane decode of kernels/mm_skinny.cuh) and
+// the activations read by the tensor cores from shared memory (B, 32 rows), staged slab by slab with
+// bulk copies from an activation copy laid out as wgmma's core matrices (xw, below). The B descriptor:
+// no swizzle, LBO = the core matrices' distance along K, SBO = along the rows (measured: the other way
+// round gives wrong sums).
+//
+// Why (bench/NOTES.md): at 17-32 rows the mma.sync forms issue two to four mmas and load the
+// activations into registers for every pair of weight tiles and step; a 27B token's products take
+// 1.65x the one-row time. wgmma takes the activation registers and their loads away and issues one
+// instruction a warp for 16 weight rows x 32 activation rows x k16.
+//
+// The sum order is the skinny kernel's: chain c of tdm_mm_kchains(n, k) chains covers slabs
+// [c chain_len, (c + 1) chain_len), one FP32 accumulator a chain in step order, the chains summed as a
+// pairwise tree, times scale_2 * 2^7. Where one wgmma step gives the bits of one mma.sync step, the
+// outputs equal tdm_matmul_xb's bit for bit (the probe counts them).
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include "cuda_check.h"
+#include "err.h"
+#include "matmul.h"
+#include "mm_skinny.cuh"
+
+namespace {
+
+constexpr int XW_ROWS = 32;   // rows of the partial sums' room
+constexpr int RS = 4;         // stages of the slab ring
+// Bytes of one k16 step and one slab of a staged copy of NTOK rows (NTOK / 8 row blocks of 256 bytes).
+template <int NTOK> __host__ __device__ constexpr int step_bytes() { return NTOK * 32; }
+template <int NTOK> __host__ __device__ constexpr int slab_bytes() { return 8 * step_bytes<NTOK>(); }
+
+// xw for NB = NTOK / 8 row blocks: slab S, step s, row block nb (rows 8 nb ..), k-half kb (kappa 0-7 /
+// 8-15), row r, kappa q: element ((((S * 8 + s) * NB + nb) * 2 + kb) * 8 + r) * 8 + q holds x[8 nb + r][k]
+// with k the one that lane chunk t = q / 2 feeds kappa 8 kb + q at step s (mm_layout.h: tdm_mm_bk): core
+// matrices of 8 rows x 16 bytes, 128 bytes apart along K (kb), 256 along the rows (nb).
+__global__ void pack_xw(const uint16_t *x, int m, int k, int nb_count, uint16_t *xw)
+{
+    const int64_t per_slab = 8 * nb_count * 128, total = (int64_t)(k / 128) * per_slab;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int q = e & 7, r = (e >> 3) & 7, kb = (e >> 6) & 1;
+        const int64_t rest = e >> 7;
+        const int nb = (int)(rest % nb_count), s = (int)((rest / nb_count) % 8);
+        const int64_t S = e / per_slab;
+        const int row = 8 * nb + r, t = q >> 1, h = q & 1;
+        const int64_t kk = S * 128 + 32 * t + tdm_mm_bk(TDM_MMF_NVFP4, s, kb, h);
+        xw[e] = row < m ? x[(int64_t)row * k + kk] : 0;
+    }
+}
+
+__device__ __forceinline__ uint64_t desc_of(uint32_t saddr, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
+}
+// Cluster pieces (CL > 1): the same shared offset in CTA `rank` of the cluster; an arrive there; a bulk
+// copy written to every CTA of the cluster at the same offsets, each completing on its own barrier there.
+__device__ __forceinline__ uint32_t mapa(uint32_t addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote)
+{
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void bulk_copy_mc(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint16_t mask)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
+}
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+template <int NA>
+__device__ __forceinline__ void pin(float (&d)[NA])
+{
+#pragma unroll
+    for (int i = 0; i < NA; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x NTOK] += A[64 x 16] (registers) * B[16 x NTOK] (shared memory, K-major), FP32 accumulators.
+template <int NTOK> struct Wgmma;
+template <> struct Wgmma<32> {
+    static __device__ __forceinline__ void run(float (&d)[16], const uint32_t *a, uint64_t desc)
+    {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %21, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+                     "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+template <> struct Wgmma<8> {
+    static __device__ __forceinline__ void run(float (&d)[4], const uint32_t *a, uint64_t desc)
+    {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+template <> struct Wgmma<16> {
+    static __device__ __forceinline__ void run(float (&d)[8], const uint32_t *a, uint64_t desc)
+    {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %13, 0;\n"
+                     " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+struct Args {
+    const uint8_t *w, *scale;  // packed NVFP4 codes [n][k/2], e4m3 group scales [n][k/16]
+    int n, k, slabs, chains, chain_len;
+    const uint16_t *xw;
+    float *part;               // [chains][32][n]
+};
+
+// One lane's two rows (g, g + 8) of one slab: 16 bytes of codes and two group scales each.
+struct Pair {
+    uint4 w0, w1;
+    uint32_t s0, s1;
+};
+__device__ __forceinline__ void load_pair(Pair &p, const Args &a, int r0, int r1, int slab, int t)
+{
+    const int64_t rb = a.k / 2, sb = a.k / 16;
+    const int64_t off = (int64_t)slab * 64 + 16 * t, soff = (int64_t)slab * 8 + 2 * t;
+    p.w0 = tdm_mm::ldg_stream(a.w + r0 * rb + off);
+    p.w1 = tdm_mm::ldg_stream(a.w + r1 * rb + off);
+    p.s0 = tdm_mm::ldg_stream_u16(a.scale + r0 * sb + soff);
+    p.s1 = tdm_mm::ldg_stream_u16(a.scale + r1 * sb + soff);
+}
+__device__ __forceinline__ uint32_t word(const uint4 &v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+
+// The A registers of steps 4 h .. 4 h + 3 (words 2 h, 2 h + 1): a[4 j + i] is register i of step 4 h + j.
+__device__ __forceinline__ void decode_half(const Pair &p, int h, uint32_t (&a)[16])
+{
+    uint32_t sa0, sb0, sa1, sb1;
+    tdm_mm::nvfp4_scales(p.s0, sa0, sb0);
+    tdm_mm::nvfp4_scales(p.s1, sa1, sb1);
+#pragma unroll
+    for (int uu = 0; uu < 2; uu++) {
+        const int u = 2 * h + uu;
+        uint32_t b0[4], b1[4];
+        tdm_mm::nvfp4_bregs(word(p.w0, u), u < 2 ? sa0 : sb0, b0);   // row g: steps 2u (b[0], b[1]), 2u + 1 (b[2], b[3])
+        tdm_mm::nvfp4_bregs(word(p.w1, u), u < 2 ? sa1 : sb1, b1);   // row g + 8
+#pragma unroll
+        for (int pp = 0; pp < 2; pp++) {
+            uint32_t *r = &a[4 * (2 * uu + pp)];
+            r[0] = b0[2 * pp];       // row g, kappa 2t..
+            r[1] = b1[2 * pp];       // row g + 8, kappa 2t..
+            r[2] = b0[2 * pp + 1];   // row g, kappa 2t + 8..
+            r[3] = b1[2 * pp + 1];   // row g + 8, kappa 2t + 8..
+        }
+    }
+}
+
+// PF: slabs of weights in flight beyond the one being decoded (a register ring). CL: CTAs of a cluster
+// (consecutive row blocks, one chain) that share each staged slab: CTA r copies part r of it to all of
+// them (multicast), and a stage is refilled once every warp of the cluster has read it.
+template <int NTOK, int WG, int PF, int CL>
+__global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
+{
+    constexpr int ND = NTOK / 2, SB = slab_bytes<NTOK>(), STB = step_bytes<NTOK>();
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t *ring = smem;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + RS * SB);   // full[RS], empty[RS]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int nwarps = 4 * WG;
+    const int c = blockIdx.y, s0 = c * a.chain_len, s1 = min(a.slabs, s0 + a.chain_len), ns = s1 - s0;
+    const int rbase = blockIdx.x * 64 * WG + 16 * warp;   // warp w of warpgroup w / 4: rows 16 (w % 4) + 64 (w / 4)
+    const int r0 = min(rbase + g, a.n - 1), r1 = min(rbase + g + 8, a.n - 1);
+
+    Pair cur, rp[PF];   // rp[p]: slab i + 1 + p once iteration i has issued its load
+    if (ns > 0) load_pair(cur, a, r0, r1, s0, t);
+#pragma unroll
+    for (int p = 0; p + 1 < PF; p++)
+        if (1 + p < ns) load_pair(rp[p], a, r0, r1, s0 + 1 + p, t);
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(bars), empty_s = full_s + 8 * RS;
+    constexpr int PART = SB / CL;   // bytes of a slab this CTA copies (to every CTA of the cluster)
+    const uint32_t crank = CL > 1 ? cluster_rank() : 0;
+    if (tid == 0) {
+        for (int i = 0; i < RS; i++) {
+            tdm_mm::mbar_init(full_s + 8 * i, 1);
+            tdm_mm::mbar_init(empty_s + 8 * i, nwarps * CL);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    if constexpr (CL > 1) cluster_sync();
+    else __syncthreads();
+    // issues this CTA's part of slab `slab` into stage ps (its own barrier expects the whole slab)
+    auto stage_in = [&](int ps, int slab) {
+        tdm_mm::mbar_arrive_expect(full_s + 8 * ps, SB);
+        const uint16_t *src = a.xw + (size_t)slab * (SB / 2) + crank * (PART / 2);
+        if constexpr (CL > 1)
+            bulk_copy_mc(ring_s + ps * SB + crank * PART, src, PART, full_s + 8 * ps, (uint16_t)((1u << CL) - 1));
+        else
+            tdm_mm::bulk_copy_g2s(ring_s + ps * SB, src, SB, full_s + 8 * ps);
+    };
+    if (tid == 0)
+        for (int i = 0; i < RS && i < ns; i++) stage_in(i, s0 + i);
+    float d[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) d[i] = 0.0f;
+    pin(d);
+    const uint32_t lbo = 128, sbo = 256;
+    uint32_t A0[16], A1[16];
+    for (int i = 0; i < ns; i++) {
+        if (i + PF < ns) load_pair(rp[PF - 1], a, r0, r1, s0 + i + PF, t);
+        const int st = i % RS;
+        tdm_mm::mbar_wait(full_s + 8 * st, (uint32_t)((i / RS) & 1));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t(&A)[16] = h ? A1 : A0;
+            wg_wait<1>();   // the group before last is done: its registers are free
+            decode_half(cur, h, A);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                Wgmma<NTOK>::run(d, &A[4 * j], desc_of(ring_s + st * SB + (4 * h + j) * STB, lbo, sbo));
+            wg_commit();
+        }
+        // slab i - 1 was read (the wait before half 1): told to every CTA that copies into this one
+        if (i > 0 && lane == 0) {
+            const uint32_t eb = empty_s + 8 * ((i - 1) % RS);
+            if constexpr (CL > 1) {
+#pragma unroll
+                for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, r));
+            } else {
+                tdm_mm::mbar_arrive(eb);
+            }
+        }
+        // the producer: slab i - 1's stage refilled with slab i - 1 + RS once every warp has read it
+        if (tid == 0 && i > 0 && i - 1 + RS < ns) {
+            const int ps = (i - 1) % RS;
+            tdm_mm::mbar_wait(empty_s + 8 * ps, (uint32_t)(((i - 1) / RS) & 1));
+            stage_in(ps, s0 + i - 1 + RS);
+        }
+        cur = rp[0];
+#pragma unroll
+        for (int p = 0; p + 1 < PF; p++) rp[p] = rp[p + 1];
+    }
+    wg_wait<0>();
+    pin(d);
+    if constexpr (CL > 1) {   // the last slabs' arrives on the other CTAs' barriers: none may leave before
+        if (ns > 0 && lane == 0) {
+            const uint32_t eb = empty_s + 8 * ((ns - 1) % RS);
+#pragma unroll
+            for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, r));
+        }
+        cluster_sync();
+    }
+    // d[4 j + e]: weight row g (e < 2) or g + 8, activation row 8 j + 2 t + (e & 1)
+    float *part = a.part + (size_t)c * XW_ROWS * a.n;
+#pragma unroll
+    for (int j = 0; j < NTOK / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = rbase + g + (e >> 1) * 8, tok = 8 * j + 2 * t + (e & 1);
+            if (row < a.n) part[(size_t)tok * a.n + row] = d[4 * j + e];
+        }
+}
+
+// y[r][n] = (pairwise tree over the chains of part) * out_scale, FP32.
+__global__ void chain_tree(const float *part, int chains, int n, int rows, float out_scale, float *y)
+{
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= rows * n) return;
+    float v[16];
+    for (int c = 0; c < chains; c++) v[c] = part[(size_t)c * XW_ROWS * n + e];
+    for (int step = 1; step < chains; step <<= 1)
+        for (int grp = 0; grp + step < chains; grp += 2 * step) v[grp] += v[grp + step];
+    y[e] = v[0] * out_scale;
+}
+
+template <int NTOK, int WG, int PF, int CL>
+cudaError_t launch(const Args &a, cudaStream_t st)
+{
+    const size_t smem = RS * slab_bytes<NTOK>() + 16 * RS;
+    auto kern = wgmma_nvfp4<NTOK, WG, PF, CL>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    const int blocks = (a.n + 64 * WG - 1) / (64 * WG);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((blocks + CL - 1) / CL * CL, a.chains);
+    cfg.blockDim = dim3(128 * WG);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, a);
+}
+template <int NTOK, int WG>
+cudaError_t launch_pf(const Args &a, int pf, int cl, cudaStream_t st)
+{
+    if (cl == 2) return launch<NTOK, WG, 2, 2>(a, st);
+    if (cl == 4) return launch<NTOK, WG, 2, 4>(a, st);
+    return pf == 1 ? launch<NTOK, WG, 1, 1>(a, st) : pf == 2 ? launch<NTOK, WG, 2, 1>(a, st) : launch<NTOK, WG, 3, 1>(a, st);
+}
+template <int NTOK>
+cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, cudaStream_t st)
+{
+    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, st) : launch_pf<NTOK, 2>(a, pf, cl, st);
+}
+
+}  // namespace
+
+// xw for ntok (8, 16 or 32) rows of x [m][k] (rows >= m zero).
+extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream)
+{
+    pack_xw<<<264, 256, 0, (cudaStream_t)stream>>>(x, m, k, ntok / 8, xw);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+// y[ntok][n] from the weight w and xw of ntok rows (tdm_probe_pack_xw); part: chains x 32 x n floats;
+// wg warpgroups a CTA (1, 2), pf weight slabs in flight (1-3), cl CTAs sharing a staged slab (1; 2 or 4 at pf 2).
+extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int chains,
+                               float *part, float *y, void *stream)
+{
+    Args a;
+    a.w = (const uint8_t *)w->w + (size_t)w->row0 * (w->k / 2);
+    a.scale = (const uint8_t *)w->scale + (size_t)w->row0 * (w->k / 16);
+    a.n = (int)w->n;
+    a.k = (int)w->k;
+    a.slabs = (int)(w->k / 128);
+    a.chains = chains;
+    a.chain_len = (a.slabs + chains - 1) / chains;
+    a.xw = xw;
+    a.part = part;
+    cudaStream_t st = (cudaStream_t)stream;
+    cudaError_t e = ntok == 32 ? launch_wg<32>(a, wg, pf, cl, st) : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, st) : launch_wg<8>(a, wg, pf, cl, st);
+    TDM_CUDA_TRY(e);
+    const int tot = ntok * a.n;
+    chain_tree<<<(tot + 255) / 256, 256, 0, st>>>(part, chains, a.n, ntok, w->scale2 * 128.0f, y);
+    TDM_LAUNCH_CHECK();
+    return 0;
+}
