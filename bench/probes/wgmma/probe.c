@@ -15,15 +15,15 @@
 #include <string.h>
 
 int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream);
-int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int chains,
-                    float *part, float *y, void *stream);
+int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int lag, int chains,
+                    int tree, float *part, float *y, void *stream);
 
 static const char *prog = "wgmma-probe";
 
 struct ctx {
     struct tdm_wset *ws;
     const uint16_t *x, *xb, *xw;
-    int m, wg, pf, cl, chains;   /* wg 0: the skinny kernel */
+    int m, wg, pf, cl, lag, chains, notree;   /* wg 0: the skinny kernel; notree: the wgmma kernel alone */
     float *part, *y;
     const struct tdm_tiles *tiles;
 };
@@ -33,7 +33,7 @@ static int call(void *p, int i, void *stream)
     struct ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     if (c->wg == 0) return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_F32, c->tiles, stream);
-    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->cl, c->chains, c->part, c->y, stream);
+    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->cl, c->lag, c->chains, !c->notree, c->part, c->y, stream);
 }
 
 /* Rows [0, m) of a and b: bit-equal count, largest |a - b| over the largest |a|. */
@@ -70,10 +70,11 @@ int main(int argc, char **argv)
     tdm_stream st;
     if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
     printf("# %s on %s; graph medians of %d; skinny = tdm_matmul_xb (tiles/%s), FP32 out; wgmma: wg warpgroups a CTA,\n"
-           "# pf weight slabs in flight, cl CTAs sharing a staged slab; x = skinny us / wgmma us; bits: outputs equal to the skinny kernel's\n",
+           "# pf weight slabs in flight, cl CTAs sharing a staged slab, lag the producer's lag in slabs; x = skinny us / wgmma us; main: the wgmma kernel without\n"
+           "# the chains' tree (a second kernel here; inside the kernel in a real form); bits: outputs equal to the skinny kernel's\n",
            prog, info.name, reps, arch);
-    printf("%-12s %4s %6s | %9s %7s | %2s %2s %2s %9s %7s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s", "wg", "pf", "cl",
-           "wgmma us", "GB/s", "x", "bits equal, max rel diff");
+    printf("%-12s %4s %6s | %9s %7s | %2s %2s %2s %3s %9s %7s %6s | %9s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s",
+           "wg", "pf", "cl", "lag", "wgmma us", "GB/s", "x", "main us", "x", "bits equal, max rel diff");
     int status = 0;
     for (int a = first; a < argc; a++) {
         int64_t n, k;
@@ -100,13 +101,15 @@ int main(int argc, char **argv)
             double ms_ref = NAN;
             if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_ref)) tdm_die_check(prog);
             const double bytes = (double)tdm_matmul_bytes(&ws.w[0], m);
-            /* (wg, pf, cl): wg 1-2 x pf 1-3 alone, then pf 2 with 2 and 4 CTAs sharing the slabs */
-            static const int forms[][3] = {{1, 1, 1}, {1, 2, 1}, {1, 3, 1}, {2, 1, 1}, {2, 2, 1}, {2, 3, 1},
-                                           {1, 2, 2}, {1, 2, 4}, {2, 2, 2}, {2, 2, 4}};
+            /* (wg, pf, cl, lag): wg 1-2 x pf 1-3 alone, then pf 2 with 2 and 4 CTAs sharing the slabs, then
+             * the producer a slab later */
+            static const int forms[][4] = {{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 3, 1, 1}, {2, 1, 1, 1}, {2, 2, 1, 1},
+                                           {2, 3, 1, 1}, {1, 2, 2, 1}, {1, 2, 4, 1}, {2, 2, 2, 1}, {2, 2, 4, 1},
+                                           {1, 2, 1, 2}, {1, 2, 2, 2}, {2, 2, 1, 2}, {2, 2, 2, 2}};
             for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-                    const int wg = forms[f][0], pf = forms[f][1], cl = forms[f][2];
-                    if (ncu_m && (wg != ncu_wg || pf != ncu_pf || cl != ncu_cl)) continue;
-                    c.wg = wg; c.pf = pf; c.cl = cl; c.y = yw;
+                    const int wg = forms[f][0], pf = forms[f][1], cl = forms[f][2], lag = forms[f][3];
+                    if (ncu_m && (wg != ncu_wg || pf != ncu_pf || cl != ncu_cl || lag != 1)) continue;
+                    c.wg = wg; c.pf = pf; c.cl = cl; c.lag = lag; c.y = yw;
                     if (tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) || call(&c, 0, st) || tdm_stream_sync(st) ||
                         tdm_cuda_d2h(hw, yw, (size_t)(m * n * 4)))
                         tdm_die_check(prog);
@@ -114,10 +117,14 @@ int main(int argc, char **argv)
                     double rel, ms = NAN;
                     compare(hr, hw, (int64_t)m * n, &eq, &rel);
                     if (eq != (int64_t)m * n) status = 1;
+                    double ms_main = NAN;
                     if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms)) tdm_die_check(prog);
-                    printf("%-12s %4d %6d | %9.2f %7.0f | %2d %2d %2d %9.2f %7.0f %6.2f | %" PRId64 "/%" PRId64 ", %.2e\n", argv[a], m,
-                           chains, ms_ref * 1e3, bytes / ms_ref / 1e6, wg, pf, cl, ms * 1e3, bytes / ms / 1e6, ms_ref / ms, eq,
-                           (int64_t)m * n, rel);
+                    c.notree = 1;
+                    if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_main)) tdm_die_check(prog);
+                    c.notree = 0;
+                    printf("%-12s %4d %6d | %9.2f %7.0f | %2d %2d %2d %3d %9.2f %7.0f %6.2f | %9.2f %6.2f | %" PRId64 "/%" PRId64 ", %.2e\n",
+                           argv[a], m, chains, ms_ref * 1e3, bytes / ms_ref / 1e6, wg, pf, cl, lag, ms * 1e3, bytes / ms / 1e6,
+                           ms_ref / ms, ms_main * 1e3, ms_ref / ms_main, eq, (int64_t)m * n, rel);
                     fflush(stdout);
                 }
         }

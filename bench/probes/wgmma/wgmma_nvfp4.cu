@@ -173,8 +173,10 @@ __device__ __forceinline__ void decode_half(const Pair &p, int h, uint32_t (&a)[
 
 // PF: slabs of weights in flight beyond the one being decoded (a register ring). CL: CTAs of a cluster
 // (consecutive row blocks, one chain) that share each staged slab: CTA r copies part r of it to all of
-// them (multicast), and a stage is refilled once every warp of the cluster has read it.
-template <int NTOK, int WG, int PF, int CL>
+// them (multicast), and a stage is refilled once every warp of the cluster has read it. LAG: the producer
+// thread refills the stage of slab i - LAG at slab i (1: the slab just read, so warp 0 waits for the CTA's
+// slowest warp every slab; 2: a slab of slack between the warps, two slabs staged ahead instead of three).
+template <int NTOK, int WG, int PF, int CL, int LAG>
 __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
 {
     constexpr int ND = NTOK / 2, SB = slab_bytes<NTOK>(), STB = step_bytes<NTOK>();
@@ -247,11 +249,11 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
                 tdm_mm::mbar_arrive(eb);
             }
         }
-        // the producer: slab i - 1's stage refilled with slab i - 1 + RS once every warp has read it
-        if (tid == 0 && i > 0 && i - 1 + RS < ns) {
-            const int ps = (i - 1) % RS;
-            tdm_mm::mbar_wait(empty_s + 8 * ps, (uint32_t)(((i - 1) / RS) & 1));
-            stage_in(ps, s0 + i - 1 + RS);
+        // the producer: slab i - LAG's stage refilled with slab i - LAG + RS once every warp has read it
+        if (tid == 0 && i >= LAG && i - LAG + RS < ns) {
+            const int ps = (i - LAG) % RS;
+            tdm_mm::mbar_wait(empty_s + 8 * ps, (uint32_t)(((i - LAG) / RS) & 1));
+            stage_in(ps, s0 + i - LAG + RS);
         }
         cur = rp[0];
 #pragma unroll
@@ -290,11 +292,11 @@ __global__ void chain_tree(const float *part, int chains, int n, int rows, float
     y[e] = v[0] * out_scale;
 }
 
-template <int NTOK, int WG, int PF, int CL>
+template <int NTOK, int WG, int PF, int CL, int LAG = 1>
 cudaError_t launch(const Args &a, cudaStream_t st)
 {
     const size_t smem = RS * slab_bytes<NTOK>() + 16 * RS;
-    auto kern = wgmma_nvfp4<NTOK, WG, PF, CL>;
+    auto kern = wgmma_nvfp4<NTOK, WG, PF, CL, LAG>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
     const int blocks = (a.n + 64 * WG - 1) / (64 * WG);
@@ -313,16 +315,17 @@ cudaError_t launch(const Args &a, cudaStream_t st)
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 template <int NTOK, int WG>
-cudaError_t launch_pf(const Args &a, int pf, int cl, cudaStream_t st)
+cudaError_t launch_pf(const Args &a, int pf, int cl, int lag, cudaStream_t st)
 {
+    if (lag == 2) return cl == 2 ? launch<NTOK, WG, 2, 2, 2>(a, st) : launch<NTOK, WG, 2, 1, 2>(a, st);
     if (cl == 2) return launch<NTOK, WG, 2, 2>(a, st);
     if (cl == 4) return launch<NTOK, WG, 2, 4>(a, st);
     return pf == 1 ? launch<NTOK, WG, 1, 1>(a, st) : pf == 2 ? launch<NTOK, WG, 2, 1>(a, st) : launch<NTOK, WG, 3, 1>(a, st);
 }
 template <int NTOK>
-cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, cudaStream_t st)
+cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, int lag, cudaStream_t st)
 {
-    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, st) : launch_pf<NTOK, 2>(a, pf, cl, st);
+    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, lag, st) : launch_pf<NTOK, 2>(a, pf, cl, lag, st);
 }
 
 }  // namespace
@@ -336,9 +339,10 @@ extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint
 }
 
 // y[ntok][n] from the weight w and xw of ntok rows (tdm_probe_pack_xw); part: chains x 32 x n floats;
-// wg warpgroups a CTA (1, 2), pf weight slabs in flight (1-3), cl CTAs sharing a staged slab (1; 2 or 4 at pf 2).
-extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int chains,
-                               float *part, float *y, void *stream)
+// wg warpgroups a CTA (1, 2), pf weight slabs in flight (1-3), cl CTAs sharing a staged slab (1; 2 or 4 at pf 2),
+// lag (1; 2 at pf 2 and cl 1 or 2) the producer's lag; tree 0: the chains' partial sums left in part (no y).
+extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int lag,
+                               int chains, int tree, float *part, float *y, void *stream)
 {
     Args a;
     a.w = (const uint8_t *)w->w + (size_t)w->row0 * (w->k / 2);
@@ -351,8 +355,11 @@ extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, 
     a.xw = xw;
     a.part = part;
     cudaStream_t st = (cudaStream_t)stream;
-    cudaError_t e = ntok == 32 ? launch_wg<32>(a, wg, pf, cl, st) : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, st) : launch_wg<8>(a, wg, pf, cl, st);
+    cudaError_t e = ntok == 32   ? launch_wg<32>(a, wg, pf, cl, lag, st)
+                    : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, lag, st)
+                                 : launch_wg<8>(a, wg, pf, cl, lag, st);
     TDM_CUDA_TRY(e);
+    if (!tree) return 0;   // the main kernel alone (timing: what a tree inside the kernel would leave)
     const int tot = ntok * a.n;
     chain_tree<<<(tot + 255) / 256, 256, 0, st>>>(part, chains, a.n, ntok, w->scale2 * 128.0f, y);
     TDM_LAUNCH_CHECK();
