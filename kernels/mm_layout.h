@@ -259,6 +259,25 @@ TDM_HD int64_t tdm_mm_xb_index(int row, int64_t k)
     return (unit * 4 + (k / TDM_MM_CHUNK_K) % 4) * 8 + tdm_mm_unit_slot(TDM_MMF_NVFP4, (int)(k % 8));
 }
 
+/* ---- the core-matrix activation copy (xw) -------------------------------------------------------
+ * A wgmma form (bench/probes/wgmma: the weights decoded into wgmma's A registers, 64 rows a warpgroup)
+ * reads the activations as its B operand from shared memory, in wgmma's canonical K-major layout
+ * without swizzle: core matrices of 8 activation rows x 8 kappa (16 bytes a row, 128 bytes a matrix),
+ * 128 bytes apart along K and 256 along the rows. For ntok rows (8, 16 or 32: ntok / 8 row blocks nb)
+ * the copy is, per slab S and step s (k16), the row blocks, each two halves kb (kappa 0-7, 8-15):
+ * element ((((S * 8 + s) * (ntok / 8) + nb) * 2 + kb) * 8 + r) * 8 + q holds row 8 nb + r at the k that
+ * lane chunk t = q / 2 feeds kappa 8 kb + q at step s (tdm_mm_bk, half q & 1), so that a slab is one
+ * contiguous piece (ntok * 256 bytes) for one bulk copy. Covers the full slabs of K. */
+/* The element of an xw copy of ntok rows that holds row `row` (< ntok), k (< 128 * (K / 128)). */
+TDM_HD int64_t tdm_mm_xw_index(int ntok, int row, int64_t k)
+{
+    const int64_t S = k / TDM_MM_SLAB_K;
+    const int t = (int)(k % TDM_MM_SLAB_K) / TDM_MM_CHUNK_K, e = (int)(k % TDM_MM_CHUNK_K);
+    /* tdm_mm_bk (NVFP4 order) inverted: e = 8 (s >> 1) + 2 (s & 1) + kb + 4 h */
+    const int s = 2 * (e >> 3) + ((e >> 1) & 1), kb = e & 1, h = (e >> 2) & 1;
+    return ((((S * TDM_MM_STEPS + s) * (ntok / 8) + row / 8) * 2 + kb) * 8 + row % 8) * 8 + 2 * t + h;
+}
+
 /* Position (in 16-byte units) of activation row `row`, lane chunk t, unit u in one staged slab.
  * Units of one row are ordered (u, t) so that the 8 lanes of a quarter-warp (t = 0..3, two rows)
  * read 8 distinct 16-byte bank groups (row stride 20 units = 4 mod 8). */

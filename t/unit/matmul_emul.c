@@ -133,6 +133,30 @@ static void test_decoders(void)
     free(hit);
     ok(bij, "the blocked copy's index takes each element of its %lld once (16 rows, the full slabs of k = %lld)",
        (long long)n, (long long)K);
+
+    /* the core-matrix copy (xw): for 8, 16 and 32 rows a bijection onto ntok x the full slabs, and each
+     * core matrix's row holds, at kappa 8 kb + q of step s, the k that tdm_mm_bk gives lane chunk q / 2 */
+    for (int ntok = 8; ntok <= 32; ntok *= 2) {
+        const int64_t full = K / TDM_MM_SLAB_K * TDM_MM_SLAB_K, nx = ntok * full;
+        int *xhit = calloc((size_t)nx, sizeof *xhit), xbij = 1, xmap = 1;
+        for (int r = 0; r < ntok; r++)
+            for (int64_t k = 0; k < full; k++) {
+                const int64_t i = tdm_mm_xw_index(ntok, r, k);
+                if (i < 0 || i >= nx) xbij = 0; else xhit[i]++;
+            }
+        for (int64_t i = 0; i < nx; i++) if (xhit[i] != 1) xbij = 0;
+        free(xhit);
+        for (int64_t S = 0; S < K / TDM_MM_SLAB_K; S++)
+            for (int st = 0; st < TDM_MM_STEPS; st++)
+                for (int r = 0; r < ntok; r++)
+                    for (int kb = 0; kb < 2; kb++)
+                        for (int q = 0; q < 8; q++) {
+                            const int64_t k = S * TDM_MM_SLAB_K + TDM_MM_CHUNK_K * (q >> 1) + tdm_mm_bk(TDM_MMF_NVFP4, st, kb, q & 1);
+                            const int64_t want = ((((S * TDM_MM_STEPS + st) * (ntok / 8) + r / 8) * 2 + kb) * 8 + r % 8) * 8 + q;
+                            if (tdm_mm_xw_index(ntok, r, k) != want) xmap = 0;
+                        }
+        ok(xbij && xmap, "the core-matrix copy of %d rows: each element once, kappa 8 kb + q of step s at lane chunk q / 2's k", ntok);
+    }
 }
 
 /* ---- the whole kernel, lane by lane ---- */

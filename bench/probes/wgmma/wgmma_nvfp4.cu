@@ -2,7 +2,7 @@
 // warpgroup tensor-core instruction (wgmma.mma_async, sm_90a), weights decoded in registers straight
 // into the A operand (64 weight rows a warpgroup, the per-lane decode of kernels/mm_skinny.cuh) and
 // the activations read by the tensor cores from shared memory (B, 32 rows), staged slab by slab with
-// bulk copies from an activation copy laid out as wgmma's core matrices (xw, below). The B descriptor:
+// bulk copies from an activation copy laid out as wgmma's core matrices (xw: mm_layout.h). The B descriptor:
 // no swizzle, LBO = the core matrices' distance along K, SBO = along the rows (measured: the other way
 // round gives wrong sums).
 //
@@ -30,21 +30,14 @@ constexpr int RS = 4;         // stages of the slab ring
 template <int NTOK> __host__ __device__ constexpr int step_bytes() { return NTOK * 32; }
 template <int NTOK> __host__ __device__ constexpr int slab_bytes() { return 8 * step_bytes<NTOK>(); }
 
-// xw for NB = NTOK / 8 row blocks: slab S, step s, row block nb (rows 8 nb ..), k-half kb (kappa 0-7 /
-// 8-15), row r, kappa q: element ((((S * 8 + s) * NB + nb) * 2 + kb) * 8 + r) * 8 + q holds x[8 nb + r][k]
-// with k the one that lane chunk t = q / 2 feeds kappa 8 kb + q at step s (mm_layout.h: tdm_mm_bk): core
-// matrices of 8 rows x 16 bytes, 128 bytes apart along K (kb), 256 along the rows (nb).
-__global__ void pack_xw(const uint16_t *x, int m, int k, int nb_count, uint16_t *xw)
+// xw (mm_layout.h: tdm_mm_xw_index) of ntok rows from x [m][k]: rows >= m zero.
+__global__ void pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw)
 {
-    const int64_t per_slab = 8 * nb_count * 128, total = (int64_t)(k / 128) * per_slab;
+    const int64_t full = (int64_t)(k / 128) * 128, total = ntok * full;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
-        const int q = e & 7, r = (e >> 3) & 7, kb = (e >> 6) & 1;
-        const int64_t rest = e >> 7;
-        const int nb = (int)(rest % nb_count), s = (int)((rest / nb_count) % 8);
-        const int64_t S = e / per_slab;
-        const int row = 8 * nb + r, t = q >> 1, h = q & 1;
-        const int64_t kk = S * 128 + 32 * t + tdm_mm_bk(TDM_MMF_NVFP4, s, kb, h);
-        xw[e] = row < m ? x[(int64_t)row * k + kk] : 0;
+        const int row = (int)(e / full);
+        const int64_t kk = e % full;
+        xw[tdm_mm_xw_index(ntok, row, kk)] = row < m ? x[(int64_t)row * k + kk] : 0;
     }
 }
 
@@ -333,7 +326,7 @@ cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, int lag, cudaStream
 // xw for ntok (8, 16 or 32) rows of x [m][k] (rows >= m zero).
 extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream)
 {
-    pack_xw<<<264, 256, 0, (cudaStream_t)stream>>>(x, m, k, ntok / 8, xw);
+    pack_xw<<<264, 256, 0, (cudaStream_t)stream>>>(x, m, k, ntok, xw);
     TDM_LAUNCH_CHECK();
     return 0;
 }
