@@ -123,36 +123,31 @@ struct Args {
     int n, k, slabs, chains, chain_len;
     const uint16_t *xw;
     float *part;               // [chains][32][n]
+    tdm_mm::SkinnyArgs sk;     // for the skinny kernel's chunk loader: k (the row length) alone is read
 };
 
-// One lane's two rows (g, g + 8) of one slab: 16 bytes of codes and two group scales each.
+// One lane's two rows (g, g + 8) of one slab: the skinny kernel's lane chunks (16 bytes of codes and
+// two group scales each), loaded and decoded by its own load_chunk and bregs.
 struct Pair {
-    uint4 w0, w1;
-    uint32_t s0, s1;
+    tdm_mm::Chunk<TDM_MMF_NVFP4> c0, c1;
 };
 __device__ __forceinline__ void load_pair(Pair &p, const Args &a, int r0, int r1, int slab, int t)
 {
-    const int64_t rb = a.k / 2, sb = a.k / 16;
-    const int64_t off = (int64_t)slab * 64 + 16 * t, soff = (int64_t)slab * 8 + 2 * t;
-    p.w0 = tdm_mm::ldg_stream(a.w + r0 * rb + off);
-    p.w1 = tdm_mm::ldg_stream(a.w + r1 * rb + off);
-    p.s0 = tdm_mm::ldg_stream_u16(a.scale + r0 * sb + soff);
-    p.s1 = tdm_mm::ldg_stream_u16(a.scale + r1 * sb + soff);
+    tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c0, a.sk, a.w, a.scale, 0, r0, 0, 0, slab, t);
+    tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c1, a.sk, a.w, a.scale, 0, r1, 0, 0, slab, t);
 }
-__device__ __forceinline__ uint32_t word(const uint4 &v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
 
 // The A registers of steps 4 h .. 4 h + 3 (words 2 h, 2 h + 1): a[4 j + i] is register i of step 4 h + j.
 __device__ __forceinline__ void decode_half(const Pair &p, int h, uint32_t (&a)[16])
 {
     uint32_t sa0, sb0, sa1, sb1;
-    tdm_mm::nvfp4_scales(p.s0, sa0, sb0);
-    tdm_mm::nvfp4_scales(p.s1, sa1, sb1);
+    tdm_mm::nvfp4_scales(p.c0.sc, sa0, sb0);
+    tdm_mm::nvfp4_scales(p.c1.sc, sa1, sb1);
 #pragma unroll
     for (int uu = 0; uu < 2; uu++) {
-        const int u = 2 * h + uu;
-        uint32_t b0[4], b1[4];
-        tdm_mm::nvfp4_bregs(word(p.w0, u), u < 2 ? sa0 : sb0, b0);   // row g: steps 2u (b[0], b[1]), 2u + 1 (b[2], b[3])
-        tdm_mm::nvfp4_bregs(word(p.w1, u), u < 2 ? sa1 : sb1, b1);   // row g + 8
+        uint32_t b0[4], b1[4];   // steps 2u (b[0], b[1]) and 2u + 1 (b[2], b[3]) of rows g and g + 8
+        tdm_mm::bregs<TDM_MMF_NVFP4>(p.c0, 2 * h + uu, sa0, sb0, b0);
+        tdm_mm::bregs<TDM_MMF_NVFP4>(p.c1, 2 * h + uu, sa1, sb1, b1);
 #pragma unroll
         for (int pp = 0; pp < 2; pp++) {
             uint32_t *r = &a[4 * (2 * uu + pp)];
@@ -347,6 +342,8 @@ extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, 
     a.chain_len = (a.slabs + chains - 1) / chains;
     a.xw = xw;
     a.part = part;
+    a.sk = tdm_mm::SkinnyArgs{};
+    a.sk.k = a.k;
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e = ntok == 32   ? launch_wg<32>(a, wg, pf, cl, lag, st)
                     : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, lag, st)
