@@ -23,7 +23,7 @@ static const char *prog = "wgmma-probe";
 struct ctx {
     struct tdm_wset *ws;
     const uint16_t *x, *xb, *xw;
-    int m, wg, pf, cl, lag, chains, notree;   /* wg 0: the skinny kernel; notree: the wgmma kernel alone */
+    int m, wg, pf, cl, lag, chains, tree;   /* wg 0: the skinny kernel; tree: 1 a second kernel, 2 in the kernel, 0 none */
     float *part, *y;
     const struct tdm_tiles *tiles;
 };
@@ -33,7 +33,7 @@ static int call(void *p, int i, void *stream)
     struct ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     if (c->wg == 0) return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_F32, c->tiles, stream);
-    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->cl, c->lag, c->chains, !c->notree, c->part, c->y, stream);
+    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->cl, c->lag, c->chains, c->tree, c->part, c->y, stream);
 }
 
 /* Rows [0, m) of a and b: bit-equal count, largest |a - b| over the largest |a|. */
@@ -70,11 +70,12 @@ int main(int argc, char **argv)
     tdm_stream st;
     if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
     printf("# %s on %s; graph medians of %d; skinny = tdm_matmul_xb (tiles/%s), FP32 out; wgmma: wg warpgroups a CTA,\n"
-           "# pf weight slabs in flight, cl CTAs sharing a staged slab, lag the producer's lag in slabs; x = skinny us / wgmma us; main: the wgmma kernel without\n"
-           "# the chains' tree (a second kernel here; inside the kernel in a real form); bits: outputs equal to the skinny kernel's\n",
+           "# pf weight slabs in flight, cl CTAs sharing a staged slab, lag the producer's lag in slabs; x = skinny us / wgmma us; wgmma: the\n"
+           "# chains' tree a second kernel; main: the wgmma kernel without the tree; in: the tree inside the kernel (a cluster of cl x chains\n"
+           "# CTAs; '-' where that is over 16); bits: outputs equal to the skinny kernel's (second-kernel tree; in-kernel tree)\n",
            prog, info.name, reps, arch);
-    printf("%-12s %4s %6s | %9s %7s | %2s %2s %2s %3s %9s %7s %6s | %9s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s",
-           "wg", "pf", "cl", "lag", "wgmma us", "GB/s", "x", "main us", "x", "bits equal, max rel diff");
+    printf("%-12s %4s %6s | %9s %7s | %2s %2s %2s %3s %9s %7s %6s | %9s %6s | %9s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s",
+           "wg", "pf", "cl", "lag", "wgmma us", "GB/s", "x", "main us", "x", "in us", "x", "bits equal, max rel diff; in-kernel tree");
     int status = 0;
     for (int a = first; a < argc; a++) {
         int64_t n, k;
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
         struct tdm_wset ws;
         if (tdm_wset_alloc(&ws, TDM_W_NVFP4, n, k, TDM_DT_F32, ncu_m ? 0 : 8 * l2, ncu_m ? 1 : 2, 7) != 0) tdm_die_check(prog);
         const int chains = tdm_mm_kchains(n, k);
-        struct ctx c = {.ws = &ws, .chains = chains, .tiles = tiles};
+        struct ctx c = {.ws = &ws, .chains = chains, .tiles = tiles, .tree = 1};
         void *x, *xb, *xw, *part, *yr, *yw;
         if (tdm_cuda_malloc(&x, (size_t)(32 * k * 2)) || tdm_cuda_malloc(&xb, (size_t)tdm_mm_xb_elems(k) * 2) ||
             tdm_cuda_malloc(&xw, (size_t)(32 * k * 2)) || tdm_cuda_malloc(&part, (size_t)chains * 32 * n * 4) ||
@@ -117,14 +118,30 @@ int main(int argc, char **argv)
                     double rel, ms = NAN;
                     compare(hr, hw, (int64_t)m * n, &eq, &rel);
                     if (eq != (int64_t)m * n) status = 1;
-                    double ms_main = NAN;
+                    double ms_main = NAN, ms_in = NAN;
                     if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms)) tdm_die_check(prog);
-                    c.notree = 1;
+                    c.tree = 0;
                     if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_main)) tdm_die_check(prog);
-                    c.notree = 0;
-                    printf("%-12s %4d %6d | %9.2f %7.0f | %2d %2d %2d %3d %9.2f %7.0f %6.2f | %9.2f %6.2f | %" PRId64 "/%" PRId64 ", %.2e\n",
+                    /* the tree inside the kernel: its own bits check, then its time */
+                    c.tree = 2;
+                    int64_t eq_in = -1;
+                    double rel_in = NAN;
+                    int rc = tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) ? -1 : call(&c, 0, st);
+                    if (rc == 0) {
+                        if (tdm_stream_sync(st) || tdm_cuda_d2h(hw, yw, (size_t)(m * n * 4))) tdm_die_check(prog);
+                        compare(hr, hw, (int64_t)m * n, &eq_in, &rel_in);
+                        if (eq_in != (int64_t)m * n) status = 1;
+                        if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_in)) tdm_die_check(prog);
+                    } else if (rc != 3) {
+                        tdm_die_check(prog);
+                    }
+                    c.tree = 1;
+                    char in_bits[64] = "-";
+                    if (eq_in >= 0) snprintf(in_bits, sizeof in_bits, "%" PRId64 ", %.2e", eq_in, rel_in);
+                    printf("%-12s %4d %6d | %9.2f %7.0f | %2d %2d %2d %3d %9.2f %7.0f %6.2f | %9.2f %6.2f | %9.2f %6.2f | %" PRId64 "/%" PRId64
+                           ", %.2e; %s\n",
                            argv[a], m, chains, ms_ref * 1e3, bytes / ms_ref / 1e6, wg, pf, cl, lag, ms * 1e3, bytes / ms / 1e6,
-                           ms_ref / ms, ms_main * 1e3, ms_ref / ms_main, eq, (int64_t)m * n, rel);
+                           ms_ref / ms, ms_main * 1e3, ms_ref / ms_main, ms_in * 1e3, ms_ref / ms_in, eq, (int64_t)m * n, rel, in_bits);
                     fflush(stdout);
                 }
         }

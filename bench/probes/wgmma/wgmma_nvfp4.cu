@@ -123,6 +123,8 @@ struct Args {
     int n, k, slabs, chains, chain_len;
     const uint16_t *xw;
     float *part;               // [chains][32][n]
+    float *y;                  // TREE: [ntok][n], FP32
+    float out_scale;           // TREE: scale_2 * 2^7
     tdm_mm::SkinnyArgs sk;     // for the skinny kernel's chunk loader: k (the row length) alone is read
 };
 
@@ -164,7 +166,10 @@ __device__ __forceinline__ void decode_half(const Pair &p, int h, uint32_t (&a)[
 // them (multicast), and a stage is refilled once every warp of the cluster has read it. LAG: the producer
 // thread refills the stage of slab i - LAG at slab i (1: the slab just read, so warp 0 waits for the CTA's
 // slowest warp every slab; 2: a slab of slack between the warps, two slabs staged ahead instead of three).
-template <int NTOK, int WG, int PF, int CL, int LAG>
+// TREE: the chains are the cluster's second dimension (a cluster of CL x chains CTAs) and are summed
+// in the kernel over distributed shared memory, in the same pairwise order, by the CTAs' threads each
+// on its own accumulators; chain 0's CTA writes y. Else the partial sums go to part (chain_tree).
+template <int NTOK, int WG, int PF, int CL, int LAG, bool TREE>
 __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
 {
     constexpr int ND = NTOK / 2, SB = slab_bytes<NTOK>(), STB = step_bytes<NTOK>();
@@ -185,7 +190,9 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
     const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(bars), empty_s = full_s + 8 * RS;
     constexpr int PART = SB / CL;   // bytes of a slab this CTA copies (to every CTA of the cluster)
-    const uint32_t crank = CL > 1 ? cluster_rank() : 0;
+    // ranks in the cluster are x-major: this CTA's is crank + rbase_cl, its chain's CTAs rbase_cl..+CL-1
+    const uint32_t crank = CL > 1 ? blockIdx.x % CL : 0, rbase_cl = TREE ? (uint32_t)(CL * c) : 0;
+    if ((CL > 1 || TREE) && tid == 0 && cluster_rank() != crank + rbase_cl) __trap();
     if (tid == 0) {
         for (int i = 0; i < RS; i++) {
             tdm_mm::mbar_init(full_s + 8 * i, 1);
@@ -193,14 +200,14 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CL > 1) cluster_sync();
+    if constexpr (CL > 1 || TREE) cluster_sync();
     else __syncthreads();
     // issues this CTA's part of slab `slab` into stage ps (its own barrier expects the whole slab)
     auto stage_in = [&](int ps, int slab) {
         tdm_mm::mbar_arrive_expect(full_s + 8 * ps, SB);
         const uint16_t *src = a.xw + (size_t)slab * (SB / 2) + crank * (PART / 2);
         if constexpr (CL > 1)
-            bulk_copy_mc(ring_s + ps * SB + crank * PART, src, PART, full_s + 8 * ps, (uint16_t)((1u << CL) - 1));
+            bulk_copy_mc(ring_s + ps * SB + crank * PART, src, PART, full_s + 8 * ps, (uint16_t)(((1u << CL) - 1) << rbase_cl));
         else
             tdm_mm::bulk_copy_g2s(ring_s + ps * SB, src, SB, full_s + 8 * ps);
     };
@@ -232,7 +239,7 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
             const uint32_t eb = empty_s + 8 * ((i - 1) % RS);
             if constexpr (CL > 1) {
 #pragma unroll
-                for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, r));
+                for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, rbase_cl + r));
             } else {
                 tdm_mm::mbar_arrive(eb);
             }
@@ -253,9 +260,41 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
         if (ns > 0 && lane == 0) {
             const uint32_t eb = empty_s + 8 * ((ns - 1) % RS);
 #pragma unroll
-            for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, r));
+            for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, rbase_cl + r));
         }
         cluster_sync();
+    }
+    if constexpr (TREE) {
+        // every wgmma of the CTA done and every staged slab landed (each was waited for): the ring is free
+        __syncthreads();
+        constexpr int NTHR = 128 * WG;
+        float *red = reinterpret_cast<float *>(smem);   // red[i NTHR + tid] = this thread's d[i]
+        const uint32_t red_s = (uint32_t)__cvta_generic_to_shared(red);
+#pragma unroll
+        for (int i = 0; i < ND; i++) red[i * NTHR + tid] = d[i];
+        for (int step = 1; step < a.chains; step <<= 1) {
+            cluster_sync();
+            if (c % (2 * step) == 0 && c + step < a.chains) {
+                const uint32_t other = mapa(red_s, crank + rbase_cl + CL * step) + 4 * tid;
+#pragma unroll
+                for (int i = 0; i < ND; i++) {
+                    float v;
+                    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(other + 4 * i * NTHR) : "memory");
+                    d[i] += v;
+                    red[i * NTHR + tid] = d[i];
+                }
+            }
+        }
+        cluster_sync();   // no CTA leaves while another still reads its shared memory
+        if (c != 0) return;
+#pragma unroll
+        for (int j = 0; j < NTOK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = rbase + g + (e >> 1) * 8, tok = 8 * j + 2 * t + (e & 1);
+                if (row < a.n) a.y[(size_t)tok * a.n + row] = d[4 * j + e] * a.out_scale;
+            }
+        return;
     }
     // d[4 j + e]: weight row g (e < 2) or g + 8, activation row 8 j + 2 t + (e & 1)
     float *part = a.part + (size_t)c * XW_ROWS * a.n;
@@ -281,11 +320,14 @@ __global__ void chain_tree(const float *part, int chains, int n, int rows, float
 }
 
 template <int NTOK, int WG, int PF, int CL, int LAG = 1>
-cudaError_t launch(const Args &a, cudaStream_t st)
+cudaError_t launch(const Args &a, bool tree, cudaStream_t st)
 {
     const size_t smem = RS * slab_bytes<NTOK>() + 16 * RS;
-    auto kern = wgmma_nvfp4<NTOK, WG, PF, CL, LAG>;
+    auto kern = tree ? wgmma_nvfp4<NTOK, WG, PF, CL, LAG, true> : wgmma_nvfp4<NTOK, WG, PF, CL, LAG, false>;
+    const int cly = tree ? a.chains : 1;
+    if (CL * cly > 16) return cudaErrorNotSupported;   // the probe prints the form as not run
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess && CL * cly > 8) e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return e;
     const int blocks = (a.n + 64 * WG - 1) / (64 * WG);
     cudaLaunchConfig_t cfg = {};
@@ -296,24 +338,24 @@ cudaError_t launch(const Args &a, cudaStream_t st)
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = CL;
-    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.y = cly;
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kern, a);
 }
 template <int NTOK, int WG>
-cudaError_t launch_pf(const Args &a, int pf, int cl, int lag, cudaStream_t st)
+cudaError_t launch_pf(const Args &a, int pf, int cl, int lag, bool tree, cudaStream_t st)
 {
-    if (lag == 2) return cl == 2 ? launch<NTOK, WG, 2, 2, 2>(a, st) : launch<NTOK, WG, 2, 1, 2>(a, st);
-    if (cl == 2) return launch<NTOK, WG, 2, 2>(a, st);
-    if (cl == 4) return launch<NTOK, WG, 2, 4>(a, st);
-    return pf == 1 ? launch<NTOK, WG, 1, 1>(a, st) : pf == 2 ? launch<NTOK, WG, 2, 1>(a, st) : launch<NTOK, WG, 3, 1>(a, st);
+    if (lag == 2) return cl == 2 ? launch<NTOK, WG, 2, 2, 2>(a, tree, st) : launch<NTOK, WG, 2, 1, 2>(a, tree, st);
+    if (cl == 2) return launch<NTOK, WG, 2, 2>(a, tree, st);
+    if (cl == 4) return launch<NTOK, WG, 2, 4>(a, tree, st);
+    return pf == 1 ? launch<NTOK, WG, 1, 1>(a, tree, st) : pf == 2 ? launch<NTOK, WG, 2, 1>(a, tree, st) : launch<NTOK, WG, 3, 1>(a, tree, st);
 }
 template <int NTOK>
-cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, int lag, cudaStream_t st)
+cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, int lag, bool tree, cudaStream_t st)
 {
-    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, lag, st) : launch_pf<NTOK, 2>(a, pf, cl, lag, st);
+    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, lag, tree, st) : launch_pf<NTOK, 2>(a, pf, cl, lag, tree, st);
 }
 
 }  // namespace
@@ -328,7 +370,9 @@ extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint
 
 // y[ntok][n] from the weight w and xw of ntok rows (tdm_probe_pack_xw); part: chains x 32 x n floats;
 // wg warpgroups a CTA (1, 2), pf weight slabs in flight (1-3), cl CTAs sharing a staged slab (1; 2 or 4 at pf 2),
-// lag (1; 2 at pf 2 and cl 1 or 2) the producer's lag; tree 0: the chains' partial sums left in part (no y).
+// lag (1; 2 at pf 2 and cl 1 or 2) the producer's lag; tree 1: the chains' tree a second kernel, 2: inside the
+// kernel (a cluster of cl x chains CTAs), 0: the chains' partial sums left in part (no y). Returns 3 for a form
+// that cannot launch (a cluster of more than 16 CTAs).
 extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int lag,
                                int chains, int tree, float *part, float *y, void *stream)
 {
@@ -342,14 +386,18 @@ extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, 
     a.chain_len = (a.slabs + chains - 1) / chains;
     a.xw = xw;
     a.part = part;
+    a.y = y;
+    a.out_scale = w->scale2 * 128.0f;
     a.sk = tdm_mm::SkinnyArgs{};
     a.sk.k = a.k;
     cudaStream_t st = (cudaStream_t)stream;
-    cudaError_t e = ntok == 32   ? launch_wg<32>(a, wg, pf, cl, lag, st)
-                    : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, lag, st)
-                                 : launch_wg<8>(a, wg, pf, cl, lag, st);
+    const bool in_kernel = tree == 2;
+    cudaError_t e = ntok == 32   ? launch_wg<32>(a, wg, pf, cl, lag, in_kernel, st)
+                    : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, lag, in_kernel, st)
+                                 : launch_wg<8>(a, wg, pf, cl, lag, in_kernel, st);
+    if (e == cudaErrorNotSupported) return 3;
     TDM_CUDA_TRY(e);
-    if (!tree) return 0;   // the main kernel alone (timing: what a tree inside the kernel would leave)
+    if (tree != 1) return 0;   // the main kernel alone (timing: what a tree inside the kernel would leave)
     const int tot = ntok * a.n;
     chain_tree<<<(tot + 255) / 256, 256, 0, st>>>(part, chains, a.n, ntok, w->scale2 * 128.0f, y);
     TDM_LAUNCH_CHECK();
