@@ -15,7 +15,7 @@
 #include <string.h>
 
 int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream);
-int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int lag, int chains,
+int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int lag, int wk, int ld, int chains,
                     int tree, float *part, float *y, void *stream);
 
 static const char *prog = "wgmma-probe";
@@ -23,7 +23,7 @@ static const char *prog = "wgmma-probe";
 struct ctx {
     struct tdm_wset *ws;
     const uint16_t *x, *xb, *xw;
-    int m, wg, pf, cl, lag, chains, tree;   /* wg 0: the skinny kernel; tree: 1 a second kernel, 2 in the kernel, 0 none */
+    int m, wg, pf, lag, wk, ld, chains, tree;   /* wg 0: the skinny kernel; tree 0: the wgmma kernel alone */
     float *part, *y;
     const struct tdm_tiles *tiles;
 };
@@ -33,7 +33,7 @@ static int call(void *p, int i, void *stream)
     struct ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     if (c->wg == 0) return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_F32, c->tiles, stream);
-    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->cl, c->lag, c->chains, c->tree, c->part, c->y, stream);
+    return tdm_probe_wgmma(w, c->xw, c->m, c->wg, c->pf, c->lag, c->wk, c->ld, c->chains, c->tree, c->part, c->y, stream);
 }
 
 /* Rows [0, m) of a and b: bit-equal count, largest |a - b| over the largest |a|. */
@@ -52,13 +52,13 @@ static void compare(const float *a, const float *b, int64_t count, int64_t *equa
 
 int main(int argc, char **argv)
 {
-    int reps = 10, first = 1, ncu_m = 0, ncu_wg = 0, ncu_pf = 0, ncu_cl = 0;
+    int reps = 10, first = 1, ncu_m = 0, ncu_form = -1;
     if (argc > 2 && strcmp(argv[first], "--reps") == 0) { reps = atoi(argv[first + 1]); first += 2; }
     if (argc > first + 1 && strcmp(argv[first], "--ncu") == 0) {
-        if (sscanf(argv[first + 1], "%d,%d,%d,%d", &ncu_m, &ncu_wg, &ncu_pf, &ncu_cl) != 4) tdm_die_usage(prog, "--ncu M,WG,PF,CL", argv[first + 1]);
+        if (sscanf(argv[first + 1], "%d,%d", &ncu_m, &ncu_form) != 2 || ncu_form < 0) tdm_die_usage(prog, "--ncu M,FORM", argv[first + 1]);
         first += 2;
     }
-    if (first >= argc) { fprintf(stderr, "usage: %s [--reps N] [--ncu M,WG,PF,CL] N,K ...\n", prog); return 2; }
+    if (first >= argc) { fprintf(stderr, "usage: %s [--reps N] [--ncu M,FORM] N,K ...\n", prog); return 2; }
     if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
     struct tdm_device_info info;
     if (tdm_cuda_device_info(0, &info) != 0) tdm_die_check(prog);
@@ -69,13 +69,13 @@ int main(int argc, char **argv)
     if (tdm_tiles_load(NULL, arch, &tiles) != 0) tdm_die_input(prog);
     tdm_stream st;
     if (tdm_stream_create(&st) != 0) tdm_die_check(prog);
-    printf("# %s on %s; graph medians of %d; skinny = tdm_matmul_xb (tiles/%s), FP32 out; wgmma: wg warpgroups a CTA,\n"
-           "# pf weight slabs in flight, cl CTAs sharing a staged slab, lag the producer's lag in slabs; x = skinny us / wgmma us; wgmma: the\n"
-           "# chains' tree a second kernel; main: the wgmma kernel without the tree; in: the tree inside the kernel (a cluster of cl x chains\n"
-           "# CTAs; '-' where that is over 16); bits: outputs equal to the skinny kernel's (second-kernel tree; in-kernel tree)\n",
+    printf("# %s on %s; graph medians of %d; skinny = tdm_matmul_xb (tiles/%s), FP32 out; wgmma form: wg warpgroups a CTA,\n"
+           "# pf weight slabs in flight, lag the producer's lag in slabs, wk 1: the chains across the CTA's warpgroups (tree's first levels in\n"
+           "# the CTA), ld 1: the skinny kernel's checked loader, 0: straight loads; x = skinny us / wgmma us; wgmma: with a second kernel for the\n"
+           "# chains' tree where one is needed; main: without it; bits: outputs equal to the skinny kernel's; '-': the form does not fit the shape\n",
            prog, info.name, reps, arch);
-    printf("%-12s %4s %6s | %9s %7s | %2s %2s %2s %3s %9s %7s %6s | %9s %6s | %9s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s",
-           "wg", "pf", "cl", "lag", "wgmma us", "GB/s", "x", "main us", "x", "in us", "x", "bits equal, max rel diff; in-kernel tree");
+    printf("%-12s %4s %6s | %9s %7s | %4s %2s %2s %3s %2s %2s %9s %7s %6s | %9s %6s | %s\n", "shape", "rows", "chains", "skinny us", "GB/s",
+           "form", "wg", "pf", "lag", "wk", "ld", "wgmma us", "GB/s", "x", "main us", "x", "bits equal, max rel diff");
     int status = 0;
     for (int a = first; a < argc; a++) {
         int64_t n, k;
@@ -102,48 +102,32 @@ int main(int argc, char **argv)
             double ms_ref = NAN;
             if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_ref)) tdm_die_check(prog);
             const double bytes = (double)tdm_matmul_bytes(&ws.w[0], m);
-            /* (wg, pf, cl, lag): wg 1-2 x pf 1-3 alone, then pf 2 with 2 and 4 CTAs sharing the slabs, then
-             * the producer a slab later */
-            static const int forms[][4] = {{1, 1, 1, 1}, {1, 2, 1, 1}, {1, 3, 1, 1}, {2, 1, 1, 1}, {2, 2, 1, 1},
-                                           {2, 3, 1, 1}, {1, 2, 2, 1}, {1, 2, 4, 1}, {2, 2, 2, 1}, {2, 2, 4, 1},
-                                           {1, 2, 1, 2}, {1, 2, 2, 2}, {2, 2, 1, 2}, {2, 2, 2, 2}};
-            for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-                    const int wg = forms[f][0], pf = forms[f][1], cl = forms[f][2], lag = forms[f][3];
-                    if (ncu_m && (wg != ncu_wg || pf != ncu_pf || cl != ncu_cl || lag != 1)) continue;
-                    c.wg = wg; c.pf = pf; c.cl = cl; c.lag = lag; c.y = yw;
-                    if (tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) || call(&c, 0, st) || tdm_stream_sync(st) ||
-                        tdm_cuda_d2h(hw, yw, (size_t)(m * n * 4)))
-                        tdm_die_check(prog);
-                    int64_t eq;
-                    double rel, ms = NAN;
-                    compare(hr, hw, (int64_t)m * n, &eq, &rel);
-                    if (eq != (int64_t)m * n) status = 1;
-                    double ms_main = NAN, ms_in = NAN;
-                    if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms)) tdm_die_check(prog);
-                    c.tree = 0;
-                    if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_main)) tdm_die_check(prog);
-                    /* the tree inside the kernel: its own bits check, then its time */
-                    c.tree = 2;
-                    int64_t eq_in = -1;
-                    double rel_in = NAN;
-                    int rc = tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) ? -1 : call(&c, 0, st);
-                    if (rc == 0) {
-                        if (tdm_stream_sync(st) || tdm_cuda_d2h(hw, yw, (size_t)(m * n * 4))) tdm_die_check(prog);
-                        compare(hr, hw, (int64_t)m * n, &eq_in, &rel_in);
-                        if (eq_in != (int64_t)m * n) status = 1;
-                        if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_in)) tdm_die_check(prog);
-                    } else if (rc != 3) {
-                        tdm_die_check(prog);
-                    }
-                    c.tree = 1;
-                    char in_bits[64] = "-";
-                    if (eq_in >= 0) snprintf(in_bits, sizeof in_bits, "%" PRId64 ", %.2e", eq_in, rel_in);
-                    printf("%-12s %4d %6d | %9.2f %7.0f | %2d %2d %2d %3d %9.2f %7.0f %6.2f | %9.2f %6.2f | %9.2f %6.2f | %" PRId64 "/%" PRId64
-                           ", %.2e; %s\n",
-                           argv[a], m, chains, ms_ref * 1e3, bytes / ms_ref / 1e6, wg, pf, cl, lag, ms * 1e3, bytes / ms / 1e6,
-                           ms_ref / ms, ms_main * 1e3, ms_ref / ms_main, ms_in * 1e3, ms_ref / ms_in, eq, (int64_t)m * n, rel, in_bits);
-                    fflush(stdout);
+            /* (wg, pf, lag, wk, ld): wgmma_nvfp4.cu's launch_form list */
+            static const int forms[][5] = {{1, 2, 2, 0, 1}, {1, 2, 2, 0, 0}, {1, 2, 1, 0, 0}, {1, 3, 2, 0, 0}, {2, 2, 2, 1, 1},
+                                           {2, 2, 2, 1, 0}, {2, 2, 1, 1, 0}, {2, 3, 2, 1, 0}, {4, 2, 2, 1, 0}, {4, 3, 2, 1, 0}};
+            for (int f = 0; f < (int)(sizeof forms / sizeof forms[0]); f++) {
+                if (ncu_m && f != ncu_form) continue;
+                c.wg = forms[f][0]; c.pf = forms[f][1]; c.lag = forms[f][2]; c.wk = forms[f][3]; c.ld = forms[f][4];
+                c.y = yw; c.tree = 1;
+                int rc = tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) ? -1 : call(&c, 0, st);
+                if (rc == 3) {
+                    printf("%-12s %4d %6d | %9.2f %7.0f | %4d %2d %2d %3d %2d %2d %9s\n", argv[a], m, chains, ms_ref * 1e3,
+                           bytes / ms_ref / 1e6, f, c.wg, c.pf, c.lag, c.wk, c.ld, "-");
+                    continue;
                 }
+                if (rc || tdm_stream_sync(st) || tdm_cuda_d2h(hw, yw, (size_t)(m * n * 4))) tdm_die_check(prog);
+                int64_t eq;
+                double rel, ms = NAN, ms_main = NAN;
+                compare(hr, hw, (int64_t)m * n, &eq, &rel);
+                if (eq != (int64_t)m * n) status = 1;
+                if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms)) tdm_die_check(prog);
+                c.tree = 0;
+                if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_main)) tdm_die_check(prog);
+                printf("%-12s %4d %6d | %9.2f %7.0f | %4d %2d %2d %3d %2d %2d %9.2f %7.0f %6.2f | %9.2f %6.2f | %" PRId64 "/%" PRId64 ", %.2e\n",
+                       argv[a], m, chains, ms_ref * 1e3, bytes / ms_ref / 1e6, f, c.wg, c.pf, c.lag, c.wk, c.ld, ms * 1e3,
+                       bytes / ms / 1e6, ms_ref / ms, ms_main * 1e3, ms_ref / ms_main, eq, (int64_t)m * n, rel);
+                fflush(stdout);
+            }
         }
         free(hr); free(hw);
         tdm_cuda_free(x); tdm_cuda_free(xb); tdm_cuda_free(xw); tdm_cuda_free(part); tdm_cuda_free(yr); tdm_cuda_free(yw);

@@ -45,33 +45,6 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t saddr, uint32_t lbo, uint32
 {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
-// Cluster pieces (CL > 1): the same shared offset in CTA `rank` of the cluster; an arrive there; a bulk
-// copy written to every CTA of the cluster at the same offsets, each completing on its own barrier there.
-__device__ __forceinline__ uint32_t mapa(uint32_t addr, uint32_t rank)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote)
-{
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ void bulk_copy_mc(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint16_t mask)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
-}
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -122,21 +95,33 @@ struct Args {
     const uint8_t *w, *scale;  // packed NVFP4 codes [n][k/2], e4m3 group scales [n][k/16]
     int n, k, slabs, chains, chain_len;
     const uint16_t *xw;
-    float *part;               // [chains][32][n]
-    float *y;                  // TREE: [ntok][n], FP32
-    float out_scale;           // TREE: scale_2 * 2^7
+    float *part;               // [gridDim.y][32][n]: the CTA's sum (over its chains) where more than one CTA a row block
+    float *y;                  // [ntok][n], FP32, where one CTA covers every chain of its rows
+    float out_scale;           // scale_2 * 2^7
     tdm_mm::SkinnyArgs sk;     // for the skinny kernel's chunk loader: k (the row length) alone is read
 };
 
 // One lane's two rows (g, g + 8) of one slab: the skinny kernel's lane chunks (16 bytes of codes and
-// two group scales each), loaded and decoded by its own load_chunk and bregs.
+// two group scales each). LD 1: loaded by its load_chunk (the checked loader, a branch on the row's end);
+// LD 0: the same two loads straight (ldg_stream, ldg_stream_u16), the probe's first form.
 struct Pair {
     tdm_mm::Chunk<TDM_MMF_NVFP4> c0, c1;
 };
+template <int LD>
 __device__ __forceinline__ void load_pair(Pair &p, const Args &a, int r0, int r1, int slab, int t)
 {
-    tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c0, a.sk, a.w, a.scale, 0, r0, 0, 0, slab, t);
-    tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c1, a.sk, a.w, a.scale, 0, r1, 0, 0, slab, t);
+    if constexpr (LD == 1) {
+        tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c0, a.sk, a.w, a.scale, 0, r0, 0, 0, slab, t);
+        tdm_mm::load_chunk<TDM_MMF_NVFP4, true>(p.c1, a.sk, a.w, a.scale, 0, r1, 0, 0, slab, t);
+    } else {
+        const int64_t rb = a.k / 2, sb = a.k / 16;
+        const int64_t off = (int64_t)slab * 64 + 16 * t, soff = (int64_t)slab * 8 + 2 * t;
+        const uint4 v0 = tdm_mm::ldg_stream(a.w + r0 * rb + off), v1 = tdm_mm::ldg_stream(a.w + r1 * rb + off);
+        p.c0.w[0] = v0.x; p.c0.w[1] = v0.y; p.c0.w[2] = v0.z; p.c0.w[3] = v0.w;
+        p.c1.w[0] = v1.x; p.c1.w[1] = v1.y; p.c1.w[2] = v1.z; p.c1.w[3] = v1.w;
+        p.c0.sc = tdm_mm::ldg_stream_u16(a.scale + r0 * sb + soff);
+        p.c1.sc = tdm_mm::ldg_stream_u16(a.scale + r1 * sb + soff);
+    }
 }
 
 // The A registers of steps 4 h .. 4 h + 3 (words 2 h, 2 h + 1): a[4 j + i] is register i of step 4 h + j.
@@ -161,57 +146,48 @@ __device__ __forceinline__ void decode_half(const Pair &p, int h, uint32_t (&a)[
     }
 }
 
-// PF: slabs of weights in flight beyond the one being decoded (a register ring). CL: CTAs of a cluster
-// (consecutive row blocks, one chain) that share each staged slab: CTA r copies part r of it to all of
-// them (multicast), and a stage is refilled once every warp of the cluster has read it. LAG: the producer
-// thread refills the stage of slab i - LAG at slab i (1: the slab just read, so warp 0 waits for the CTA's
-// slowest warp every slab; 2: a slab of slack between the warps, two slabs staged ahead instead of three).
-// TREE: the chains are the cluster's second dimension (a cluster of CL x chains CTAs) and are summed
-// in the kernel over distributed shared memory, in the same pairwise order, by the CTAs' threads each
-// on its own accumulators; chain 0's CTA writes y. Else the partial sums go to part (chain_tree).
-template <int NTOK, int WG, int PF, int CL, int LAG, bool TREE>
+// PF: slabs of weights in flight beyond the one being decoded (a register ring). LAG: the producer
+// thread refills the stage of slab i - LAG at slab i (1: the slab just read, so the producer's warpgroup
+// waits for the slowest warp sharing the ring every slab; 2: a slab of slack, two slabs staged ahead).
+// WK 0: the CTA's WG warpgroups take 64 rows each of one chain (blockIdx.y) and share one ring. WK 1:
+// they take the same 64 rows, warpgroup j chain WG blockIdx.y + j, each with its own ring, and the
+// CTA sums its chains as the pairwise tree's first levels in shared memory; with one CTA a row block
+// it writes y, else its sum goes to part for the tree's upper levels (chain_tree over gridDim.y).
+template <int NTOK, int WG, int PF, int LAG, int WK, int LD>
 __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
 {
     constexpr int ND = NTOK / 2, SB = slab_bytes<NTOK>(), STB = step_bytes<NTOK>();
+    constexpr int RINGS = WK ? WG : 1;
     extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t *ring = smem;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + RS * SB);   // full[RS], empty[RS]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int nwarps = 4 * WG;
-    const int c = blockIdx.y, s0 = c * a.chain_len, s1 = min(a.slabs, s0 + a.chain_len), ns = s1 - s0;
-    const int rbase = blockIdx.x * 64 * WG + 16 * warp;   // warp w of warpgroup w / 4: rows 16 (w % 4) + 64 (w / 4)
+    const int wgi = warp >> 2, ltid = tid & 127, ring_i = WK ? wgi : 0;
+    const int ring_warps = WK ? 4 : 4 * WG;                       // warps reading a ring
+    const bool producer = WK ? ltid == 0 : tid == 0;
+    const int c = WK ? blockIdx.y * WG + wgi : blockIdx.y;
+    const int s0 = c * a.chain_len, s1 = min(a.slabs, s0 + a.chain_len), ns = s1 - s0;
+    const int rbase = WK ? blockIdx.x * 64 + 16 * (warp & 3) : blockIdx.x * 64 * WG + 16 * warp;
     const int r0 = min(rbase + g, a.n - 1), r1 = min(rbase + g + 8, a.n - 1);
 
     Pair cur, rp[PF];   // rp[p]: slab i + 1 + p once iteration i has issued its load
-    if (ns > 0) load_pair(cur, a, r0, r1, s0, t);
+    if (ns > 0) load_pair<LD>(cur, a, r0, r1, s0, t);
 #pragma unroll
     for (int p = 0; p + 1 < PF; p++)
-        if (1 + p < ns) load_pair(rp[p], a, r0, r1, s0 + 1 + p, t);
-    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
-    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(bars), empty_s = full_s + 8 * RS;
-    constexpr int PART = SB / CL;   // bytes of a slab this CTA copies (to every CTA of the cluster)
-    // ranks in the cluster are x-major: this CTA's is crank + rbase_cl, its chain's CTAs rbase_cl..+CL-1
-    const uint32_t crank = CL > 1 ? blockIdx.x % CL : 0, rbase_cl = TREE ? (uint32_t)(CL * c) : 0;
-    if ((CL > 1 || TREE) && tid == 0 && cluster_rank() != crank + rbase_cl) __trap();
-    if (tid == 0) {
+        if (1 + p < ns) load_pair<LD>(rp[p], a, r0, r1, s0 + 1 + p, t);
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(smem) + ring_i * RS * SB;
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(smem) + RINGS * RS * SB + ring_i * 16 * RS, empty_s = full_s + 8 * RS;
+    if (producer) {
         for (int i = 0; i < RS; i++) {
             tdm_mm::mbar_init(full_s + 8 * i, 1);
-            tdm_mm::mbar_init(empty_s + 8 * i, nwarps * CL);
+            tdm_mm::mbar_init(empty_s + 8 * i, ring_warps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CL > 1 || TREE) cluster_sync();
-    else __syncthreads();
-    // issues this CTA's part of slab `slab` into stage ps (its own barrier expects the whole slab)
+    __syncthreads();
     auto stage_in = [&](int ps, int slab) {
         tdm_mm::mbar_arrive_expect(full_s + 8 * ps, SB);
-        const uint16_t *src = a.xw + (size_t)slab * (SB / 2) + crank * (PART / 2);
-        if constexpr (CL > 1)
-            bulk_copy_mc(ring_s + ps * SB + crank * PART, src, PART, full_s + 8 * ps, (uint16_t)(((1u << CL) - 1) << rbase_cl));
-        else
-            tdm_mm::bulk_copy_g2s(ring_s + ps * SB, src, SB, full_s + 8 * ps);
+        tdm_mm::bulk_copy_g2s(ring_s + ps * SB, a.xw + (size_t)slab * (SB / 2), SB, full_s + 8 * ps);
     };
-    if (tid == 0)
+    if (producer)
         for (int i = 0; i < RS && i < ns; i++) stage_in(i, s0 + i);
     float d[ND];
 #pragma unroll
@@ -220,7 +196,7 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
     const uint32_t lbo = 128, sbo = 256;
     uint32_t A0[16], A1[16];
     for (int i = 0; i < ns; i++) {
-        if (i + PF < ns) load_pair(rp[PF - 1], a, r0, r1, s0 + i + PF, t);
+        if (i + PF < ns) load_pair<LD>(rp[PF - 1], a, r0, r1, s0 + i + PF, t);
         const int st = i % RS;
         tdm_mm::mbar_wait(full_s + 8 * st, (uint32_t)((i / RS) & 1));
 #pragma unroll
@@ -234,18 +210,10 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
                 Wgmma<NTOK>::run(d, &A[4 * j], desc_of(ring_s + st * SB + (4 * h + j) * STB, lbo, sbo));
             wg_commit();
         }
-        // slab i - 1 was read (the wait before half 1): told to every CTA that copies into this one
-        if (i > 0 && lane == 0) {
-            const uint32_t eb = empty_s + 8 * ((i - 1) % RS);
-            if constexpr (CL > 1) {
-#pragma unroll
-                for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, rbase_cl + r));
-            } else {
-                tdm_mm::mbar_arrive(eb);
-            }
-        }
+        // slab i - 1 was read (the wait before half 1)
+        if (i > 0 && lane == 0) tdm_mm::mbar_arrive(empty_s + 8 * ((i - 1) % RS));
         // the producer: slab i - LAG's stage refilled with slab i - LAG + RS once every warp has read it
-        if (tid == 0 && i >= LAG && i - LAG + RS < ns) {
+        if (producer && i >= LAG && i - LAG + RS < ns) {
             const int ps = (i - LAG) % RS;
             tdm_mm::mbar_wait(empty_s + 8 * ps, (uint32_t)(((i - LAG) / RS) & 1));
             stage_in(ps, s0 + i - LAG + RS);
@@ -256,47 +224,38 @@ __global__ void __launch_bounds__(128 * WG) wgmma_nvfp4(const Args a)
     }
     wg_wait<0>();
     pin(d);
-    if constexpr (CL > 1) {   // the last slabs' arrives on the other CTAs' barriers: none may leave before
-        if (ns > 0 && lane == 0) {
-            const uint32_t eb = empty_s + 8 * ((ns - 1) % RS);
-#pragma unroll
-            for (int r = 0; r < CL; r++) mbar_arrive_cluster(mapa(eb, rbase_cl + r));
-        }
-        cluster_sync();
-    }
-    if constexpr (TREE) {
-        // every wgmma of the CTA done and every staged slab landed (each was waited for): the ring is free
+    // d[4 j + e]: weight row g (e < 2) or g + 8, activation row 8 j + 2 t + (e & 1)
+    if constexpr (WK) {
+        // every wgmma of the CTA done and every staged slab landed (each was waited for): the rings are free
         __syncthreads();
-        constexpr int NTHR = 128 * WG;
-        float *red = reinterpret_cast<float *>(smem);   // red[i NTHR + tid] = this thread's d[i]
-        const uint32_t red_s = (uint32_t)__cvta_generic_to_shared(red);
+        float *red = reinterpret_cast<float *>(smem);   // red[(j ND + i) 128 + ltid]: warpgroup j's d[i]
 #pragma unroll
-        for (int i = 0; i < ND; i++) red[i * NTHR + tid] = d[i];
-        for (int step = 1; step < a.chains; step <<= 1) {
-            cluster_sync();
-            if (c % (2 * step) == 0 && c + step < a.chains) {
-                const uint32_t other = mapa(red_s, crank + rbase_cl + CL * step) + 4 * tid;
+        for (int i = 0; i < ND; i++) red[(wgi * ND + i) * 128 + ltid] = d[i];
+#pragma unroll
+        for (int step = 1; step < WG; step <<= 1) {
+            __syncthreads();
+            if (wgi % (2 * step) == 0) {
 #pragma unroll
                 for (int i = 0; i < ND; i++) {
-                    float v;
-                    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(other + 4 * i * NTHR) : "memory");
-                    d[i] += v;
-                    red[i * NTHR + tid] = d[i];
+                    d[i] += red[((wgi + step) * ND + i) * 128 + ltid];
+                    red[(wgi * ND + i) * 128 + ltid] = d[i];
                 }
             }
         }
-        cluster_sync();   // no CTA leaves while another still reads its shared memory
-        if (c != 0) return;
+        if (wgi != 0) return;
+        const bool whole = gridDim.y == 1;
+        float *part = a.part + (size_t)blockIdx.y * XW_ROWS * a.n;
 #pragma unroll
         for (int j = 0; j < NTOK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int row = rbase + g + (e >> 1) * 8, tok = 8 * j + 2 * t + (e & 1);
-                if (row < a.n) a.y[(size_t)tok * a.n + row] = d[4 * j + e] * a.out_scale;
+                if (row >= a.n) continue;
+                if (whole) a.y[(size_t)tok * a.n + row] = d[4 * j + e] * a.out_scale;
+                else part[(size_t)tok * a.n + row] = d[4 * j + e];
             }
         return;
     }
-    // d[4 j + e]: weight row g (e < 2) or g + 8, activation row 8 j + 2 t + (e & 1)
     float *part = a.part + (size_t)c * XW_ROWS * a.n;
 #pragma unroll
     for (int j = 0; j < NTOK / 8; j++)
@@ -319,43 +278,36 @@ __global__ void chain_tree(const float *part, int chains, int n, int rows, float
     y[e] = v[0] * out_scale;
 }
 
-template <int NTOK, int WG, int PF, int CL, int LAG = 1>
-cudaError_t launch(const Args &a, bool tree, cudaStream_t st)
+template <int NTOK, int WG, int PF, int LAG, int WK, int LD>
+cudaError_t launch(const Args &a, cudaStream_t st)
 {
-    const size_t smem = RS * slab_bytes<NTOK>() + 16 * RS;
-    auto kern = tree ? wgmma_nvfp4<NTOK, WG, PF, CL, LAG, true> : wgmma_nvfp4<NTOK, WG, PF, CL, LAG, false>;
-    const int cly = tree ? a.chains : 1;
-    if (CL * cly > 16) return cudaErrorNotSupported;   // the probe prints the form as not run
+    const int rings = WK ? WG : 1;
+    const size_t smem = rings * (RS * slab_bytes<NTOK>() + 16 * RS);
+    auto kern = wgmma_nvfp4<NTOK, WG, PF, LAG, WK, LD>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess && CL * cly > 8) e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return e;
-    const int blocks = (a.n + 64 * WG - 1) / (64 * WG);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((blocks + CL - 1) / CL * CL, a.chains);
-    cfg.blockDim = dim3(128 * WG);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL;
-    attr[0].val.clusterDim.y = cly;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, a);
+    const int rows = WK ? 64 : 64 * WG;
+    kern<<<dim3((a.n + rows - 1) / rows, WK ? a.chains / WG : a.chains), 128 * WG, smem, st>>>(a);
+    return cudaGetLastError();
 }
-template <int NTOK, int WG>
-cudaError_t launch_pf(const Args &a, int pf, int cl, int lag, bool tree, cudaStream_t st)
-{
-    if (lag == 2) return cl == 2 ? launch<NTOK, WG, 2, 2, 2>(a, tree, st) : launch<NTOK, WG, 2, 1, 2>(a, tree, st);
-    if (cl == 2) return launch<NTOK, WG, 2, 2>(a, tree, st);
-    if (cl == 4) return launch<NTOK, WG, 2, 4>(a, tree, st);
-    return pf == 1 ? launch<NTOK, WG, 1, 1>(a, tree, st) : pf == 2 ? launch<NTOK, WG, 2, 1>(a, tree, st) : launch<NTOK, WG, 3, 1>(a, tree, st);
-}
+// The forms the probe runs (probe.c's list): (wg, pf, lag, wk, ld).
 template <int NTOK>
-cudaError_t launch_wg(const Args &a, int wg, int pf, int cl, int lag, bool tree, cudaStream_t st)
+cudaError_t launch_form(const Args &a, int wg, int pf, int lag, int wk, int ld, cudaStream_t st)
 {
-    return wg == 1 ? launch_pf<NTOK, 1>(a, pf, cl, lag, tree, st) : launch_pf<NTOK, 2>(a, pf, cl, lag, tree, st);
+#define TDM_PROBE_FORM(WG_, PF_, LAG_, WK_, LD_) \
+    if (wg == WG_ && pf == PF_ && lag == LAG_ && wk == WK_ && ld == LD_) return launch<NTOK, WG_, PF_, LAG_, WK_, LD_>(a, st);
+    TDM_PROBE_FORM(1, 2, 2, 0, 1)
+    TDM_PROBE_FORM(1, 2, 2, 0, 0)
+    TDM_PROBE_FORM(1, 2, 1, 0, 0)
+    TDM_PROBE_FORM(1, 3, 2, 0, 0)
+    TDM_PROBE_FORM(2, 2, 2, 1, 1)
+    TDM_PROBE_FORM(2, 2, 2, 1, 0)
+    TDM_PROBE_FORM(2, 2, 1, 1, 0)
+    TDM_PROBE_FORM(2, 3, 2, 1, 0)
+    TDM_PROBE_FORM(4, 2, 2, 1, 0)
+    TDM_PROBE_FORM(4, 3, 2, 1, 0)
+#undef TDM_PROBE_FORM
+    return cudaErrorNotSupported;
 }
 
 }  // namespace
@@ -369,11 +321,11 @@ extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint
 }
 
 // y[ntok][n] from the weight w and xw of ntok rows (tdm_probe_pack_xw); part: chains x 32 x n floats;
-// wg warpgroups a CTA (1, 2), pf weight slabs in flight (1-3), cl CTAs sharing a staged slab (1; 2 or 4 at pf 2),
-// lag (1; 2 at pf 2 and cl 1 or 2) the producer's lag; tree 1: the chains' tree a second kernel, 2: inside the
-// kernel (a cluster of cl x chains CTAs), 0: the chains' partial sums left in part (no y). Returns 3 for a form
-// that cannot launch (a cluster of more than 16 CTAs).
-extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int cl, int lag,
+// the form (wg warpgroups, pf weight slabs in flight, lag the producer's lag, wk chains across the warpgroups,
+// ld the loader) one of launch_form's; tree 0: the main kernel alone (where a second kernel sums the chains,
+// that kernel is left out). Returns 3 for a form that is not built or does not fit the shape (wk: wg must
+// divide the chains).
+extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int lag, int wk, int ld,
                                int chains, int tree, float *part, float *y, void *stream)
 {
     Args a;
@@ -390,16 +342,17 @@ extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, 
     a.out_scale = w->scale2 * 128.0f;
     a.sk = tdm_mm::SkinnyArgs{};
     a.sk.k = a.k;
+    if (wk && chains % wg) return 3;
     cudaStream_t st = (cudaStream_t)stream;
-    const bool in_kernel = tree == 2;
-    cudaError_t e = ntok == 32   ? launch_wg<32>(a, wg, pf, cl, lag, in_kernel, st)
-                    : ntok == 16 ? launch_wg<16>(a, wg, pf, cl, lag, in_kernel, st)
-                                 : launch_wg<8>(a, wg, pf, cl, lag, in_kernel, st);
+    cudaError_t e = ntok == 32   ? launch_form<32>(a, wg, pf, lag, wk, ld, st)
+                    : ntok == 16 ? launch_form<16>(a, wg, pf, lag, wk, ld, st)
+                                 : launch_form<8>(a, wg, pf, lag, wk, ld, st);
     if (e == cudaErrorNotSupported) return 3;
     TDM_CUDA_TRY(e);
-    if (tree != 1) return 0;   // the main kernel alone (timing: what a tree inside the kernel would leave)
+    const int parts = wk ? chains / wg : chains;   // partial sums the second kernel adds
+    if (!tree || parts == 1) return 0;
     const int tot = ntok * a.n;
-    chain_tree<<<(tot + 255) / 256, 256, 0, st>>>(part, chains, a.n, ntok, w->scale2 * 128.0f, y);
+    chain_tree<<<(tot + 255) / 256, 256, 0, st>>>(part, parts, a.n, ntok, a.out_scale, y);
     TDM_LAUNCH_CHECK();
     return 0;
 }
