@@ -1,5 +1,5 @@
 /* probe.c — the wgmma NVFP4 probe's driver (bench/probes/wgmma/README.md): for each shape N,K, the
- * skinny kernel (tdm_matmul_xb, FP32 out) and the wgmma form at 16 and 32 rows on the same weights and
+ * skinny kernel (tdm_matmul_xb, FP32 out) and each wgmma form at 8, 16 and 32 rows on the same weights and
  * activations: outputs compared bit for bit (and the largest difference), then both timed over a
  * working set of weight copies >= 8x the L2 in a CUDA graph (medians). */
 #include "device.h"
