@@ -78,15 +78,19 @@ build/san/t/%: t/unit/%.c build/san/libtandem.a
 	@mkdir -p build/dep
 	$(CC) $(CFLAGS) -MMD -MP -MF build/dep/$(subst /,_,$@).d $(SANFLAGS) -It $< -o $@ build/san/libtandem.a $(LDLIBS)
 
-# Variants for A/B runs (scripts/variant-build): with VARIANT=NAME, every kernels/*.cu again with
-# the build-time knobs VARIANT_DEFS (nvcc flags such as -DTDM_NORM_VEC=0) into build/variant-NAME/,
-# and bin/TOOL-NAME, build/t/PROG-NAME linked against that archive; the same flags as the build.
+# Variants for A/B runs (scripts/variant-build): with VARIANT=NAME, every kernels/*.cu and
+# src/common/*.c again with the build-time knobs VARIANT_DEFS (-D flags such as -DTDM_NORM_VEC=0; the
+# host objects too, for knobs the host reads through mm_layout.h) into build/variant-NAME/, and
+# bin/TOOL-NAME, build/t/PROG-NAME linked against that archive; the same flags as the build.
 ifdef VARIANT
 VDIR := build/variant-$(VARIANT)
 $(VDIR)/%.o: kernels/%.cu build/.setup-ok
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) $(VARIANT_DEFS) -c $< -o $@
-$(VDIR)/libtandem.a: $(COMMON_OBJ) $(patsubst kernels/%.cu,$(VDIR)/%.o,$(KERNEL_SRC))
+$(VDIR)/common/%.o: src/common/%.c build/.setup-ok
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(VARIANT_DEFS) -c $< -o $@
+$(VDIR)/libtandem.a: $(patsubst src/common/%.c,$(VDIR)/common/%.o,$(COMMON_SRC)) $(patsubst kernels/%.cu,$(VDIR)/%.o,$(KERNEL_SRC))
 	@rm -f $@
 	ar rcs $@ $^
 bin/%-$(VARIANT): src/cmd/%.c $(VDIR)/libtandem.a
