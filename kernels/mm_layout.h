@@ -56,25 +56,9 @@
 #define TDM_MM_VARIANTS(X)                                                                      \
     X(TDM_MMF_NVFP4, 2, 1, 1) X(TDM_MMF_NVFP4, 2, 1, 3) X(TDM_MMF_NVFP4, 1, 1, 1)               \
     X(TDM_MMF_NVFP4, 1, 1, 3) X(TDM_MMF_NVFP4, 2, 2, 1) X(TDM_MMF_NVFP4, 1, 2, 1)               \
-    X(TDM_MMF_NVFP4, 1, 2, 3) X(TDM_MMF_NVFP4, 4, 1, 1) TDM_MM_NT4_WIDE_VARIANT(X)              \
+    X(TDM_MMF_NVFP4, 1, 2, 3) X(TDM_MMF_NVFP4, 4, 1, 1)                                         \
     X(TDM_MMF_FP8, 1, 1, 1) X(TDM_MMF_FP8, 1, 2, 1) X(TDM_MMF_FP8, 1, 1, 3) X(TDM_MMF_FP8, 1, 2, 3) \
     X(TDM_MMF_BF16, 1, 1, 1) X(TDM_MMF_BF16, 1, 2, 1) X(TDM_MMF_BF16, 2, 1, 1) X(TDM_MMF_BF16, 2, 2, 1)
-
-/* TDM_MM_NT4_WIDE (0, the default, or 1): NVFP4 nt 4 at 17-32 rows (pf 1), per lane from the blocked
- * copy only (the weights as the mma's A operand, SWAP: two pairs of tiles a warp, so each activation
- * unit a lane loads feeds twice the weight rows of nt 2; the 17-32-row form is held by those loads
- * through L1: ncu on 12288x5120 at 32 rows, bench/NOTES.md). At the MIN_BLOCKS register bound it
- * spills (~100 bytes, ptxas -v sm_90), so it is a build-time knob for a sweep (variant builds rebuild
- * the host objects with the knob too, so tiles.c and tandem-sweep take the setting), not built by
- * default. The SwiGLU form stays nt 2. The same operands and order per output column: the same bits. */
-#ifndef TDM_MM_NT4_WIDE
-#define TDM_MM_NT4_WIDE 0
-#endif
-#if TDM_MM_NT4_WIDE
-#define TDM_MM_NT4_WIDE_VARIANT(X) X(TDM_MMF_NVFP4, 4, 2, 1)
-#else
-#define TDM_MM_NT4_WIDE_VARIANT(X)
-#endif
 
 /* Where the skinny kernel is also built to load its activations per lane, straight from global
  * memory (no shared-memory staging, no CTA barrier in the K loop; run where TANDEM_MM_DIRECT selects it),
@@ -88,7 +72,7 @@
  * A operand there too (mm_skinny.cuh: XB, SWAP); FP8 at nt 1 and 1-32 rows and at nt 2 and 1-16 rows,
  * the weights as A there (from the copy only: it shares NVFP4's unit order, tdm_mm_bk). */
 #define TDM_MM_DIRECT_XB(fmt, nt, mt)                                                                 \
-    (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && ((nt) == 2 || (TDM_MM_NT4_WIDE && (nt) == 4))) || \
+    (TDM_MM_DIRECT(fmt, nt, mt) || ((fmt) == TDM_MMF_NVFP4 && (mt) == 2 && (nt) == 2) ||                \
      ((fmt) == TDM_MMF_FP8 && ((nt) == 1 || ((nt) == 2 && (mt) <= 1))))
 /* The nt a setting of nt tiles a warp runs at, at mt, per lane from the blocked copy (xb_lane) or not:
  * FP8's nt 2 is built per lane from the copy at 1-16 rows only (the weights as the mma's A operand,

@@ -395,8 +395,8 @@ constexpr int MIN_BLOCKS = 2;
 // The per-lane activation forms (DA) spill at 96 on sm_121a (GB10, never run here; the cliff was
 // measured on the H200 only), so there they get the MIN_BLOCKS bound; FP8's per-lane forms (from the
 // blocked copy) on sm_90 TDM_MM_FP8_XB_REGS.
-// TDM_MM_XB32_REGS: the register cap of the 17-32-row per-lane forms (NVFP4 nt 2 from the blocked copy,
-// MTA 2; nt 4 there, TDM_MM_NT4_WIDE, gets the MIN_BLOCKS bound) on sm_90; 0 the MIN_BLOCKS bound (128). At 128 a scheduler holds 4 warps, and the 27B's
+// TDM_MM_XB32_REGS: the register cap of the 17-32-row per-lane forms (NVFP4 from the blocked copy,
+// MTA 2) on sm_90; 0 the MIN_BLOCKS bound (128). At 128 a scheduler holds 4 warps, and the 27B's
 // large shapes at 17-32 rows ran 363 CTAs of 6 warps on 264 slots (1.37 waves; ncu on 17408x5120 at
 // 32 rows: 2.6 warps a scheduler active, 0.31 instructions a cycle). At 96 (the default) 5 warps, 3
 // such CTAs a SM, one wave; ptxas spilled 40 + 44 bytes in the plain form and 12 + 24 in the SwiGLU
@@ -422,7 +422,7 @@ constexpr int skinny_regs()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
     if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
 #endif
-    if (TDM_MM_XB32_REGS && DA && MTA == 2 && FMT == TDM_MMF_NVFP4 && NT == 2) return TDM_MM_XB32_REGS;
+    if (TDM_MM_XB32_REGS && DA && MTA == 2 && FMT == TDM_MMF_NVFP4) return TDM_MM_XB32_REGS;
     if (TDM_MM_FP8_XB_REGS && DA && FMT == TDM_MMF_FP8) return TDM_MM_FP8_XB_REGS;
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1 && !DA;
