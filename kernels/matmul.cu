@@ -253,7 +253,9 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {
-    case TDM_W_NVFP4: e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, xs, smem, st); break;
+    case TDM_W_NVFP4:
+        e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, tdm_mm_kernel_mt(f, mt, m, direct && a.xb, xs), vec, direct, xs, smem, st);
+        break;
     case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, xs, smem, st); break;
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }

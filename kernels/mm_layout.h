@@ -93,6 +93,21 @@ TDM_HD int tdm_mm_form_wn(int fmt, int nt, int wn, int mt, int xb_lane)
 #define TDM_MM_DIRECT_XB_PF(fmt, mt, pf) ((fmt) == TDM_MMF_FP8 && (mt) == 2 ? 1 : (pf))
 /* The mt of TDM_MM_DIRECT and TDM_MM_DIRECT_XB that serves m rows (0: at most 8, 1: 9-16, 2: 17-32). */
 TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
+/* TDM_MM_HI24 (1, the default, or 0): NVFP4 products of 17-24 rows per lane from the blocked copy
+ * (unstaged) run an instantiation of their own (the kernel's mt 3: the 17-32-row form without rows
+ * 24-31's activation loads and mmas; mm_skinny.cuh, HI24), chosen at launch like mt 0 at most 8 rows:
+ * the same setting, tables and bits (each mma's output column is one activation row). Why: at 17-32
+ * rows the form is held by the activation units' loads through L1 (ncu, bench/NOTES.md), and its time
+ * was flat from 17 to 32 rows. A build-time knob for A/B runs. */
+#ifndef TDM_MM_HI24
+#define TDM_MM_HI24 1
+#endif
+/* The kernel's mt for m rows of format fmt at table mt mt (tdm_mm_rows_mt), per lane from the copy
+ * (xb_lane) and unstaged (!xs): 3 at 17-24 rows where TDM_MM_HI24 builds it, else mt. */
+TDM_HD int tdm_mm_kernel_mt(int fmt, int mt, int64_t m, int xb_lane, int xs)
+{
+    return TDM_MM_HI24 && fmt == TDM_MMF_NVFP4 && mt == 2 && m <= 24 && xb_lane && !xs ? 3 : mt;
+}
 
 /* Whether the kernels are built for (fmt, nt, mt, pf): a TDM_MM_VARIANTS entry, or FP8 nt 2 at pf 1
  * (per lane from the copy at 1-16 rows, else as nt 1: TDM_MM_FORM_NT). */

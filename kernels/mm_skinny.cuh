@@ -422,7 +422,7 @@ constexpr int skinny_regs()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
     if (DA) return 65536 / (MAX_THREADS * MIN_BLOCKS);
 #endif
-    if (TDM_MM_XB32_REGS && DA && MTA == 2 && FMT == TDM_MMF_NVFP4) return TDM_MM_XB32_REGS;
+    if (TDM_MM_XB32_REGS && DA && MTA >= 2 && FMT == TDM_MMF_NVFP4) return TDM_MM_XB32_REGS;
     if (TDM_MM_FP8_XB_REGS && DA && FMT == TDM_MMF_FP8) return TDM_MM_FP8_XB_REGS;
     const bool nvfp4 = FMT == TDM_MMF_NVFP4 && NT == 2 && (PF == 1 ? MTA <= 1 : MTA == 0);
     const bool fp8 = FMT == TDM_MMF_FP8 && NT == 1 && PF == 1 && MTA <= 1 && !DA;
@@ -430,8 +430,10 @@ constexpr int skinny_regs()
 }
 
 // MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
-// rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows. Rows 0-7 run the same
-// instructions in the 0 and 1 instantiations, so a row's bits do not depend on which one ran.
+// rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows, 3 = 17-24 rows (mm_layout.h:
+// TDM_MM_HI24; the 17-32-row per-lane form from the blocked copy without rows 24-31's loads and
+// mmas). Rows 0-7 run the same instructions in the 0 and 1 instantiations, rows 0-23 the same in
+// the 2 and 3 ones, so a row's bits do not depend on which one ran.
 // GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
 // 104 registers; bench/NOTES.md, the 9-16-row slowdown).
@@ -442,10 +444,13 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 {
     static_assert(!XB || DA, "the blocked copy is read by the per-lane form only");
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
-    static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTA) : TDM_MM_DIRECT(FMT, NT, MTA)),
+    constexpr bool HI24 = MTA == 3;   // 17-24 rows: the 17-32-row form (MTT 2) without rows 24-31
+    constexpr int MTT = HI24 ? 2 : MTA;
+    static_assert(!HI24 || (FMT == TDM_MMF_NVFP4 && XB && !XS_), "17-24 rows: NVFP4 per lane from the blocked copy, unstaged");
+    static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTT) : TDM_MM_DIRECT(FMT, NT, MTT)),
                   "per-lane activations are built for NVFP4 at 1-16 rows (nt 4: 1-8), and from the blocked copy at nt 2 "
                   "also at 17-32; for FP8 from the blocked copy at nt 1");
-    constexpr int MT = MTA == 0 ? 1 : MTA;
+    constexpr int MT = MTA == 0 ? 1 : MTT;
     constexpr bool LO8 = MTA == 0;
     // SWAP (TDM_MM_SWAP; the per-lane NVFP4 form at most 8 rows, tiles in pairs): each mma takes the
     // decoded weights of two n8-tiles as its A operand (16 weight rows: A registers 0 and 2 are
@@ -458,7 +463,10 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // 17-32 (from the copy only) rows 16-23 and 24-31 two more, into the pair's accumulators of the
     // second 16-row tile.
     constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 &&
-                          (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))) || MTA == 2);
+                          (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))) || MTT == 2);
+    static_assert(!HI24 || SWAP, "17-24 rows: the SWAP form, whose mmas a group of 8 activation rows each");
+    // 8-row activation groups h of 16-row tile mt a warp computes: 1 at most 8 rows, none of rows 24-31 at 17-24
+    auto groups = [](int mt) { return LO8 || (HI24 && mt == 1) ? 1 : 2; };
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
     // of the fast slabs from global memory (16 bytes of one activation row, through L1: the CTA's
     // warps read the same rows) and permutes them in registers, as the checked path does: no
@@ -487,9 +495,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // the barriers (tdm_mm_xs_bar_bytes), then the rings, chain w's stage s at (w * S + s) * XS_STAGE;
     // after the K loop the tree from the rings' start. Why: ncu on the NVFP4 form at 32 rows (H200,
     // bench/NOTES.md) had 64 % of the warps' samples wait on the units' global loads at their mmas.
-    static_assert(!XS_ || (XB && TDM_MM_XS_AT(FMT, MTA)), "XS is built for the per-lane forms from the blocked copy (mm_layout.h)");
+    static_assert(!XS_ || (XB && TDM_MM_XS_AT(FMT, MTT)), "XS is built for the per-lane forms from the blocked copy (mm_layout.h)");
     constexpr bool XS = XS_;
-    constexpr int XS_ROWS = TDM_MM_XS_ROWS(MTA), XS_STAGE = TDM_MM_XS_STAGE_BYTES(MTA);
+    constexpr int XS_ROWS = TDM_MM_XS_ROWS(MTT), XS_STAGE = TDM_MM_XS_STAGE_BYTES(MTT);
     extern __shared__ __align__(128) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -754,7 +762,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                        for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 16 mt + 8 h + g
+                        for (int h = 0; h < groups(mt); h++) {   // activation rows 16 mt + 8 h + g
                             const uint4 p = unit(mt, h);   // into accumulators [np + h][mt]
                             float(&c)[4] = FMT == TDM_MMF_FP8 ? blk[np + h][mt] : acc[np + h][mt];
                             mma_bf16(c, b0[0], b1[0], b0[1], b1[1], p.x, p.y);
@@ -957,7 +965,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int h = 0; h < (LO8 ? 1 : 2); h++) {   // activation rows 16 mt + 8 h + 2t, + 1
+                    for (int h = 0; h < groups(mt); h++) {   // activation rows 16 mt + 8 h + 2t, + 1
                         const int c = wn * 8 * NT + 8 * np + g, r = 16 * mt + 8 * h + 2 * t;
                         mine[r * rstride + c] = acc[np + h][mt][0];
                         mine[(r + 1) * rstride + c] = acc[np + h][mt][1];
@@ -1097,20 +1105,27 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, bool xs, cudaStream_t st)
 {
-    if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
-        if (direct && a.xb) {
-            if constexpr (TDM_MM_XS_AT(FMT, MT))   // x's slabs staged where the chain's warps share them (mm_layout.h)
-                if (xs) return launch_glu<FMT, NT, MT, PF, true, true, true>(a, wn, cs, smem, st);
-            return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
-        }
-    if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
-        if (direct && !a.xb) return launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
-    return launch_glu<FMT, NT, MT, PF, false, false>(a, wn, cs, smem, st);
+    if constexpr (MT == 3) {   // 17-24 rows (TDM_MM_HI24): the per-lane form from the copy, unstaged, only
+        if constexpr (FMT == TDM_MMF_NVFP4 && TDM_MM_DIRECT_XB(FMT, NT, 2) && TDM_MM_DIRECT_XB_PF(FMT, 2, PF) == PF)
+            if (direct && a.xb && !xs) return launch_glu<FMT, NT, 3, PF, true, true>(a, wn, cs, smem, st);
+        return cudaErrorInvalidValue;
+    } else {
+        if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
+            if (direct && a.xb) {
+                if constexpr (TDM_MM_XS_AT(FMT, MT))   // x's slabs staged where the chain's warps share them (mm_layout.h)
+                    if (xs) return launch_glu<FMT, NT, MT, PF, true, true, true>(a, wn, cs, smem, st);
+                return launch_glu<FMT, NT, MT, PF, true, true>(a, wn, cs, smem, st);
+            }
+        if constexpr (TDM_MM_DIRECT(FMT, NT, MT))
+            if (direct && !a.xb) return launch_glu<FMT, NT, MT, PF, true, false>(a, wn, cs, smem, st);
+        return launch_glu<FMT, NT, MT, PF, false, false>(a, wn, cs, smem, st);
+    }
 }
 
 // Picks the instantiation for (nt, mt, pf, vec, direct) from TDM_MM_VARIANTS (mt 0: at most 8 rows,
-// built beside every mt 1 entry); unaligned data take nt 1, pf 1 (the setting only distributes
-// work, so this changes no bits), the staged form and never the SwiGLU form.
+// built beside every mt 1 entry; mt 3: 17-24 rows, beside NVFP4's mt 2 entries, TDM_MM_HI24);
+// unaligned data take nt 1, pf 1 (the setting only distributes work, so this changes no bits), the
+// staged form and never the SwiGLU form.
 template <int FMT>
 cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt, bool vec, bool direct, bool xs,
                      size_t smem, cudaStream_t st)
@@ -1136,6 +1151,8 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
         if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, xs, st); \
         if constexpr (MT_ == 1)                                                                 \
             if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, direct, xs, st); \
+        if constexpr (MT_ == 2 && TDM_MM_HI24 && F == TDM_MMF_NVFP4)                            \
+            if (nt == NT_ && mt == 3 && pf == PF_) return launch_form<FMT, NT_, 3, PF_>(a, wn, cs, smem, direct, xs, st); \
     }
     TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
 #undef TDM_MM_LAUNCH_IF
