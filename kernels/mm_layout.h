@@ -98,7 +98,10 @@ TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
  * 24-31's activation loads and mmas; mm_skinny.cuh, HI24), chosen at launch like mt 0 at most 8 rows:
  * the same setting, tables and bits (each mma's output column is one activation row). Why: at 17-32
  * rows the form is held by the activation units' loads through L1 (ncu, bench/NOTES.md), and its time
- * was flat from 17 to 32 rows. A build-time knob for A/B runs. */
+ * was flat from 17 to 32 rows. Measured on an H100 (bench/NOTES.md, 17-24 rows of their own;
+ * bench/results/h100-hi24-v1.txt), against 0 alternated twice: a 27B token's NVFP4 products at 17 / 20 / 24
+ * rows 9.63-9.71 / 9.62-9.66 / 9.64-9.68 -> 8.54-8.55 / 8.55-8.56 / 8.62 ms; 16, 25 and 32 rows unchanged.
+ * A build-time knob for A/B runs. */
 #ifndef TDM_MM_HI24
 #define TDM_MM_HI24 1
 #endif
