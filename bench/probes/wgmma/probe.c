@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+int tdm_probe_form(int f, int form[5]);
 int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream);
 int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int lag, int wk, int ld, int chains,
                     int tree, float *part, float *y, void *stream);
@@ -102,12 +103,10 @@ int main(int argc, char **argv)
             double ms_ref = NAN;
             if (!ncu_m && tdm_time_calls(call, &c, ws.copies, reps, 1, st, &ms_ref)) tdm_die_check(prog);
             const double bytes = (double)tdm_matmul_bytes(&ws.w[0], m);
-            /* (wg, pf, lag, wk, ld): wgmma_nvfp4.cu's launch_form list */
-            static const int forms[][5] = {{1, 2, 2, 0, 1}, {1, 2, 2, 0, 0}, {1, 2, 1, 0, 0}, {1, 3, 2, 0, 0}, {2, 2, 2, 1, 1},
-                                           {2, 2, 2, 1, 0}, {2, 2, 1, 1, 0}, {2, 3, 2, 1, 0}, {4, 2, 2, 1, 0}, {4, 3, 2, 1, 0}};
-            for (int f = 0; f < (int)(sizeof forms / sizeof forms[0]); f++) {
+            int form[5];   /* (wg, pf, lag, wk, ld): wgmma_nvfp4.cu's TDM_PROBE_FORMS */
+            for (int f = 0; tdm_probe_form(f, form) == 0; f++) {
                 if (ncu_m && f != ncu_form) continue;
-                c.wg = forms[f][0]; c.pf = forms[f][1]; c.lag = forms[f][2]; c.wk = forms[f][3]; c.ld = forms[f][4];
+                c.wg = form[0]; c.pf = form[1]; c.lag = form[2]; c.wk = form[3]; c.ld = form[4];
                 c.y = yw; c.tree = 1;
                 int rc = tdm_cuda_memset(yw, 0xff, (size_t)(32 * n * 4)) ? -1 : call(&c, 0, st);
                 if (rc == 3) {

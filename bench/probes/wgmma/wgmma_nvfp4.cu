@@ -290,27 +290,32 @@ cudaError_t launch(const Args &a, cudaStream_t st)
     kern<<<dim3((a.n + rows - 1) / rows, WK ? a.chains / WG : a.chains), 128 * WG, smem, st>>>(a);
     return cudaGetLastError();
 }
-// The forms the probe runs (probe.c's list): (wg, pf, lag, wk, ld).
+// The forms the probe runs, in its order (tdm_probe_form): (wg, pf, lag, wk, ld).
+#define TDM_PROBE_FORMS(X)                                                                          \
+    X(1, 2, 2, 0, 1) X(1, 2, 2, 0, 0) X(1, 2, 1, 0, 0) X(1, 3, 2, 0, 0) X(2, 2, 2, 1, 1) X(2, 2, 2, 1, 0) \
+    X(2, 2, 1, 1, 0) X(2, 3, 2, 1, 0) X(4, 2, 2, 1, 0) X(4, 3, 2, 1, 0)
 template <int NTOK>
 cudaError_t launch_form(const Args &a, int wg, int pf, int lag, int wk, int ld, cudaStream_t st)
 {
-#define TDM_PROBE_FORM(WG_, PF_, LAG_, WK_, LD_) \
+#define TDM_PROBE_LAUNCH(WG_, PF_, LAG_, WK_, LD_) \
     if (wg == WG_ && pf == PF_ && lag == LAG_ && wk == WK_ && ld == LD_) return launch<NTOK, WG_, PF_, LAG_, WK_, LD_>(a, st);
-    TDM_PROBE_FORM(1, 2, 2, 0, 1)
-    TDM_PROBE_FORM(1, 2, 2, 0, 0)
-    TDM_PROBE_FORM(1, 2, 1, 0, 0)
-    TDM_PROBE_FORM(1, 3, 2, 0, 0)
-    TDM_PROBE_FORM(2, 2, 2, 1, 1)
-    TDM_PROBE_FORM(2, 2, 2, 1, 0)
-    TDM_PROBE_FORM(2, 2, 1, 1, 0)
-    TDM_PROBE_FORM(2, 3, 2, 1, 0)
-    TDM_PROBE_FORM(4, 2, 2, 1, 0)
-    TDM_PROBE_FORM(4, 3, 2, 1, 0)
-#undef TDM_PROBE_FORM
+    TDM_PROBE_FORMS(TDM_PROBE_LAUNCH)
+#undef TDM_PROBE_LAUNCH
     return cudaErrorNotSupported;
 }
 
 }  // namespace
+
+// Form f of the probe's list into form[5] as (wg, pf, lag, wk, ld); -1 past the list's end.
+extern "C" int tdm_probe_form(int f, int form[5])
+{
+#define TDM_PROBE_ROW(WG_, PF_, LAG_, WK_, LD_) {WG_, PF_, LAG_, WK_, LD_},
+    static const int forms[][5] = {TDM_PROBE_FORMS(TDM_PROBE_ROW)};
+#undef TDM_PROBE_ROW
+    if (f < 0 || f >= (int)(sizeof forms / sizeof forms[0])) return -1;
+    for (int i = 0; i < 5; i++) form[i] = forms[f][i];
+    return 0;
+}
 
 // xw for ntok (8, 16 or 32) rows of x [m][k] (rows >= m zero).
 extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint16_t *xw, void *stream)
@@ -322,7 +327,7 @@ extern "C" int tdm_probe_pack_xw(const uint16_t *x, int m, int k, int ntok, uint
 
 // y[ntok][n] from the weight w and xw of ntok rows (tdm_probe_pack_xw); part: chains x 32 x n floats;
 // the form (wg warpgroups, pf weight slabs in flight, lag the producer's lag, wk chains across the warpgroups,
-// ld the loader) one of launch_form's; tree 0: the main kernel alone (where a second kernel sums the chains,
+// ld the loader) one of TDM_PROBE_FORMS; tree 0: the main kernel alone (where a second kernel sums the chains,
 // that kernel is left out). Returns 3 for a form that is not built or does not fit the shape (wk: wg must
 // divide the chains).
 extern "C" int tdm_probe_wgmma(const struct tdm_dweight *w, const uint16_t *xw, int ntok, int wg, int pf, int lag, int wk, int ld,
