@@ -249,14 +249,15 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     size_t smem = tdm_tile_smem(&t, (int)m, direct);
     // x's slabs staged (mm_layout.h): decided here only, so that the launch picks the form smem is for
     const bool xs = direct && a.xb && tdm_mm_xs_runs(f, mt, t.wn, t.wk);
-    if (xs) smem = tdm_mm_xs_smem(t.wk, mt, smem);
+    const int kmt = tdm_mm_kernel_mt(f, mt, m, direct && a.xb, xs);   // the instantiation's mt (17-24 rows: 3)
+    if (xs) smem = tdm_mm_xs_smem(t.wk, kmt, smem);
     cudaStream_t st = (cudaStream_t)stream;
     cudaError_t e;
     switch (w->fmt) {
     case TDM_W_NVFP4:
-        e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, tdm_mm_kernel_mt(f, mt, m, direct && a.xb, xs), vec, direct, xs, smem, st);
+        e = tdm_mm_skinny_nvfp4(a, t.nt, t.wn, t.cs, t.pf, kmt, vec, direct, xs, smem, st);
         break;
-    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, mt, vec, direct, xs, smem, st); break;
+    case TDM_W_FP8: e = tdm_mm_skinny_fp8(a, t.nt, t.wn, t.cs, t.pf, kmt, vec, direct, xs, smem, st); break;
     default: e = tdm_mm_skinny_bf16(a, t.nt, t.wn, t.cs, t.pf, mt, vec, smem, st); break;
     }
     if (e != cudaSuccess) {

@@ -105,11 +105,27 @@ TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 #ifndef TDM_MM_HI24
 #define TDM_MM_HI24 1
 #endif
+/* TDM_MM_HI24_FP8 (1 or 0): the same for FP8 (nt 1 per lane from the blocked copy, staged by XS or not):
+ * rows 24-31 of the second 16-row A tile are zeros instead of loads (an mma's output row depends on
+ * its own A row only), XS stages 24 rows a slab instead of 32, and the tree gets no stores of rows
+ * 24-31; the mmas stay (the activations are the A operand, 16 rows deep). The same setting, tables and
+ * bits. Why: a 27B token's FP8 products took 16.9 ms at 17-24 rows, flat from 17 to 32 as NVFP4's
+ * did. Measured on an H100 (bench/NOTES.md, FP8 at 17-24 rows of its own), against 0 alternated twice:
+ * a 27B token's FP8 products at 17 / 20 / 24 rows 16.72-16.77 / 16.72-16.74 / 16.74-16.77 -> 16.12-16.48 /
+ * 16.49 / 16.53 ms, every shape 2-7 % faster at 24 rows; 16 and 25 rows unchanged. On sm_90 the per-lane
+ * form spills nothing (the 17-32-row one 20 + 28 bytes). A build-time knob for A/B runs. */
+#ifndef TDM_MM_HI24_FP8
+#define TDM_MM_HI24_FP8 1
+#endif
+/* Whether the skinny kernel is built with an mt 3 (17-24 rows) for format fmt. */
+#define TDM_MM_HI24_AT(fmt) \
+    (((fmt) == TDM_MMF_NVFP4 && TDM_MM_HI24) || ((fmt) == TDM_MMF_FP8 && TDM_MM_HI24_FP8))
 /* The kernel's mt for m rows of format fmt at table mt mt (tdm_mm_rows_mt), per lane from the copy
- * (xb_lane) and unstaged (!xs): 3 at 17-24 rows where TDM_MM_HI24 builds it, else mt. */
+ * (xb_lane), staged by XS (xs) or not: 3 at 17-24 rows where TDM_MM_HI24_AT builds it (NVFP4
+ * unstaged only), else mt. */
 TDM_HD int tdm_mm_kernel_mt(int fmt, int mt, int64_t m, int xb_lane, int xs)
 {
-    return TDM_MM_HI24 && fmt == TDM_MMF_NVFP4 && mt == 2 && m <= 24 && xb_lane && !xs ? 3 : mt;
+    return TDM_MM_HI24_AT(fmt) && mt == 2 && m <= 24 && xb_lane && !(xs && fmt == TDM_MMF_NVFP4) ? 3 : mt;
 }
 
 /* Whether the kernels are built for (fmt, nt, mt, pf): a TDM_MM_VARIANTS entry, or FP8 nt 2 at pf 1
@@ -250,7 +266,7 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 TDM_HD int tdm_mm_xs_runs(int fmt, int mt, int wn, int wk) { return TDM_MM_XS_AT(fmt, mt) && wn >= 2 && wk <= 2; }
 /* Rows of a staged slab at mt (0: at most 8 rows, 1: 9-16, 2: 17-32) and its bytes: the copy's four
  * units of those rows (at 32 rows the copy's slab in one piece, else a piece a unit). */
-#define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 1 ? 16 : 8)
+#define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 3 ? 24 : (mt) == 1 ? 16 : 8)
 #define TDM_MM_XS_STAGE_BYTES(mt) (TDM_MM_UNITS * TDM_MM_XS_ROWS(mt) * TDM_MM_CHUNK_K * 2)
 /* Stages (slabs) of a chain's ring. */
 #define TDM_MM_XS_STAGES 4

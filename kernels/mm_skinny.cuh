@@ -446,7 +446,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     constexpr bool HI24 = MTA == 3;   // 17-24 rows: the 17-32-row form (MTT 2) without rows 24-31
     constexpr int MTT = HI24 ? 2 : MTA;
-    static_assert(!HI24 || (FMT == TDM_MMF_NVFP4 && XB && !XS_), "17-24 rows: NVFP4 per lane from the blocked copy, unstaged");
+    static_assert(!HI24 || (TDM_MM_HI24_AT(FMT) && XB && !(XS_ && FMT == TDM_MMF_NVFP4)),
+                  "17-24 rows: per lane from the blocked copy (NVFP4 unstaged; mm_layout.h, TDM_MM_HI24_AT)");
     static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTT) : TDM_MM_DIRECT(FMT, NT, MTT)),
                   "per-lane activations are built for NVFP4 at 1-16 rows (nt 4: 1-8), and from the blocked copy at nt 2 "
                   "also at 17-32; for FP8 from the blocked copy at nt 1");
@@ -464,7 +465,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // second 16-row tile.
     constexpr bool SWAP = TDM_MM_SWAP && DA && NT % 2 == 0 &&
                           (LO8 || (MTA == 1 && (TDM_MM_SWAP16 == 1 || (TDM_MM_SWAP16 == 2 && XB))) || MTT == 2);
-    static_assert(!HI24 || SWAP, "17-24 rows: the SWAP form, whose mmas a group of 8 activation rows each");
+    static_assert(!HI24 || SWAP || FMT == TDM_MMF_FP8,
+                  "17-24 rows: NVFP4's SWAP form (mmas of a group of 8 activation rows each), FP8's with rows 24-31 zeros");
     // 8-row activation groups h of 16-row tile mt a warp computes: 1 at most 8 rows, none of rows 24-31 at 17-24
     auto groups = [](int mt) { return LO8 || (HI24 && mt == 1) ? 1 : 2; };
     // DA (NVFP4 at 1-16 rows where TANDEM_MM_DIRECT selects it): each lane loads its own A units
@@ -497,7 +499,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // bench/NOTES.md) had 64 % of the warps' samples wait on the units' global loads at their mmas.
     static_assert(!XS_ || (XB && TDM_MM_XS_AT(FMT, MTT)), "XS is built for the per-lane forms from the blocked copy (mm_layout.h)");
     constexpr bool XS = XS_;
-    constexpr int XS_ROWS = TDM_MM_XS_ROWS(MTT), XS_STAGE = TDM_MM_XS_STAGE_BYTES(MTT);
+    constexpr int XS_ROWS = TDM_MM_XS_ROWS(MTA), XS_STAGE = TDM_MM_XS_STAGE_BYTES(MTA);   // 17-24 rows: 24
     extern __shared__ __align__(128) uint8_t smem[];
     constexpr int ROWS = 16 * MT;
     constexpr int D = PF + 1;                       // weight ring depth
@@ -784,7 +786,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
                         // here they hold zeros: copies of rows 0-7 cost register moves into every
                         // quad, and inside the engine the one-row verify 3.33 ms against 3.22 with
                         // zeros (H200, bench/NOTES.md: the direct form's load depth).
-                        const uint4 p0 = unit(mt, 0), p1 = LO8 ? make_uint4(0, 0, 0, 0) : unit(mt, 1);
+                        // At 17-24 rows (HI24) rows 24-31 the same: zeros, never loaded.
+                        const uint4 p0 = unit(mt, 0), p1 = LO8 || (HI24 && mt == 1) ? make_uint4(0, 0, 0, 0) : unit(mt, 1);
                         aq[mt][0] = make_uint4(p0.x, p1.x, p0.y, p1.y);
                         aq[mt][1] = make_uint4(p0.z, p1.z, p0.w, p1.w);
                     }
@@ -979,7 +982,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             for (int mt = 0; mt < MT; mt++) {
                 const int c = wn * 8 * NT + 8 * nt + 2 * t, r = 16 * mt + g;
                 *reinterpret_cast<float2 *>(mine + r * rstride + c) = make_float2(acc[nt][mt][0], acc[nt][mt][1]);
-                *reinterpret_cast<float2 *>(mine + (r + 8) * rstride + c) = make_float2(acc[nt][mt][2], acc[nt][mt][3]);
+                if (!(HI24 && mt == 1))   // (not rows 24-31 at 17-24 rows)
+                    *reinterpret_cast<float2 *>(mine + (r + 8) * rstride + c) = make_float2(acc[nt][mt][2], acc[nt][mt][3]);
             }
     }
     __syncthreads();
@@ -1105,9 +1109,13 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, bool xs, cudaStream_t st)
 {
-    if constexpr (MT == 3) {   // 17-24 rows (TDM_MM_HI24): the per-lane form from the copy, unstaged, only
-        if constexpr (FMT == TDM_MMF_NVFP4 && TDM_MM_DIRECT_XB(FMT, NT, 2) && TDM_MM_DIRECT_XB_PF(FMT, 2, PF) == PF)
-            if (direct && a.xb && !xs) return launch_glu<FMT, NT, 3, PF, true, true>(a, wn, cs, smem, st);
+    if constexpr (MT == 3) {   // 17-24 rows (TDM_MM_HI24_AT): the per-lane form from the copy only (NVFP4 unstaged)
+        if constexpr (TDM_MM_HI24_AT(FMT) && TDM_MM_DIRECT_XB(FMT, NT, 2) && TDM_MM_DIRECT_XB_PF(FMT, 2, PF) == PF)
+            if (direct && a.xb) {
+                if constexpr (FMT == TDM_MMF_FP8 && TDM_MM_XS_AT(FMT, 2))
+                    if (xs) return launch_glu<FMT, NT, 3, PF, true, true, true>(a, wn, cs, smem, st);
+                if (!xs) return launch_glu<FMT, NT, 3, PF, true, true>(a, wn, cs, smem, st);
+            }
         return cudaErrorInvalidValue;
     } else {
         if constexpr (TDM_MM_DIRECT_XB(FMT, NT, MT) && TDM_MM_DIRECT_XB_PF(FMT, MT, PF) == PF)
@@ -1123,7 +1131,7 @@ cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool d
 }
 
 // Picks the instantiation for (nt, mt, pf, vec, direct) from TDM_MM_VARIANTS (mt 0: at most 8 rows,
-// built beside every mt 1 entry; mt 3: 17-24 rows, beside NVFP4's mt 2 entries, TDM_MM_HI24);
+// built beside every mt 1 entry; mt 3: 17-24 rows, beside the mt 2 entries where TDM_MM_HI24_AT);
 // unaligned data take nt 1, pf 1 (the setting only distributes work, so this changes no bits), the
 // staged form and never the SwiGLU form.
 template <int FMT>
@@ -1151,7 +1159,7 @@ cudaError_t dispatch(const SkinnyArgs &a, int nt, int wn, int cs, int pf, int mt
         if (nt == NT_ && mt == MT_ && pf == PF_) return launch_form<FMT, NT_, MT_, PF_>(a, wn, cs, smem, direct, xs, st); \
         if constexpr (MT_ == 1)                                                                 \
             if (nt == NT_ && mt == 0 && pf == PF_) return launch_form<FMT, NT_, 0, PF_>(a, wn, cs, smem, direct, xs, st); \
-        if constexpr (MT_ == 2 && TDM_MM_HI24 && F == TDM_MMF_NVFP4)                            \
+        if constexpr (MT_ == 2 && TDM_MM_HI24_AT(F))                                            \
             if (nt == NT_ && mt == 3 && pf == PF_) return launch_form<FMT, NT_, 3, PF_>(a, wn, cs, smem, direct, xs, st); \
     }
     TDM_MM_VARIANTS(TDM_MM_LAUNCH_IF)
