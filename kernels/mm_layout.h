@@ -264,7 +264,7 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
  * NVFP4 wn 1 shapes (down_proj, out_proj, mtp.fc, in_proj_qkv; wk 4) at 32 rows took 31-56 % longer
  * with it on an H100. */
 TDM_HD int tdm_mm_xs_runs(int fmt, int mt, int wn, int wk) { return TDM_MM_XS_AT(fmt, mt) && wn >= 2 && wk <= 2; }
-/* Rows of a staged slab at mt (0: at most 8 rows, 1: 9-16, 2: 17-32) and its bytes: the copy's four
+/* Rows of a staged slab at mt (0: at most 8 rows, 1: 9-16, 2: 17-32, 3: 17-24) and its bytes: the copy's four
  * units of those rows (at 32 rows the copy's slab in one piece, else a piece a unit). */
 #define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 3 ? 24 : (mt) == 1 ? 16 : 8)
 #define TDM_MM_XS_STAGE_BYTES(mt) (TDM_MM_UNITS * TDM_MM_XS_ROWS(mt) * TDM_MM_CHUNK_K * 2)

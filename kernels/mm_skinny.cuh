@@ -431,8 +431,8 @@ constexpr int skinny_regs()
 
 // MTA: 16-row activation tiles as served: 0 = at most 8 rows (rows 8-15 of the tile repeat
 // rows 0-7: no loads, no permutes), 1 = 1-16 rows, 2 = 17-32 rows, 3 = 17-24 rows (mm_layout.h:
-// TDM_MM_HI24; the 17-32-row per-lane form from the blocked copy without rows 24-31's loads and
-// mmas). Rows 0-7 run the same instructions in the 0 and 1 instantiations, rows 0-23 the same in
+// TDM_MM_HI24_AT; the 17-32-row per-lane form from the blocked copy without rows 24-31's loads, and
+// for NVFP4 without their mmas). Rows 0-7 run the same instructions in the 0 and 1 instantiations, rows 0-23 the same in
 // the 2 and 3 ones, so a row's bits do not depend on which one ran.
 // GLU: the SwiGLU form (a.w_up set, NT 2), an instantiation of its own so that a plain product's
 // code carries none of its pointers (with them in every instantiation, 9-16 rows went from 96 to
