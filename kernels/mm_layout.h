@@ -120,12 +120,15 @@ TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 /* Whether the skinny kernel is built with an mt 3 (17-24 rows) for format fmt. */
 #define TDM_MM_HI24_AT(fmt) \
     (((fmt) == TDM_MMF_NVFP4 && TDM_MM_HI24) || ((fmt) == TDM_MMF_FP8 && TDM_MM_HI24_FP8))
+/* Whether fmt's mt 3 is also built staged (XS): FP8's; NVFP4's unstaged only (a staged NVFP4 launch at
+ * 17-24 rows, where TDM_MM_XS builds one, runs mt 2). */
+#define TDM_MM_HI24_XS(fmt) ((fmt) == TDM_MMF_FP8)
 /* The kernel's mt for m rows of format fmt at table mt mt (tdm_mm_rows_mt), per lane from the copy
- * (xb_lane), staged by XS (xs) or not: 3 at 17-24 rows where TDM_MM_HI24_AT builds it (NVFP4
- * unstaged only), else mt. */
+ * (xb_lane), staged by XS (xs) or not: 3 at 17-24 rows where TDM_MM_HI24_AT and TDM_MM_HI24_XS build
+ * it, else mt. */
 TDM_HD int tdm_mm_kernel_mt(int fmt, int mt, int64_t m, int xb_lane, int xs)
 {
-    return TDM_MM_HI24_AT(fmt) && mt == 2 && m <= 24 && xb_lane && !(xs && fmt == TDM_MMF_NVFP4) ? 3 : mt;
+    return TDM_MM_HI24_AT(fmt) && mt == 2 && m <= 24 && xb_lane && (!xs || TDM_MM_HI24_XS(fmt)) ? 3 : mt;
 }
 
 /* Whether the kernels are built for (fmt, nt, mt, pf): a TDM_MM_VARIANTS entry, or FP8 nt 2 at pf 1

@@ -446,8 +446,8 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     static_assert(!GLU || NT == 2, "the SwiGLU form takes a warp's two tiles from the two weights");
     constexpr bool HI24 = MTA == 3;   // 17-24 rows: the 17-32-row form (MTT 2) without rows 24-31
     constexpr int MTT = HI24 ? 2 : MTA;
-    static_assert(!HI24 || (TDM_MM_HI24_AT(FMT) && XB && !(XS_ && FMT == TDM_MMF_NVFP4)),
-                  "17-24 rows: per lane from the blocked copy (NVFP4 unstaged; mm_layout.h, TDM_MM_HI24_AT)");
+    static_assert(!HI24 || (TDM_MM_HI24_AT(FMT) && XB && (!XS_ || TDM_MM_HI24_XS(FMT))),
+                  "17-24 rows: per lane from the blocked copy (staged where TDM_MM_HI24_XS; mm_layout.h)");
     static_assert(!DA || (XB ? TDM_MM_DIRECT_XB(FMT, NT, MTT) : TDM_MM_DIRECT(FMT, NT, MTT)),
                   "per-lane activations are built for NVFP4 at 1-16 rows (nt 4: 1-8), and from the blocked copy at nt 2 "
                   "also at 17-32; for FP8 from the blocked copy at nt 1");
@@ -1109,10 +1109,10 @@ cudaError_t launch_glu(const SkinnyArgs &a, int wn, int cs, size_t smem, cudaStr
 template <int FMT, int NT, int MT, int PF>
 cudaError_t launch_form(const SkinnyArgs &a, int wn, int cs, size_t smem, bool direct, bool xs, cudaStream_t st)
 {
-    if constexpr (MT == 3) {   // 17-24 rows (TDM_MM_HI24_AT): the per-lane form from the copy only (NVFP4 unstaged)
+    if constexpr (MT == 3) {   // 17-24 rows (TDM_MM_HI24_AT): the per-lane form from the copy only (staged: TDM_MM_HI24_XS)
         if constexpr (TDM_MM_HI24_AT(FMT) && TDM_MM_DIRECT_XB(FMT, NT, 2) && TDM_MM_DIRECT_XB_PF(FMT, 2, PF) == PF)
             if (direct && a.xb) {
-                if constexpr (FMT == TDM_MMF_FP8 && TDM_MM_XS_AT(FMT, 2))
+                if constexpr (TDM_MM_HI24_XS(FMT) && TDM_MM_XS_AT(FMT, 2))
                     if (xs) return launch_glu<FMT, NT, 3, PF, true, true, true>(a, wn, cs, smem, st);
                 if (!xs) return launch_glu<FMT, NT, 3, PF, true, true>(a, wn, cs, smem, st);
             }
