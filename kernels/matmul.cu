@@ -347,7 +347,9 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
 
 extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
 {
-    return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= 16);
+    // NVFP4's two launches win up to the 17-24-row form's top while up carries the SiLU x up
+    const int64_t top = TDM_MLP_GATED_UP ? 24 : 16;
+    return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= top);
 }
 
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
@@ -371,6 +373,27 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
     a.row0_up = up->row0;
     a.out_scale_up = out_scale_of(up);
     return run_skinny(a, gate, t, m, true, stream);
+}
+
+extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x, int64_t ldx, const uint16_t *xb,
+                                int64_t m, const uint16_t *gate, int64_t ldg, uint16_t *y, int64_t ldy, uint16_t *yb,
+                                const struct tdm_tiles *tiles, void *stream)
+{
+    const char *who = "matmul (gated)";
+    if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
+    if (!gate || ldg < up->n) return tdm_errf("%s: gate %s, ld %" PRId64 " for %" PRId64 " outputs", who, gate ? "set" : "NULL", ldg, up->n);
+    const int kk = tdm_mmk_for(up->fmt, m);
+    if (kk < 0) return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(up->fmt));
+    tdm_mm::SkinnyArgs a;
+    if (make_args(up, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, who) != 0) return -1;
+    if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
+    a.gate_y = gate;
+    a.ld_gate = ldg;
+    a.yb = yb;
+    const struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, up->n, up->k);
+    if (tdm_tile_check((enum tdm_mmk)kk, up->n, up->k, &t) != 0)
+        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), up->n, up->k);
+    return run_skinny(a, up, t, m, rows_aligned(up) && a.x_vec, stream);
 }
 
 extern "C" int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,

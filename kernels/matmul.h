@@ -103,18 +103,39 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
 int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                          const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
 /* Whether the one launch is the faster at m rows of gate's format, where it can run (the engine's
- * TANDEM_MLP_FUSE=auto): at every row count but NVFP4's 9-16, where it ran a 16-layer 27B's 12- and
- * 16-row verifies ~0.1 ms slower than the three launches, and the pair alone 51.6 us against two
- * products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row SwiGLU pair) its warps are
- * latency-bound at the plain product's issue rate and it executes 2.33x the instructions for 2x the
- * bytes (the SwiGLU epilogue), so it cannot beat the two launches there. FP8's (1-16 rows) pays at
- * every row count: the 27B's pair 64.0-64.8 / 72.0 us at 1 / 16 rows against 2 x 32.6-33.6 / 2 x 39.9,
- * and the SiLU x up's launch (H100, bench/NOTES.md, FP8 SwiGLU). A speed fact only: the bits are the
- * same. */
+ * TANDEM_MLP_FUSE=auto): at every row count but NVFP4's 9-24 (9-16 with TDM_MLP_GATED_UP=0). At 9-16
+ * it ran a 16-layer 27B's 12- and 16-row verifies ~0.1 ms slower than the three launches, and the pair
+ * alone 51.6 us against two products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row
+ * SwiGLU pair) its warps are latency-bound at the plain product's issue rate and it executes 2.33x the
+ * instructions for 2x the bytes (the SwiGLU epilogue), so it cannot beat the two launches there. At
+ * 17-24 rows (the 17-24-row form) the gate's product and up's with the SiLU x up (tdm_matmul_gated)
+ * ran the 16-layer 27B's verifies 1.2-1.8 % faster; at 25-32 they tie, and the one launch stays (H100,
+ * bench/NOTES.md, the gated up product). FP8's (1-16 rows) pays at every row count: the 27B's pair
+ * 64.0-64.8 / 72.0 us at 1 / 16 rows against 2 x 32.6-33.6 / 2 x 39.9, and the SiLU x up's launch
+ * (H100, bench/NOTES.md, FP8 SwiGLU; not measured against the gated up product). A speed fact only:
+ * the bits are the same. */
 int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m);
 int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                       const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
                       const struct tdm_tiles *tiles, void *stream);
+
+/* TDM_MLP_GATED_UP: where the engine's SwiGLU does not run as one product (tdm_engine_dense_mlp) and
+ * m <= 32, up's product applies the SiLU x up in its epilogue (tdm_matmul_gated: 1, the default)
+ * instead of a tdm_silu_mul launch after it (0; then NVFP4's one launch pays from 17 rows again:
+ * tdm_matmul_swiglu_pays). A build-time knob for A/B runs; the same bits either way. */
+#ifndef TDM_MLP_GATED_UP
+#define TDM_MLP_GATED_UP 1
+#endif
+/* The up projection of a SwiGLU with the SiLU x up in its epilogue: y[m][n] = bf16(bf16(silu(g)) * u)
+ * with g the gate's BF16 output (gate, row stride ldg: tdm_matmul's for the gate weight, written
+ * before this call on its stream) and u the BF16 output tdm_matmul would give for up: the same bits
+ * as tdm_matmul of up, then tdm_silu_mul, in one launch instead of two. gate may be y (each element is
+ * read, then written, by one thread). The skinny kernels only (1..32 rows; -1 with tdm_err() past
+ * them: the caller runs the wide product and tdm_silu_mul). xb: x's blocked copy or NULL; yb: NULL, or
+ * where y's blocked copy goes as well (m <= TDM_MM_XB_ROWS). */
+int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
+                     const uint16_t *gate, int64_t ldg, uint16_t *y, int64_t ldy, uint16_t *yb,
+                     const struct tdm_tiles *tiles, void *stream);
 
 /* The wide GEMM for any m >= 1 (tdm_matmul sends m > 32 here). */
 int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,

@@ -68,7 +68,13 @@ struct SkinnyArgs {
     const uint8_t *w_up, *scale_up;
     int64_t row0_up;
     float out_scale_up;
-    uint16_t *yb;            // SwiGLU: NULL, or where y's blocked copy goes as well (m <= 32)
+    uint16_t *yb;            // SwiGLU or gated: NULL, or where y's blocked copy goes as well (m <= 32)
+    // The gated up product (a plain product, BF16 out; tdm_matmul_gated): the gate's BF16 output
+    // [m][ld_gate], read after the wait, and y[r][o] = bf16(bf16(silu(gate[r][o])) * bf16(sum)), the
+    // SwiGLU's and tdm_silu_mul's roundings. gate may be y itself (each element is read, then written,
+    // by one thread). NULL: a plain product.
+    const uint16_t *gate_y;
+    int64_t ld_gate;
 };
 
 // ---- small device pieces ------------------------------------------------------------------------
@@ -1020,14 +1026,18 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             // tdm_silu_mul's roundings on the two products' BF16 outputs (swiglu_ref)
             const uint16_t v = tdm_ly::swiglu_ref(red[r * rstride + cg] * a.out_scale, red[r * rstride + cg + 8] * a.out_scale_up);
             reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = v;
-            if (a.yb && n < a.n / TDM_MM_SLAB_K * TDM_MM_SLAB_K) a.yb[tdm_mm_xb_index(r, n)] = v;
+            tdm_ly::xb_put(a.yb, r, n, a.n, v);
         }
     } else {
         for (int e = tid; e < nel; e += nthr) {
             const int r = e / cols, c = e - r * cols, n = col0 + c;
             if (n >= a.n) continue;
             const float v = red[r * rstride + c] * a.out_scale;
-            if (a.y_f32)
+            if (a.gate_y) {   // the gated up product: the gate's BF16 output is exact as a float
+                const uint16_t o = tdm_ly::swiglu_ref(tdm_ly::bf2f(a.gate_y[r * a.ld_gate + n]), v);
+                reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = o;
+                tdm_ly::xb_put(a.yb, r, n, a.n, o);
+            } else if (a.y_f32)
                 reinterpret_cast<float *>(a.y)[r * a.ldy + n] = v;
             else
                 reinterpret_cast<__nv_bfloat16 *>(a.y)[r * a.ldy + n] = __float2bfloat16_rn(v);

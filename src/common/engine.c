@@ -495,9 +495,12 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
-            e->fuse_mlp == TDM_MLP_FUSE_AUTO   ? "one launch where it is the faster (not NVFP4 at 9-16 rows)"
-            : e->fuse_mlp == TDM_MLP_FUSE_ON   ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
-                                               : "three launches (TANDEM_MLP_FUSE=off)",
+            e->fuse_mlp == TDM_MLP_FUSE_AUTO
+                ? (TDM_MLP_GATED_UP ? "one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up)"
+                                    : "one launch where it is the faster (not NVFP4 at 9-16 rows)")
+            : e->fuse_mlp == TDM_MLP_FUSE_ON ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
+            : TDM_MLP_GATED_UP               ? "gate, then up with the SiLU x up at 1-32 rows (TANDEM_MLP_FUSE=off)"
+                                             : "three launches (TANDEM_MLP_FUSE=off)",
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
             tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",
@@ -719,9 +722,14 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
      * count, changes none) */
     const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, xnb, M, t) &&
                       (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, M));
+    /* else the gate, then up with the SiLU x up in its epilogue (TDM_MLP_GATED_UP: two launches) or
+     * up and tdm_silu_mul (three); the same bits */
+    const int gated = TDM_MLP_GATED_UP && M <= TDM_MM_MAX_ROWS;
     if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
-                     tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) || tdm_silu_mul(g, u, I, M, g, gb, st)) ||
+                     (gated ? tdm_matmul_gated(up, xn, H, xnb, M, g, I, g, I, gb, t, st)
+                            : tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) ||
+                                  tdm_silu_mul(g, u, I, M, g, gb, st))) ||
         tdm_matmul_xb(down, g, I, gb, M, y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;

@@ -41,8 +41,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
      "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp; FP8 at 1-16 rows from the "
      "input's blocked copy: the same bits); off runs "
-     "two products and the SiLU x up kernel (the older path, for comparison); auto runs the one launch where "
-     "it is measured faster: every row count but NVFP4's 9-16 (tdm_matmul_swiglu_pays)"},
+     "the gate's product, then up's with SiLU(gate) x up in its epilogue (1-32 rows; past them up's product and "
+     "the SiLU x up kernel), for comparison; auto runs the one launch where it is measured faster: every row "
+     "count but NVFP4's 9-24 (tdm_matmul_swiglu_pays), which run as off does"},
     {"TANDEM_CONCURRENT", "on", "on|off",
      "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
      "rows (a GDN layer's in_proj_z and in_proj_b/a, or in_proj_ba, beside in_proj_qkv or in_proj_qkvz; an "

@@ -610,6 +610,78 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
 
 /* FP8 SwiGLU on edge shapes: an FP8 table of nt 2 settings written for them (t/tiletest.h), each
  * then run as one product at 1-16 rows from the blocked copy. */
+/* The gated up product (tdm_matmul_gated: up's product with the SiLU x up in its epilogue) against
+ * tdm_matmul of gate and of up, then tdm_silu_mul, bit for bit, y and its blocked copy, at every row
+ * count 1..32, in place (y the gate's output, as the engine runs it) and, at one row count, into a
+ * separate y; from x's blocked copy where from_xb (FP8 and NVFP4 read it per lane, as in the
+ * engine); 33 rows refused. Each row of the reference is row-invariant (the twins above), so the gated
+ * product is too. */
+static void run_gated(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, const struct tdm_tiles *tl, int from_xb)
+{
+    struct hweight hg, hu;
+    make_weight(&hg, fmt, n, k, TDM_DT_F32);
+    make_weight(&hu, fmt, n, k, TDM_DT_F32);
+    hu.q.scale2 = 0.0321f;   /* up's own NVFP4 global scale */
+    struct tdm_dweight g, u;
+    if (tdm_dweight_upload(&hg.q, &g) != 0 || tdm_dweight_upload(&hu.q, &u) != 0) {
+        ok(0, "%s: upload: %s", label, tdm_err());
+        return;
+    }
+    const int R = TDM_MM_MAX_ROWS;
+    uint16_t *hx, *dx;
+    float *xf;
+    uint16_t *dg, *du, *dref, *dy, *dxb = NULL, *dyb = NULL, *dyb2 = NULL;
+    const size_t yb = (size_t)(R + 1) * n * 2, xbb = (size_t)tdm_mm_xb_elems(k) * 2,
+                 ybb = (size_t)tdm_mm_xb_elems(n) * 2;
+    if (make_dx(R + 1, k, &hx, &xf, &dx) != 0 || tdm_cuda_malloc((void **)&dg, yb) || tdm_cuda_malloc((void **)&du, yb) ||
+        tdm_cuda_malloc((void **)&dref, yb) || tdm_cuda_malloc((void **)&dy, yb) ||
+        tdm_cuda_malloc((void **)&dxb, xbb + 16) || tdm_cuda_malloc((void **)&dyb, ybb + 16) ||
+        tdm_cuda_malloc((void **)&dyb2, ybb + 16)) {
+        ok(0, "%s: device memory: %s", label, tdm_err());
+        return;
+    }
+    int same = 0, copies = 0, fails = 0;
+    for (int m = 1; m <= R; m++) {
+        const uint16_t *xb = from_xb && xbb ? dxb : NULL;
+        const size_t by = (size_t)m * n * 2;
+        int64_t d1 = -1, d2 = -1, d3 = -1;
+        /* the reference: gate, up, tdm_silu_mul, and the reference's blocked copy packed from it */
+        if ((xb && tdm_mm_pack_xb(dx, k, m, k, dxb, st) != 0) || tdm_matmul_xb(&g, dx, k, xb, m, dg, n, TDM_MM_BF16, tl, st) ||
+            tdm_matmul_xb(&u, dx, k, xb, m, du, n, TDM_MM_BF16, tl, st) || tdm_silu_mul(dg, du, n, m, dref, NULL, st) ||
+            (ybb && (tdm_dev_fill_bytes(dyb2, ybb, 0, 0, 0, st) || tdm_mm_pack_xb(dref, n, m, n, dyb2, st))) ||
+            /* gated, in place over the gate's output, writing y's copy */
+            tdm_copy_async(dy, dg, by, st) || (ybb && tdm_dev_fill_bytes(dyb, ybb, 0, 0, 0, st)) ||
+            tdm_matmul_gated(&u, dx, k, xb, m, dy, n, dy, n, ybb ? dyb : NULL, tl, st) ||
+            tdm_dev_count_diff(dy, dref, by, &d1, st) || (ybb && tdm_dev_count_diff(dyb, dyb2, ybb, &d2, st))) {
+            fails++;
+            printf("# %s m=%d: %s\n", label, m, tdm_err());
+            continue;
+        }
+        same += d1 == 0;
+        copies += !ybb || d2 == 0;
+        if (m == R / 2 + 3) {   /* into its own y, the gate's output left as it was */
+            if (tdm_dev_fill_bytes(dy, yb, 5, 0xff, 0, st) || tdm_matmul_gated(&u, dx, k, xb, m, dg, n, dy, n, NULL, tl, st) ||
+                tdm_dev_count_diff(dy, dref, by, &d3, st) || tdm_silu_mul(dg, du, n, m, du, NULL, st) ||
+                tdm_dev_count_diff(du, dref, by, &d1, st)) {
+                fails++;
+                printf("# %s m=%d (separate y): %s\n", label, m, tdm_err());
+            }
+            ok(d3 == 0 && d1 == 0, "%s: at %d rows into a separate y: the same bits (%lld differing bytes), the gate's output "
+               "left as it was", label, m, (long long)d3);
+        }
+    }
+    ok(fails == 0 && same == R, "%s: up with the SiLU x up = gate, up, tdm_silu_mul bit for bit at %d of %d row counts%s",
+       label, same, R, from_xb ? " (x's blocked copy)" : "");
+    ok(fails == 0 && copies == R, "%s: y's blocked copy = y packed at %d of %d row counts", label, copies, R);
+    ok(tdm_matmul_gated(&u, dx, k, NULL, R + 1, dg, n, dy, n, NULL, tl, st) != 0, "%s: %d rows refused: %s", label, R + 1,
+       tdm_err());
+    tdm_dweight_free(&g);
+    tdm_dweight_free(&u);
+    tdm_cuda_free(dx); tdm_cuda_free(dg); tdm_cuda_free(du); tdm_cuda_free(dref); tdm_cuda_free(dy);
+    tdm_cuda_free(dxb); tdm_cuda_free(dyb); tdm_cuda_free(dyb2);
+    free(hx); free(xf);
+}
+
 static void fp8_swiglu_edges(const char *arch)
 {
     static const int64_t shapes[][2] = {{200, 528}, {512, 256}, {344, 1024}};
@@ -689,6 +761,13 @@ int main(void)
     if (tdm_tiles_get(tiles, TDM_MMK_FP8, 17408, 5120).nt == 2)
         run_swiglu("swiglu fp8 17408x5120", TDM_W_FP8, 17408, 5120, tiles, 1, 16);
     fp8_swiglu_edges(arch);
+    /* the gated up product: the 27B's MLP in NVFP4 (the 9-16 rows the engine runs it at, and every
+     * other), FP8 and BF16 on smaller shapes, a partial last CTA and slab */
+    run_gated("gated nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, tiles, 1);
+    run_gated("gated nvfp4 200x1056 (a partial last CTA and slab)", TDM_W_NVFP4, 200, 1056, tiles, 0);
+    run_gated("gated fp8 1024x5120", TDM_W_FP8, 1024, 5120, tiles, 1);
+    run_gated("gated fp8 344x1000 (partial blocks)", TDM_W_FP8, 344, 1000, tiles, 0);
+    run_gated("gated bf16 512x256", TDM_W_BF16, 512, 256, tiles, 0);
     /* programmatic launches: the 27B's largest NVFP4 shape and a small FP8 and BF16 one */
     run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 1);
     run_pdl_chain("pdl nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, 8);
