@@ -101,6 +101,13 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 // also brings the next slab of the row into L2. Measured on the H200 (bench/NOTES.md, v5): 128
 // takes a 27B token from 10.34 to 9.98 ms at one row and 25.9 to 24.2 ms at 32; 256 less; an
 // explicit prefetch.global.L2 some slabs past the register ring made it slower.
+// TDM_MM_GATE_LOADS: the gated up product's epilogue reads this many of a thread's gate values before
+// it stores any (default 4); 1 reads each just before its store. A build-time knob for A/B runs.
+#ifndef TDM_MM_GATE_LOADS
+#define TDM_MM_GATE_LOADS 4
+#endif
+static_assert(TDM_MM_GATE_LOADS >= 1, "at least one gate value a round");
+
 #ifndef TDM_MM_L2PF
 #define TDM_MM_L2PF 128
 #endif
@@ -1028,16 +1035,32 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
             reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = v;
             tdm_ly::xb_put(a.yb, r, n, a.n, v);
         }
+    } else if (a.gate_y) {   // the gated up product: the gate's BF16 output is exact as a float
+        // TDM_MM_GATE_LOADS of a thread's gate values asked for together: y may be the gate's output, so
+        // the compiler keeps every load after the stores before it (one L2 round trip each at 1)
+        constexpr int GATE_LOADS = TDM_MM_GATE_LOADS;
+        for (int e0 = tid; e0 < nel; e0 += GATE_LOADS * nthr) {
+            uint16_t g[GATE_LOADS];
+#pragma unroll
+            for (int j = 0; j < GATE_LOADS; j++) {
+                const int e = e0 + j * nthr, r = e / cols, n = col0 + e - r * cols;
+                g[j] = e < nel && n < a.n ? a.gate_y[r * a.ld_gate + n] : 0;
+            }
+#pragma unroll
+            for (int j = 0; j < GATE_LOADS; j++) {
+                const int e = e0 + j * nthr, r = e / cols, c = e - r * cols, n = col0 + c;
+                if (e >= nel || n >= a.n) continue;
+                const uint16_t o = tdm_ly::swiglu_ref(tdm_ly::bf2f(g[j]), red[r * rstride + c] * a.out_scale);
+                reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = o;
+                tdm_ly::xb_put(a.yb, r, n, a.n, o);
+            }
+        }
     } else {
         for (int e = tid; e < nel; e += nthr) {
             const int r = e / cols, c = e - r * cols, n = col0 + c;
             if (n >= a.n) continue;
             const float v = red[r * rstride + c] * a.out_scale;
-            if (a.gate_y) {   // the gated up product: the gate's BF16 output is exact as a float
-                const uint16_t o = tdm_ly::swiglu_ref(tdm_ly::bf2f(a.gate_y[r * a.ld_gate + n]), v);
-                reinterpret_cast<uint16_t *>(a.y)[r * a.ldy + n] = o;
-                tdm_ly::xb_put(a.yb, r, n, a.n, o);
-            } else if (a.y_f32)
+            if (a.y_f32)
                 reinterpret_cast<float *>(a.y)[r * a.ldy + n] = v;
             else
                 reinterpret_cast<__nv_bfloat16 *>(a.y)[r * a.ldy + n] = __float2bfloat16_rn(v);
