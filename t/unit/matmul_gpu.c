@@ -420,6 +420,24 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
 }
 
 
+/* A SwiGLU's gate and up weights of one shape and format on the device (up with its own NVFP4 global
+ * scale; the host copies freed); 0, or -1 after a failed test line naming label. */
+static int make_gate_up(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, struct tdm_dweight *g,
+                        struct tdm_dweight *u)
+{
+    struct hweight hg, hu;
+    make_weight(&hg, fmt, n, k, TDM_DT_F32);
+    make_weight(&hu, fmt, n, k, TDM_DT_F32);
+    hu.q.scale2 = 0.0321f;
+    const int up = tdm_dweight_upload(&hg.q, g) == 0 && tdm_dweight_upload(&hu.q, u) == 0;
+    free(hg.w); free(hg.scale); free(hu.w); free(hu.scale);
+    if (!up) {
+        ok(0, "%s: upload: %s", label, tdm_err());
+        return -1;
+    }
+    return 0;
+}
+
 /* SwiGLU in one product (tdm_matmul_swiglu) against tdm_matmul of gate and of up, then
  * tdm_silu_mul, bit for bit, at every row count 1..32 the tables tl let it run (nt 2 settings), with
  * rows that share inputs; and each row against its one-row call (the twin). n not a multiple of a
@@ -431,15 +449,8 @@ static void run_case(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, i
 static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, const struct tdm_tiles *tl, int from_xb,
                        int want)
 {
-    struct hweight hg, hu;
-    make_weight(&hg, fmt, n, k, TDM_DT_F32);
-    make_weight(&hu, fmt, n, k, TDM_DT_F32);
-    hu.q.scale2 = 0.0321f;   /* up's own NVFP4 global scale */
     struct tdm_dweight g, u;
-    if (tdm_dweight_upload(&hg.q, &g) != 0 || tdm_dweight_upload(&hu.q, &u) != 0) {
-        ok(0, "%s: upload: %s", label, tdm_err());
-        return;
-    }
+    if (make_gate_up(label, fmt, n, k, &g, &u) != 0) return;
     const int R = 32;
     uint16_t *hx, *dx;
     float *xf;
@@ -518,7 +529,6 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
     tdm_dweight_free(&u);
     tdm_cuda_free(dx); tdm_cuda_free(dg); tdm_cuda_free(du); tdm_cuda_free(dref); tdm_cuda_free(dglu);
     free(hx); free(xf); free(ref); free(glu); free(one);
-    free(hg.w); free(hg.scale); free(hu.w); free(hu.scale);
 }
 
 /* Programmatic launches: PAIRS pairs of (add_rmsnorm of residual rows h_p into the one buffer xn,
@@ -618,15 +628,8 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
  * product is too. */
 static void run_gated(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, const struct tdm_tiles *tl, int from_xb)
 {
-    struct hweight hg, hu;
-    make_weight(&hg, fmt, n, k, TDM_DT_F32);
-    make_weight(&hu, fmt, n, k, TDM_DT_F32);
-    hu.q.scale2 = 0.0321f;   /* up's own NVFP4 global scale */
     struct tdm_dweight g, u;
-    if (tdm_dweight_upload(&hg.q, &g) != 0 || tdm_dweight_upload(&hu.q, &u) != 0) {
-        ok(0, "%s: upload: %s", label, tdm_err());
-        return;
-    }
+    if (make_gate_up(label, fmt, n, k, &g, &u) != 0) return;
     const int R = TDM_MM_MAX_ROWS;
     uint16_t *hx, *dx;
     float *xf;
