@@ -381,6 +381,7 @@ extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x,
 {
     const char *who = "matmul (gated)";
     if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
+    if (!up) return tdm_errf("%s: NULL weight", who);
     if (!gate || ldg < up->n) return tdm_errf("%s: gate %s, ld %" PRId64 " for %" PRId64 " outputs", who, gate ? "set" : "NULL", ldg, up->n);
     const int kk = tdm_mmk_for(up->fmt, m);
     if (kk < 0) return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(up->fmt));

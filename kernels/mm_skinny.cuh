@@ -95,12 +95,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Weights are read once per product: stream them past L1 and let L2 evict them first.
-// TDM_MM_L2PF (bytes: 0 = none, 64, 128 or 256; default 128): the L2 prefetch size of those loads. A
-// weight row is contiguous and its four lanes read 64 bytes of it per slab, so an L2::128B load
-// also brings the next slab of the row into L2. Measured on the H200 (bench/NOTES.md, v5): 128
-// takes a 27B token from 10.34 to 9.98 ms at one row and 25.9 to 24.2 ms at 32; 256 less; an
-// explicit prefetch.global.L2 some slabs past the register ring made it slower.
 // TDM_MM_GATE_LOADS: the gated up product's epilogue reads this many of a thread's gate values before
 // it stores any (default 4); 1 reads each just before its store. A build-time knob for A/B runs.
 #ifndef TDM_MM_GATE_LOADS
@@ -108,6 +102,12 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 static_assert(TDM_MM_GATE_LOADS >= 1, "at least one gate value a round");
 
+// Weights are read once per product: stream them past L1 and let L2 evict them first.
+// TDM_MM_L2PF (bytes: 0 = none, 64, 128 or 256; default 128): the L2 prefetch size of those loads. A
+// weight row is contiguous and its four lanes read 64 bytes of it per slab, so an L2::128B load
+// also brings the next slab of the row into L2. Measured on the H200 (bench/NOTES.md, v5): 128
+// takes a 27B token from 10.34 to 9.98 ms at one row and 25.9 to 24.2 ms at 32; 256 less; an
+// explicit prefetch.global.L2 some slabs past the register ring made it slower.
 #ifndef TDM_MM_L2PF
 #define TDM_MM_L2PF 128
 #endif
