@@ -46,7 +46,7 @@ t "scripts/bundle --list: every tool and test program, the fixtures, nothing wri
 # default binary with TANDEM_TILES set to it; a missing directory fails the part
 g=$tmp/gr; mkdir -p "$g/scripts" "$g/bin" "$tmp/tA/sm_90" && cp scripts/gpu-run "$g/scripts/"
 printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
-printf '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && mkdir -p "$2" && : >"$2/config.json"; shift; done\n' >"$g/bin/tandem-mkmodel"
+printf '#!/bin/sh\necho "$*" >>"%s/mkargs"\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && mkdir -p "$2" && : >"$2/config.json"; shift; done\n' "$tmp" >"$g/bin/tandem-mkmodel"
 printf '#!/bin/sh\necho "$0 $TANDEM_TILES" >>"%s/runs"\necho "$*" >>"%s/args"\necho "step 1 a b c d e 0.5"\n' "$tmp" "$tmp" >"$g/bin/tandem-benchround"
 chmod +x "$g/bin/"*
 t "gpu-run ab80 with GPU_RUN_AB_TILES: the default build, then the tiles directory through TANDEM_TILES" sh -c "
@@ -57,6 +57,12 @@ t "gpu-run ab27: the 16-layer 27B made into GPU_RUN_MODEL27S, rounds of 1, 16 an
     GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/gro27' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 && [ -f '$tmp/m27/config.json' ] &&
     grep -qx 'new 1 step 1 0.5' '$tmp/gro27/ab27.txt' && grep -qx 'new 2 step 1 0.5' '$tmp/gro27/ab27.txt' &&
     grep -qx -- '-m $tmp/m27 --rows 1,16,32 --tree none --reps 10' '$tmp/args'"
+t "gpu-run ab27 with GPU_RUN_AB27_FORMAT=fp8: the 16-layer 27B made in FP8" sh -c "
+    GPU_RUN_AB27_FORMAT=fp8 GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL27S='$tmp/m27f' OUT='$tmp/gro27f' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 &&
+    grep -q -- '-o $tmp/m27f --shape qwen3.8-27b --format fp8 --layers 16' '$tmp/mkargs' &&
+    grep -qx 'new 1 step 1 0.5' '$tmp/gro27f/ab27.txt'"
+t "gpu-run with GPU_RUN_AB27_FORMAT=nvfp8: exit 2 naming the formats" exits 2 "nvfp4, fp8 or bf16" env GPU_RUN_AB27_FORMAT=nvfp8 \
+    OUT="$tmp/gro27x" "$g/scripts/gpu-run" ab27
 t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
     GPU_RUN_AB_TILES='$tmp/nosuch' GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>'$tmp/gre';
     [ \$? -eq 1 ] && grep -q 'no tile directory $tmp/nosuch' '$tmp/gre'"
