@@ -269,15 +269,24 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     return 0;
 }
 
+// gate, ldg, yb: the gated up product's (tdm_matmul_gated; gate NULL: a plain product); who names the
+// caller in errors.
 static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
-                  int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains)
+                  int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains,
+                  const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr)
 {
     tdm_mm::SkinnyArgs a;
-    if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, "matmul") != 0) return -1;
+    if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, who) != 0) return -1;
+    if (gate) {
+        if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
+        a.gate_y = gate;
+        a.ld_gate = ldg;
+        a.yb = yb;
+    }
     const int kk = tdm_mmk_for(w->fmt, m);
-    if (kk < 0) return tdm_errf("matmul: the skinny kernels serve 1..32 rows, not %" PRId64, m);
+    if (kk < 0) return tdm_errf("%s: the skinny kernels serve 1..32 rows, not %" PRId64, who, m);
     if ((rule_chains ? tdm_tile_check : tdm_tile_check_plan)((enum tdm_mmk)kk, w->n, w->k, tile) != 0)
-        return tdm_err_prefix("matmul: %s %" PRId64 ",%" PRId64, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
+        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
     // The vector instantiation needs aligned weight rows and activation rows; the other loads
     // byte-wise (launch settings and load widths change no bits).
     return run_skinny(a, w, *tile, m, rows_aligned(w) && a.x_vec, stream);
@@ -348,7 +357,7 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
 extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
 {
     // NVFP4's two launches win up to the 17-24-row form's top while up carries the SiLU x up
-    const int64_t top = TDM_MLP_GATED_UP ? 24 : 16;
+    const int64_t top = TDM_MLP_GATED_UP ? TDM_MM_HI24_ROWS : 16;
     return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= top);
 }
 
@@ -385,16 +394,8 @@ extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x,
     if (!gate || ldg < up->n) return tdm_errf("%s: gate %s, ld %" PRId64 " for %" PRId64 " outputs", who, gate ? "set" : "NULL", ldg, up->n);
     const int kk = tdm_mmk_for(up->fmt, m);
     if (kk < 0) return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(up->fmt));
-    tdm_mm::SkinnyArgs a;
-    if (make_args(up, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, who) != 0) return -1;
-    if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
-    a.gate_y = gate;
-    a.ld_gate = ldg;
-    a.yb = yb;
     const struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, up->n, up->k);
-    if (tdm_tile_check((enum tdm_mmk)kk, up->n, up->k, &t) != 0)
-        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), up->n, up->k);
-    return run_skinny(a, up, t, m, rows_aligned(up) && a.x_vec, stream);
+    return skinny(up, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &t, stream, true, who, gate, ldg, yb);
 }
 
 extern "C" int tdm_matmul(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y, int64_t ldy,

@@ -117,6 +117,8 @@ TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
 #ifndef TDM_MM_HI24_FP8
 #define TDM_MM_HI24_FP8 1
 #endif
+/* The most rows mt 3 serves (its second 16-row tile's last 8-row group left out). */
+#define TDM_MM_HI24_ROWS 24
 /* Whether the skinny kernel is built with an mt 3 (17-24 rows) for format fmt. */
 #define TDM_MM_HI24_AT(fmt) \
     (((fmt) == TDM_MMF_NVFP4 && TDM_MM_HI24) || ((fmt) == TDM_MMF_FP8 && TDM_MM_HI24_FP8))
@@ -128,7 +130,7 @@ TDM_HD int tdm_mm_rows_mt(int64_t m) { return m <= 8 ? 0 : m <= 16 ? 1 : 2; }
  * it, else mt. */
 TDM_HD int tdm_mm_kernel_mt(int fmt, int mt, int64_t m, int xb_lane, int xs)
 {
-    return TDM_MM_HI24_AT(fmt) && mt == 2 && m <= 24 && xb_lane && (!xs || TDM_MM_HI24_XS(fmt)) ? 3 : mt;
+    return TDM_MM_HI24_AT(fmt) && mt == 2 && m <= TDM_MM_HI24_ROWS && xb_lane && (!xs || TDM_MM_HI24_XS(fmt)) ? 3 : mt;
 }
 
 /* Whether the kernels are built for (fmt, nt, mt, pf): a TDM_MM_VARIANTS entry, or FP8 nt 2 at pf 1
@@ -269,7 +271,7 @@ TDM_HD int tdm_mm_unit_slot(int fmt, int e)
 TDM_HD int tdm_mm_xs_runs(int fmt, int mt, int wn, int wk) { return TDM_MM_XS_AT(fmt, mt) && wn >= 2 && wk <= 2; }
 /* Rows of a staged slab at mt (0: at most 8 rows, 1: 9-16, 2: 17-32, 3: 17-24) and its bytes: the copy's four
  * units of those rows (at 32 rows the copy's slab in one piece, else a piece a unit). */
-#define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 3 ? 24 : (mt) == 1 ? 16 : 8)
+#define TDM_MM_XS_ROWS(mt) ((mt) == 2 ? 32 : (mt) == 3 ? TDM_MM_HI24_ROWS : (mt) == 1 ? 16 : 8)
 #define TDM_MM_XS_STAGE_BYTES(mt) (TDM_MM_UNITS * TDM_MM_XS_ROWS(mt) * TDM_MM_CHUNK_K * 2)
 /* Stages (slabs) of a chain's ring. */
 #define TDM_MM_XS_STAGES 4
