@@ -361,6 +361,11 @@ extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
     return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= top);
 }
 
+extern "C" int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m)
+{
+    return up && m >= 1 && m <= TDM_MM_MAX_ROWS && !(up->fmt == TDM_W_FP8 && m > 16 && m <= TDM_MM_HI24_ROWS);
+}
+
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
                                  int64_t ldx, const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
                                  const struct tdm_tiles *tiles, void *stream)

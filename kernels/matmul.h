@@ -126,6 +126,13 @@ int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *
 #ifndef TDM_MLP_GATED_UP
 #define TDM_MLP_GATED_UP 1
 #endif
+/* Whether up's product with the SiLU x up in its epilogue (tdm_matmul_gated) is the faster at m rows
+ * of up's format than up's product and a tdm_silu_mul launch, where the SwiGLU is not one launch (the
+ * engine's choice, with TDM_MLP_GATED_UP): at 1-32 rows but FP8's 17-24. There, on a 16-layer FP8
+ * 27B, four alternated passes ran the 17-, 20- and 24-row verifies 0.6-0.7 % slower with it (11 of 12
+ * pairs slower by -0.2 to +1.6 %) and the 32-row one 1.3 % faster (H100, bench/NOTES.md, FP8's gated
+ * up product). A speed fact only: the bits are the same. */
+int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m);
 /* The up projection of a SwiGLU with the SiLU x up in its epilogue: y[m][n] = bf16(bf16(silu(g)) * u)
  * with g the gate's BF16 output (gate, row stride ldg: tdm_matmul's for the gate weight, written
  * before this call on its stream) and u the BF16 output tdm_matmul would give for up: the same bits

@@ -496,10 +496,11 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
             e->fuse_mlp == TDM_MLP_FUSE_AUTO
-                ? (TDM_MLP_GATED_UP ? "one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up)"
+                ? (TDM_MLP_GATED_UP ? "one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up; "
+                                      "three launches at FP8's 17-24)"
                                     : "one launch where it is the faster (not NVFP4 at 9-16 rows)")
             : e->fuse_mlp == TDM_MLP_FUSE_ON ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
-            : TDM_MLP_GATED_UP               ? "gate, then up with the SiLU x up at 1-32 rows (TANDEM_MLP_FUSE=off)"
+            : TDM_MLP_GATED_UP               ? "gate, then up with the SiLU x up at 1-32 rows but FP8's 17-24 (TANDEM_MLP_FUSE=off)"
                                              : "three launches (TANDEM_MLP_FUSE=off)",
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
@@ -722,9 +723,9 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
      * count, changes none) */
     const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, xnb, M, t) &&
                       (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, M));
-    /* else the gate, then up with the SiLU x up in its epilogue (TDM_MLP_GATED_UP: two launches) or
-     * up and tdm_silu_mul (three); the same bits */
-    const int gated = TDM_MLP_GATED_UP && M <= TDM_MM_MAX_ROWS;
+    /* else the gate, then up with the SiLU x up in its epilogue (TDM_MLP_GATED_UP: two launches, where
+     * tdm_matmul_gated_pays) or up and tdm_silu_mul (three); the same bits */
+    const int gated = TDM_MLP_GATED_UP && tdm_matmul_gated_pays(up, M);
     if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
                      (gated ? tdm_matmul_gated(up, xn, H, xnb, M, g, I, g, I, gb, t, st)

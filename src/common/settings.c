@@ -41,8 +41,9 @@ const struct tdm_setting_def tdm_settings[] = {
      "CUDA engine: on runs a dense MLP's gate and up projections and SiLU(gate) x up as one skinny-kernel "
      "launch (1-32 rows, where the shape's tile setting takes two n8-tiles a warp; FP8 at 1-16 rows from the "
      "input's blocked copy: the same bits); off runs "
-     "the gate's product, then up's with SiLU(gate) x up in its epilogue (1-32 rows; past them up's product and "
-     "the SiLU x up kernel), for comparison; auto runs the one launch where it is measured faster: every row "
+     "the gate's product, then up's with SiLU(gate) x up in its epilogue (1-32 rows but FP8's 17-24, where it is "
+     "measured slower, tdm_matmul_gated_pays; past 32 rows and there up's product and the SiLU x up kernel), for "
+     "comparison; auto runs the one launch where it is measured faster: every row "
      "count but NVFP4's 9-24 (tdm_matmul_swiglu_pays), which run as off does"},
     {"TANDEM_CONCURRENT", "on", "on|off",
      "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
