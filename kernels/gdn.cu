@@ -54,11 +54,21 @@ __device__ __forceinline__ void conv_write_state(const uint16_t *x, int64_t ldx,
 // copy gcount values gsrc -> gdst (the pending rows' gates, kept for the recurrence).
 // (Before, one thread a channel walked the M tokens in order: a 16-row verify's two convs took
 // 10.7 us a layer on the H200 against 8.0 side by side; bench/NOTES.md.)
+// TDM_GDN_CONV_RELEASE (default 1): the decode conv lets the programmatic kernel after it start
+// (pdl.cuh) at its own start: a round's pending conv (tdm_gdn_conv_pending, a plain launch) is followed
+// by in_proj_qkv, which may then load its first weights beside it (the decode and verify forms are
+// followed by the plain recurrence, on which release() has no effect). 0: released at completion. A
+// speed knob only (release() changes no value): on a 16-layer NVFP4 27B, four alternated passes ran
+// 16-row chain rounds 0.6 % faster (4 of 4), 1-5-row ones within +-0.4 % (H100, bench/NOTES.md).
+#ifndef TDM_GDN_CONV_RELEASE
+#define TDM_GDN_CONV_RELEASE 1
+#endif
 template <int K>
 __global__ void __launch_bounds__(CONV_THREADS)
 conv_kernel(const uint16_t *x, int64_t ldx, const float *w, const uint16_t *state, uint16_t *state_out, int M,
             int C, uint16_t *y, const int32_t *d_M, const uint16_t *gsrc, uint16_t *gdst, int64_t gcount)
 {
+    if (TDM_GDN_CONV_RELEASE) tdm_pdl::release();
     const int ty = threadIdx.y, TY = blockDim.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     for (int64_t i = (int64_t)blockIdx.x * CONV_THREADS + ty * blockDim.x + threadIdx.x; i < gcount;
          i += (int64_t)gridDim.x * CONV_THREADS)
