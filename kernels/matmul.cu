@@ -366,6 +366,16 @@ extern "C" int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m)
     return up && m >= 1 && m <= TDM_MM_MAX_ROWS && !(up->fmt == TDM_W_FP8 && m > 16 && m <= TDM_MM_HI24_ROWS);
 }
 
+extern "C" enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
+                                                       const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                                                       const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles)
+{
+    if (fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, x, ldx, xb, m, tiles) &&
+        (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, m)))
+        return TDM_SWIGLU_ONE;
+    return TDM_MLP_GATED_UP && tdm_matmul_gated_pays(up, m) ? TDM_SWIGLU_GATED : TDM_SWIGLU_THREE;
+}
+
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,
                                  int64_t ldx, const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, uint16_t *yb,
                                  const struct tdm_tiles *tiles, void *stream)

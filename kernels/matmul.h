@@ -133,6 +133,18 @@ int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *
  * pairs slower by -0.2 to +1.6 %) and the 32-row one 1.3 % faster (H100, bench/NOTES.md, FP8's gated
  * up product). A speed fact only: the bits are the same. */
 int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m);
+/* TANDEM_MLP_FUSE: whether a dense MLP runs gate, up and SiLU x up as one SwiGLU product
+ * (tdm_matmul_swiglu) where the setting allows: never, always, or where tdm_matmul_swiglu_pays. */
+enum tdm_mlp_fuse { TDM_MLP_FUSE_OFF, TDM_MLP_FUSE_ON, TDM_MLP_FUSE_AUTO };
+/* A SwiGLU's three forms, the same bits: one launch (tdm_matmul_swiglu); the gate's product, then up's
+ * with the SiLU x up (tdm_matmul_gated); the two products and tdm_silu_mul. */
+enum tdm_swiglu_form { TDM_SWIGLU_ONE, TDM_SWIGLU_GATED, TDM_SWIGLU_THREE };
+/* The form the engine's dense MLP runs (tdm_engine_dense_mlp) at m rows under fuse: one launch where
+ * fuse is not off, tdm_matmul_swiglu_ok allows it and fuse is on or tdm_matmul_swiglu_pays; else the
+ * gated up product where TDM_MLP_GATED_UP and tdm_matmul_gated_pays; else three launches. */
+enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
+                                            const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                                            const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
 /* The up projection of a SwiGLU with the SiLU x up in its epilogue: y[m][n] = bf16(bf16(silu(g)) * u)
  * with g the gate's BF16 output (gate, row stride ldg: tdm_matmul's for the gate weight, written
  * before this call on its stream) and u the BF16 output tdm_matmul would give for up: the same bits

@@ -2,11 +2,14 @@
  * at each row count, the project's NVFP4 and FP8 kernels (time, GB/s, fraction of the streaming
  * read bandwidth measured at the start of the same run) against cuBLAS BF16 and cuBLASLt FP8 on
  * the same shape and rows, eager and inside a CUDA graph; each SwiGLU pair (gate and up of one
- * shape) as the engine runs it, one NVFP4 (and FP8) launch for both; then one line per row count
+ * shape) in the engine's three forms (one launch for both; the gate's product, then up's with the
+ * SiLU x up in its epilogue; the two products and the SiLU x up kernel), NVFP4 and FP8, each line
+ * naming the formats whose engine runs that form at that row count; then one line per row count
  * for a whole Qwen3.8-27B token: all 64 layers' projections back to back in one graph. Every timing
  * rotates over weight copies that together exceed 8x the L2 (cold), median of repeats. */
 #include "cli.h"
 #include "device.h"
+#include "engine_glue.h"
 #include "err.h"
 #include "jsonfile.h"
 #include "matmul.h"
@@ -28,8 +31,10 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: %s [options]\n"
             "Times the matrix kernels on every projection shape of the served models against cuBLAS,\n"
-            "each SwiGLU pair (<p>gate+up: both weights in one NVFP4 and one FP8 launch, as the engine\n"
-            "runs them; n/a where its setting does not run as one product),\n"
+            "each SwiGLU pair in the engine's three forms, NVFP4 and FP8 (<p>gate+up: both weights in\n"
+            "one launch, n/a where the setting does not run as one product; <p>gate;up*silu: the gate's\n"
+            "product, then up's with SiLU(gate) x up in its epilogue, 1-32 rows; <p>gate;up;silu: the two\n"
+            "products and the SiLU x up kernel), each line marked with the formats whose engine runs it,\n"
             "and a whole Qwen3.8-27B token's projections in one CUDA graph. Table on stdout.\n"
             "  --model NAME     qwen3.8-27b or qwen3-next-80b (repeatable; default both)\n"
             "  --rows LIST      row counts, comma-separated (default 1,2,4,8,16,24,32)\n"
@@ -53,7 +58,7 @@ static int reps = 10;
 static size_t l2;
 
 /* ---- one timed thing: a call over rotating weight copies ---- */
-enum which { OURS, OURS_SWIGLU, CUBLAS_BF16, CUBLASLT_FP8 };
+enum which { OURS, OURS_SWIGLU, OURS_GATED, OURS_THREE, CUBLAS_BF16, CUBLASLT_FP8 };
 struct call {
     enum which what;
     struct tdm_wset *ws;   /* OURS_SWIGLU: the gate's copies */
@@ -62,7 +67,8 @@ struct call {
     void *y;
     int64_t m;
     const uint16_t *xb;    /* x's blocked copy for our kernels (NULL: none) */
-    struct tdm_wset *wu;   /* OURS_SWIGLU: the up projection's copies (as many as the gate's) */
+    struct tdm_wset *wu;   /* OURS_SWIGLU, OURS_GATED, OURS_THREE: the up projection's copies (as many as the gate's) */
+    uint16_t *u;           /* OURS_THREE: up's output (y holds the gate's, then the SiLU x up) */
 };
 
 static int use_xb = 1;    /* --no-xb clears */
@@ -83,6 +89,19 @@ static int do_call(void *p, int i, void *stream)
     case OURS: return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
     case OURS_SWIGLU:
         return tdm_matmul_swiglu(w, &c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, w->n, NULL, tiles, stream);
+    case OURS_GATED:   /* as tdm_engine_dense_mlp runs it: the SiLU x up over the gate's output in place */
+        return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream) ||
+                       tdm_matmul_gated(&c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, w->n, c->y, w->n, NULL,
+                                        tiles, stream)
+                   ? -1
+                   : 0;
+    case OURS_THREE:
+        return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream) ||
+                       tdm_matmul_xb(&c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->u, w->n, TDM_MM_BF16, tiles,
+                                     stream) ||
+                       tdm_silu_mul(c->y, c->u, w->n, (int)c->m, c->y, NULL, stream)
+                   ? -1
+                   : 0;
     case CUBLAS_BF16: return tdm_cublas_bf16(blas, w->w, w->n, w->k, c->x, c->m, c->y);
     default: {
         int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
@@ -208,47 +227,60 @@ static int token_call(void *p, int i, void *stream)
         const uint16_t *xb = NULL;
         for (int i = 0; i < c->nxb; i++)
             if (c->xb_k[i] == c->t->w[j].w[0].k) xb = c->xb[i];
-        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb, NULL};
+        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb, NULL, NULL};
         if (do_call(&cc, 0, stream) != 0) return -1;
     }
     return 0;
 }
 
 /* The SwiGLU pairs of a model (a projection named <p>gate_proj beside <p>up_proj of the same shape),
- * in NVFP4 and FP8 as the engine runs them: one tdm_matmul_swiglu a pair (both weights, x read once),
- * at each row count, into the table as "<p>gate+up" with its bytes and time; "n/a" where the pair's
- * setting cannot run as one (tdm_matmul_swiglu_ok; FP8 only at 1-16 rows from x's blocked copy). */
+ * in NVFP4 and FP8, in each of the engine's three forms at each row count (tdm_swiglu_form): one launch
+ * for both weights ("<p>gate+up", tdm_matmul_swiglu; "n/a" where tdm_matmul_swiglu_ok says no: FP8 only
+ * at 1-16 rows from x's blocked copy), the gate's product then up's with the SiLU x up in its epilogue
+ * ("<p>gate;up*silu", tdm_matmul_gated, 1-32 rows), and the two products and tdm_silu_mul
+ * ("<p>gate;up;silu"). GB/s counts what the pair must read (both weights and their scales, x once) in
+ * every form, so the three lines compare by time. Each line ends naming the formats whose engine runs
+ * that form at that row count (TANDEM_MLP_FUSE=auto: tdm_matmul_swiglu_form). */
 static int nrows, rows[32];
 static double read_gbps;
-struct swiglu_time {
-    double graph_ms, eager_ms, gbps;   /* graph_ms < 0: the pair cannot run as one */
+static const struct {
+    const char *suffix;   /* after <p> */
+    enum which call;
+    int eager;            /* also timed eager (the one launch, as the table's products are) */
+} pair_forms[] = {
+    [TDM_SWIGLU_ONE] = {"gate+up", OURS_SWIGLU, 1},
+    [TDM_SWIGLU_GATED] = {"gate;up*silu", OURS_GATED, 0},
+    [TDM_SWIGLU_THREE] = {"gate;up;silu", OURS_THREE, 0},
 };
-static struct swiglu_time swiglu_time(struct tdm_wset *wg, struct tdm_wset *wu, const uint16_t *x, const uint16_t *xb,
-                                      void *y, int64_t m, int eager)
+struct swiglu_time {
+    double graph_ms, eager_ms, gbps;   /* graph_ms < 0: the pair cannot run in this form */
+};
+static struct swiglu_time swiglu_time(enum tdm_swiglu_form form, struct tdm_wset *wg, struct tdm_wset *wu, const uint16_t *x,
+                                      const uint16_t *xb, void *y, uint16_t *u, int64_t m, int eager)
 {
     struct swiglu_time r = {-1, -1, 0};
     const struct tdm_dweight *g = &wg->w[0];
-    if (!tdm_matmul_swiglu_ok(g, &wu->w[0], x, g->k, xb, m, tiles)) return r;
-    struct call c = {OURS_SWIGLU, wg, x, NULL, y, m, xb, wu};
+    if (form == TDM_SWIGLU_ONE && !tdm_matmul_swiglu_ok(g, &wu->w[0], x, g->k, xb, m, tiles)) return r;
+    if (form == TDM_SWIGLU_GATED && m > TDM_MM_MAX_ROWS) return r;
+    struct call c = {pair_forms[form].call, wg, x, NULL, y, m, xb, wu, u};
     /* both weights and their scales, x once */
     const double b = (double)(tdm_matmul_bytes(g, m) + tdm_matmul_bytes(&wu->w[0], m) - m * g->k * 2);
     r.graph_ms = time_it(&c, 1);
-    if (eager) r.eager_ms = time_it(&c, 0);
+    if (eager && pair_forms[form].eager) r.eager_ms = time_it(&c, 0);
     r.gbps = b / r.graph_ms / 1e6;
     return r;
 }
-static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, void *y, uint16_t *xbuf, json_t *arr)
+static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, void *y, uint16_t *u, uint16_t *xbuf, json_t *arr)
 {
     for (int s = 0; s < ms->nshapes; s++) {
-        const struct tdm_proj_shape *g = &ms->shapes[s], *u = NULL;
+        const struct tdm_proj_shape *g = &ms->shapes[s], *up = NULL;
         const size_t len = strlen(g->name), sfx = strlen("gate_proj");
         if (len < sfx || strcmp(g->name + len - sfx, "gate_proj") != 0) continue;
-        char upname[64], pname[64], shape[32];
+        char upname[64], shape[32];
         snprintf(upname, sizeof upname, "%.*sup_proj", (int)(len - sfx), g->name);
         for (int j = 0; j < ms->nshapes; j++)
-            if (strcmp(ms->shapes[j].name, upname) == 0 && ms->shapes[j].n == g->n && ms->shapes[j].k == g->k) u = &ms->shapes[j];
-        if (!u) continue;
-        snprintf(pname, sizeof pname, "%.*sgate+up", (int)(len - sfx), g->name);
+            if (strcmp(ms->shapes[j].name, upname) == 0 && ms->shapes[j].n == g->n && ms->shapes[j].k == g->k) up = &ms->shapes[j];
+        if (!up) continue;
         snprintf(shape, sizeof shape, "%" PRId64 ",%" PRId64, g->n, g->k);
         struct tdm_wset wg4, wu4, wg8, wu8;
         wset(&wg4, TDM_W_NVFP4, g->n, g->k, 400 + s);
@@ -258,31 +290,46 @@ static void swiglu_lines(const struct tdm_model_shapes *ms, const uint16_t *x, v
         for (int ri = 0; ri < nrows; ri++) {
             const int64_t m = rows[ri];
             const uint16_t *xb = pack_xb(x, m, g->k, xbuf);
-            const struct swiglu_time t4 = swiglu_time(&wg4, &wu4, x, xb, y, m, 1), t8 = swiglu_time(&wg8, &wu8, x, xb, y, m, 0);
-            printf("%-15s %-26s %11s %5" PRId64 " | ", ms->model, pname, shape, m);
-            if (t4.graph_ms < 0)
-                printf("%8s %7s %5s %8s | ", "n/a", "", "", "");
-            else
-                printf("%8.2f %7.0f %4.0f%% %8.2f | ", t4.graph_ms * 1e3, t4.gbps, 100 * t4.gbps / read_gbps, t4.eager_ms * 1e3);
-            if (t8.graph_ms < 0)
-                printf("%8s %7s %5s | ", "n/a", "", "");
-            else
-                printf("%8.2f %7.0f %4.0f%% | ", t8.graph_ms * 1e3, t8.gbps, 100 * t8.gbps / read_gbps);
-            printf("%8s %8s %8s | %6s%s\n", "-", "-", "-", "-",
-                   t4.graph_ms < 0 || t8.graph_ms < 0 ? "  (n/a: the setting does not run as one product)" : "");
-            fflush(stdout);
-            json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:b}", "model", ms->model, "projection", pname, "n", (json_int_t)g->n,
-                                  "k", (json_int_t)g->k, "rows", (json_int_t)m, "swiglu", 1);
-            if (t4.graph_ms >= 0) {
-                json_object_set_new(o, "nvfp4_graph_us", json_real(t4.graph_ms * 1e3));
-                json_object_set_new(o, "nvfp4_eager_us", json_real(t4.eager_ms * 1e3));
-                json_object_set_new(o, "nvfp4_gbps", json_real(t4.gbps));
+            const enum tdm_swiglu_form e4 = tdm_matmul_swiglu_form(TDM_MLP_FUSE_AUTO, &wg4.w[0], &wu4.w[0], x, g->k, xb, m, tiles),
+                                       e8 = tdm_matmul_swiglu_form(TDM_MLP_FUSE_AUTO, &wg8.w[0], &wu8.w[0], x, g->k, xb, m, tiles);
+            for (int f = TDM_SWIGLU_ONE; f <= TDM_SWIGLU_THREE; f++) {
+                const enum tdm_swiglu_form form = (enum tdm_swiglu_form)f;
+                const struct swiglu_time t4 = swiglu_time(form, &wg4, &wu4, x, xb, y, u, m, 1),
+                                         t8 = swiglu_time(form, &wg8, &wu8, x, xb, y, u, m, 0);
+                char pname[64];
+                snprintf(pname, sizeof pname, "%.*s%s", (int)(len - sfx), g->name, pair_forms[f].suffix);
+                printf("%-15s %-26s %11s %5" PRId64 " | ", ms->model, pname, shape, m);
+                if (t4.graph_ms < 0)
+                    printf("%8s %7s %5s %8s | ", "n/a", "", "", "");
+                else if (t4.eager_ms < 0)
+                    printf("%8.2f %7.0f %4.0f%% %8s | ", t4.graph_ms * 1e3, t4.gbps, 100 * t4.gbps / read_gbps, "-");
+                else
+                    printf("%8.2f %7.0f %4.0f%% %8.2f | ", t4.graph_ms * 1e3, t4.gbps, 100 * t4.gbps / read_gbps, t4.eager_ms * 1e3);
+                if (t8.graph_ms < 0)
+                    printf("%8s %7s %5s | ", "n/a", "", "");
+                else
+                    printf("%8.2f %7.0f %4.0f%% | ", t8.graph_ms * 1e3, t8.gbps, 100 * t8.gbps / read_gbps);
+                printf("%8s %8s %8s | %6s", "-", "-", "-", "-");
+                if (e4 == form || e8 == form)
+                    printf("  (the engine's: %s%s%s)", e4 == form ? "nvfp4" : "", e4 == form && e8 == form ? " " : "",
+                           e8 == form ? "fp8" : "");
+                if (t4.graph_ms < 0 || t8.graph_ms < 0) printf("  (n/a: the setting does not run in this form)");
+                printf("\n");
+                fflush(stdout);
+                json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:b, s:s, s:b, s:b}", "model", ms->model, "projection", pname,
+                                      "n", (json_int_t)g->n, "k", (json_int_t)g->k, "rows", (json_int_t)m, "swiglu", 1, "form",
+                                      pair_forms[f].suffix, "engine_nvfp4", e4 == form, "engine_fp8", e8 == form);
+                if (t4.graph_ms >= 0) {
+                    json_object_set_new(o, "nvfp4_graph_us", json_real(t4.graph_ms * 1e3));
+                    if (t4.eager_ms >= 0) json_object_set_new(o, "nvfp4_eager_us", json_real(t4.eager_ms * 1e3));
+                    json_object_set_new(o, "nvfp4_gbps", json_real(t4.gbps));
+                }
+                if (t8.graph_ms >= 0) {
+                    json_object_set_new(o, "fp8_graph_us", json_real(t8.graph_ms * 1e3));
+                    json_object_set_new(o, "fp8_gbps", json_real(t8.gbps));
+                }
+                json_array_append_new(arr, o);
             }
-            if (t8.graph_ms >= 0) {
-                json_object_set_new(o, "fp8_graph_us", json_real(t8.graph_ms * 1e3));
-                json_object_set_new(o, "fp8_gbps", json_real(t8.gbps));
-            }
-            json_array_append_new(arr, o);
         }
         tdm_wset_free(&wg4);
         tdm_wset_free(&wu4);
@@ -382,12 +429,12 @@ int main(int argc, char **argv)
             if (models[mi]->shapes[s].k > maxk) maxk = models[mi]->shapes[s].k;
             if (models[mi]->shapes[s].n > maxn) maxn = models[mi]->shapes[s].n;
         }
-    uint16_t *x, *y, *xbs[8];
+    uint16_t *x, *y, *u, *xbs[8];   /* u: a SwiGLU's up output in its three-launch form */
     uint8_t *x8;
     for (int i = 0; i < 8; i++)
         if (tdm_cuda_malloc((void **)&xbs[i], (size_t)tdm_mm_xb_elems(maxk) * 2 + 16) != 0) tdm_die_check(prog);
     if (tdm_cuda_malloc((void **)&x, (size_t)(maxm * maxk * 2)) || tdm_cuda_malloc((void **)&x8, (size_t)(maxm * maxk)) ||
-        tdm_cuda_malloc((void **)&y, (size_t)(maxm * maxn * 2)) || tdm_dev_fill_bf16(x, (size_t)(maxm * maxk), 17, 2.0f, st) ||
+        tdm_cuda_malloc((void **)&y, (size_t)(maxm * maxn * 2)) || tdm_cuda_malloc((void **)&u, (size_t)(maxm * maxn * 2)) || tdm_dev_fill_bf16(x, (size_t)(maxm * maxk), 17, 2.0f, st) ||
         tdm_dev_fill_bytes(x8, (size_t)(maxm * maxk), 19, 0xbf, 0, st) || tdm_stream_sync(st))
         tdm_die_check(prog);
 
@@ -409,13 +456,13 @@ int main(int argc, char **argv)
             for (int ri = 0; ri < nrows; ri++) {
                 const int64_t m = rows[ri];
                 const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 and FP8 read it */
-                struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL};
+                struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL, NULL}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL, NULL};
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
                 double tbg = -1, tbe = -1, tlg = -1;
                 int lt_block = 0;
                 if (baseline) {
-                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL, NULL};
+                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL, NULL, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL, NULL, NULL};
                     tbg = time_it(&cb, 1);
                     tbe = time_it(&cb, 0);
                     tlg = time_it(&cl, 1);
@@ -447,7 +494,7 @@ int main(int argc, char **argv)
             tdm_wset_free(&w8);
             if (baseline) tdm_wset_free(&wb);
         }
-        swiglu_lines(ms, x, y, xbs[0], arr);
+        swiglu_lines(ms, x, y, u, xbs[0], arr);
     }
     json_object_set_new(rec, "shapes", arr);
 

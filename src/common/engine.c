@@ -718,19 +718,14 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
                          uint16_t *g, uint16_t *u, uint16_t *gb, int64_t I, uint16_t *y, const struct tdm_tiles *t,
                          void *st)
 {
-    /* gate, up and SiLU x up in one launch where the setting allows and (auto) where that is the
-     * faster (tdm_matmul_swiglu: the same bits as the three launches, so the choice, made per row
-     * count, changes none) */
-    const int fused = fuse != TDM_MLP_FUSE_OFF && tdm_matmul_swiglu_ok(gate, up, xn, H, xnb, M, t) &&
-                      (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, M));
-    /* else the gate, then up with the SiLU x up in its epilogue (TDM_MLP_GATED_UP: two launches, where
-     * tdm_matmul_gated_pays) or up and tdm_silu_mul (three); the same bits */
-    const int gated = TDM_MLP_GATED_UP && tdm_matmul_gated_pays(up, M);
-    if ((fused ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
-               : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
-                     (gated ? tdm_matmul_gated(up, xn, H, xnb, M, g, I, g, I, gb, t, st)
-                            : tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) ||
-                                  tdm_silu_mul(g, u, I, M, g, gb, st))) ||
+    /* gate, up and SiLU x up in one launch, or the gate then up with the SiLU x up in its epilogue,
+     * or three launches: the same bits, so the choice, made per row count, changes none */
+    const enum tdm_swiglu_form form = tdm_matmul_swiglu_form(fuse, gate, up, xn, H, xnb, M, t);
+    if ((form == TDM_SWIGLU_ONE ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
+                                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
+                                      (form == TDM_SWIGLU_GATED ? tdm_matmul_gated(up, xn, H, xnb, M, g, I, g, I, gb, t, st)
+                                                                : tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) ||
+                                                                      tdm_silu_mul(g, u, I, M, g, gb, st))) ||
         tdm_matmul_xb(down, g, I, gb, M, y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;

@@ -20,9 +20,6 @@ int tdm_engine_round_rows(const struct tdm_engine *e);
 int tdm_engine_verify_rows(struct tdm_engine *e, const int32_t *ids, int R, int from, float *logits, int32_t *gids);
 int tdm_engine_commit_rows(struct tdm_engine *e, int j);
 
-/* TANDEM_MLP_FUSE: whether a dense MLP runs gate, up and SiLU x up as one SwiGLU product
- * (tdm_matmul_swiglu) where the setting allows: never, always, or where tdm_matmul_swiglu_pays. */
-enum tdm_mlp_fuse { TDM_MLP_FUSE_OFF, TDM_MLP_FUSE_ON, TDM_MLP_FUSE_AUTO };
 /* What the MTP drafter uses of the engine. Borrowed activations: every pass of engine.c
  * synchronises the stream before it returns, so between passes they hold nothing that is needed
  * again (the head's logits buffer included); the MTP launches on the same stream. final_xn [R][H]:

@@ -1,7 +1,9 @@
 #!/bin/sh
 # tandem-benchmm on the GPU, the 27B's shapes at one and 16 rows with one repeat: a line per
-# projection and row count, the SwiGLU pair's line (mlp.gate+up) with NVFP4 and FP8 times, and the --json
-# record holding it; the header names the card each shipped table was swept on, as the record does.
+# projection and row count, the SwiGLU pair's lines in its three forms (mlp.gate+up one launch,
+# mlp.gate;up*silu and mlp.gate;up;silu) with NVFP4 and FP8 times and the form each format's engine runs,
+# and the --json record holding them; the header names the card each shipped table was swept on, as the
+# record does.
 # Skips without a CUDA device.
 JG=build/t/json_get
 . t/gpu-skip.sh
@@ -10,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 bin/tandem-benchmm --model qwen3.8-27b --rows 1,16 --reps 1 --no-baseline --no-token --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 skip_without_device $rc "$tmp/a.err"
-echo "1..5"
+echo "1..7"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp/a.out" "$tmp/a.err" | sed 's/^/# /'; fi; }
 t "exit 0" "[ $rc -eq 0 ]"
@@ -18,6 +20,15 @@ t "a line per projection shape and row count (9 shapes x 2)" \
   "[ \$(grep -cE '^qwen3.8-27b +[a-z_.]+ +[0-9]+,[0-9]+ +(1|16) \| +[0-9.]+ ' $tmp/a.out) -eq 18 ]"
 t "the SwiGLU pair at 1 and 16 rows, timed in NVFP4 and FP8 (the shipped tables' nt 2 on 17408,5120)" \
   "[ \$(grep -cE '^qwen3.8-27b +mlp.gate\+up +17408,5120 +(1|16) \| +[0-9]+\.[0-9]+ +[0-9]+ +[0-9]+% +[0-9.]+ \| +[0-9]+\.[0-9]+ ' $tmp/a.out) -eq 2 ]"
+t "the pair's two- and three-launch forms at 1 and 16 rows, timed in NVFP4 and FP8 (graph only)" \
+  "[ \$(grep -cE '^qwen3.8-27b +mlp.gate;up(\*silu|;silu) +17408,5120 +(1|16) \| +[0-9]+\.[0-9]+ +[0-9]+ +[0-9]+% +- +\| +[0-9]+\.[0-9]+ ' $tmp/a.out) -eq 4 ]"
+# The engine's form, once a format and row count (tdm_matmul_swiglu_form): NVFP4's one launch at 1 row and
+# the gated up product at 16 (the one launch does not pay at 9-24 rows); FP8's one launch at both.
+engine_form() {   # ROWS FORMAT: the suffix of each line marked as that format's engine form
+    grep -E "^qwen3.8-27b +mlp.gate[^ ]* +17408,5120 +$1 \|.*\(the engine's: [a-z0-9 ]*\b$2\b" $tmp/a.out | awk '{print $2}' | tr '\n' ' '
+}
+t "the engine's form named once a format and row count: nvfp4 gate+up / gate;up*silu, fp8 gate+up at 1 / 16 rows" \
+  "[ \"\$(engine_form 1 nvfp4)\$(engine_form 16 nvfp4)\$(engine_form 1 fp8)\$(engine_form 16 fp8)\" = 'mlp.gate+up mlp.gate;up*silu mlp.gate+up mlp.gate+up ' ]"
 # the JSON record: the SwiGLU entries after the 18 per-shape ones
 swiglu_json() {
     i=0

@@ -120,7 +120,7 @@ for fmt in bf16 fp8 nvfp4; do
     t "27B layer shapes, $fmt: a 12-row prompt (TANDEM_MLP_FUSE=auto: NVFP4's MLP as the gate's product and up's with the SiLU x up at 9-16 rows) gives the one SwiGLU launch's (on) logits bit for bit" \
       "$RUN -m $M27 -p $tmp/p12.tok -n 0 --dump-logits $tmp/gpu12a.st >/dev/null 2>$tmp/err.auto &&
        TANDEM_MLP_FUSE=on $RUN -m $M27 -p $tmp/p12.tok -n 0 --dump-logits $tmp/gpu12o.st >/dev/null 2>$tmp/err.on &&
-       grep -q 'SiLU x up one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up)' $tmp/err.auto &&
+       grep -q 'SiLU x up one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up; three launches at FP8' $tmp/err.auto &&
        grep -q 'SiLU x up one launch at 1-32 rows (TANDEM_MLP_FUSE=on)' $tmp/err.on &&
        cmp -s $tmp/gpu12a.st $tmp/gpu12o.st || { sed 's/^/# /' $tmp/err.auto $tmp/err.on; false; }"
     t "27B layer shapes, $fmt: every launch on one stream (TANDEM_CONCURRENT=off) gives the two streams' logits bit for bit" \
