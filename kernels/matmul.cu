@@ -8,6 +8,8 @@
 #include "settings.h"
 #include "mm_skinny.cuh"
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,6 +376,56 @@ extern "C" enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, c
         (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, m)))
         return TDM_SWIGLU_ONE;
     return TDM_MLP_GATED_UP && tdm_matmul_gated_pays(up, m) ? TDM_SWIGLU_GATED : TDM_SWIGLU_THREE;
+}
+
+// Appends to buf (n bytes) at *len, as far as it fits.
+static void put(char *buf, size_t n, size_t *len, const char *fmt, ...)
+{
+    if (*len + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(buf + *len, n - *len, fmt, ap);
+    va_end(ap);
+    if (w > 0) *len = *len + (size_t)w < n ? *len + (size_t)w : n - 1;
+}
+
+extern "C" const char *tdm_matmul_swiglu_forms(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
+                                               const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
+                                               const uint16_t *xb, const struct tdm_tiles *tiles, char *buf, size_t n)
+{
+    static const char *const words[] = {"one launch", "gate, then up with the SiLU x up", "three launches"};
+    enum tdm_swiglu_form at[TDM_MM_MAX_ROWS + 2];   // at[m], m = 1..32; at[33]: past 32 rows, the wide product's
+    for (int m = 1; m <= TDM_MM_MAX_ROWS; m++)
+        at[m] = tdm_matmul_swiglu_form(fuse, gate, up, x, ldx, m <= TDM_MM_XB_ROWS ? xb : NULL, m, tiles);
+    at[TDM_MM_MAX_ROWS + 1] = TDM_SWIGLU_THREE;
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    bool done[3] = {false, false, false};
+    for (int first = 1; first <= TDM_MM_MAX_ROWS + 1; first++) {
+        const enum tdm_swiglu_form f = at[first];
+        if (done[f]) continue;
+        done[f] = true;
+        int ranges[TDM_MM_MAX_ROWS + 1][2], nr = 0;   // this form's runs of rows
+        for (int m = first; m <= TDM_MM_MAX_ROWS + 1; m++)   // past 32 rows a run of its own
+            if (at[m] == f) {
+                if (nr && ranges[nr - 1][1] == m - 1 && m <= TDM_MM_MAX_ROWS) ranges[nr - 1][1] = m;
+                else ranges[nr][0] = ranges[nr][1] = m, nr++;
+            }
+        put(buf, n, &len, "%s%s", len ? "; " : "", words[f]);
+        for (int r = 0; r < nr; r++) {
+            char rows[32];
+            const bool past = ranges[r][0] > TDM_MM_MAX_ROWS;
+            if (past)
+                snprintf(rows, sizeof rows, "past %d", TDM_MM_MAX_ROWS);
+            else if (ranges[r][0] == ranges[r][1])
+                snprintf(rows, sizeof rows, "%d", ranges[r][0]);
+            else
+                snprintf(rows, sizeof rows, "%d-%d", ranges[r][0], ranges[r][1]);
+            put(buf, n, &len, "%s%s%s", r == 0 ? (past ? " " : " at ") : r == nr - 1 ? " and " : ", ", rows,
+                r == nr - 1 ? " rows" : "");
+        }
+    }
+    return buf;
 }
 
 extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x,

@@ -145,6 +145,14 @@ enum tdm_swiglu_form { TDM_SWIGLU_ONE, TDM_SWIGLU_GATED, TDM_SWIGLU_THREE };
 enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
                                             const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                                             const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
+/* The forms tdm_matmul_swiglu_form picks for this pair at 1..TDM_MM_MAX_ROWS rows, in words for the
+ * engine's line: each form with its row ranges, in the order they first appear, and the three launches
+ * past 32 rows (the wide product), e.g. "one launch at 1-8 and 25-32 rows; gate, then up with the SiLU x
+ * up at 9-24 rows; three launches past 32 rows". xb: x's blocked copy, read at up to TDM_MM_XB_ROWS
+ * rows, or NULL. Returns buf (n bytes, truncated to fit). */
+const char *tdm_matmul_swiglu_forms(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+                                    const uint16_t *x, int64_t ldx, const uint16_t *xb, const struct tdm_tiles *tiles,
+                                    char *buf, size_t n);
 /* The up projection of a SwiGLU with the SiLU x up in its epilogue: y[m][n] = bf16(bf16(silu(g)) * u)
  * with g the gate's BF16 output (gate, row stride ldg: tdm_matmul's for the gate weight, written
  * before this call on its stream) and u the BF16 output tdm_matmul would give for up: the same bits

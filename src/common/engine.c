@@ -481,27 +481,30 @@ struct tdm_engine *tdm_engine_new(const struct tdm_model *m, int ctx)
     size_t free1 = 0;
     if (tdm_cuda_mem_info(&free1, &total) != 0) goto fail;
     const char *moe = !n_moe ? "" : e->moe_grouped ? ", MoE experts grouped" : ", MoE in chunks of 32 (TANDEM_MOE_GROUPED=off)";
-    char fused[128] = "";
+    char fused[128] = "", mlp_forms[256] = "none (no dense MLP)";
+    for (int i = 0; i < m->cfg.n_layers; i++)   /* what runs at each row count, from the first dense MLP's weights */
+        if (!e->ly[i].is_moe) {
+            tdm_matmul_swiglu_forms(e->fuse_mlp, &e->ly[i].gate, &e->ly[i].up, e->xn, m->cfg.hidden, e->xn_b, e->tiles,
+                                    mlp_forms, sizeof mlp_forms);
+            break;
+        }
     if (e->n_one_ba || n_sep)
         snprintf(fused, sizeof fused, "; in_proj_b + in_proj_a one product in %d of %d GDN layers%s", e->n_one_ba,
                  e->n_one_ba + n_sep, e->fuse_ba ? "" : " (TANDEM_GDN_FUSE_BA=off)");
     fprintf(stderr,
             "# CUDA engine on %s (%s): weights %.1f MB, KV caches %.1f MB (ctx %d), GDN conv+state %.1f MB, "
             "activations %.1f MB (prefill chunks of %d tokens, their attention %s%s%s); device free %.0f -> %.0f MB of "
-            "%.0f MB; decode steps %s; sibling projections %s%s; dense MLPs' gate, up and SiLU x up %s; GDN commits %s; "
+            "%.0f MB; decode steps %s; sibling projections %s%s; dense MLPs' gate, up and SiLU x up: %s (%s); GDN commits %s; "
             "%s; %s\n",
             info.name, arch, e->mem.weights / 1e6, e->mem.kv / 1e6, ctx, e->mem.gdn / 1e6, e->mem.act / 1e6, e->prow,
             e->attn_prefill ? "flash past 32 rows" : "32 rows a launch (TANDEM_ATTN_PREFILL=off)",
             e->gdn_scratch ? ", GDN chunked" : "", moe, free0 / 1e6, free1 / 1e6, total / 1e6,
             e->use_graph ? "from a CUDA graph" : "eager (TANDEM_CUDA_GRAPH=off)",
             e->concurrent ? "on two streams (passes of up to 32 rows)" : "on one stream (TANDEM_CONCURRENT=off)", fused,
-            e->fuse_mlp == TDM_MLP_FUSE_AUTO
-                ? (TDM_MLP_GATED_UP ? "one launch where it is the faster (not NVFP4 at 9-24 rows: gate, then up with the SiLU x up; "
-                                      "three launches at FP8's 17-24)"
-                                    : "one launch where it is the faster (not NVFP4 at 9-16 rows)")
-            : e->fuse_mlp == TDM_MLP_FUSE_ON ? "one launch at 1-32 rows (TANDEM_MLP_FUSE=on)"
-            : TDM_MLP_GATED_UP               ? "gate, then up with the SiLU x up at 1-32 rows but FP8's 17-24 (TANDEM_MLP_FUSE=off)"
-                                             : "three launches (TANDEM_MLP_FUSE=off)",
+            mlp_forms,
+            e->fuse_mlp == TDM_MLP_FUSE_AUTO ? "TANDEM_MLP_FUSE=auto: the form measured faster at each row count"
+            : e->fuse_mlp == TDM_MLP_FUSE_ON ? "TANDEM_MLP_FUSE=on: one launch wherever the setting allows"
+                                             : "TANDEM_MLP_FUSE=off: no one launch",
             e->defer ? "deferred to the next pass (no pass takes them up before the first round)"
                      : "replayed at the commit (TANDEM_GDN_DEFER=off)",
             tdm_cuda_pdl() ? "programmatic launches" : "plain launches (TANDEM_PDL=off)",

@@ -1,8 +1,11 @@
 /* Tile tables: the default setting is valid and keyed by shape only, a table written by the
  * sweep's writer reads back, a missing shape or file falls back to the default, a malformed
- * table is an error that names the file, and the sweep's objectives pick as tiles.h says. */
+ * table is an error that names the file, and the sweep's objectives pick as tiles.h says. And the
+ * SwiGLU forms the engine's line names (tdm_matmul_swiglu_forms) on hand-written tables: no device,
+ * the weights' and activations' addresses only checked for alignment. */
 #include "err.h"
 #include "jsonfile.h"
+#include "matmul.h"
 #include "mm_layout.h"
 #include "tap.h"
 #include "tiles.h"
@@ -91,6 +94,70 @@ static void test_objectives(void)
 /* tdm_json_write_atomic (jsonfile.h), which writes the tables and the tools' --json reports: the
  * object reads back equal, the file ends with a newline, no temporary is left beside it; a path
  * that cannot be created fails naming the file and leaves nothing. */
+/* The forms the engine runs for a 27B MLP pair (17408x5120) at each row count, in the words of its
+ * line, with every table setting nt 2 for the shape but BF16's (nt 1, as shipped): NVFP4's one launch
+ * where tdm_matmul_swiglu_pays, FP8's at 1-16 rows and only from x's blocked copy, FP8's three launches
+ * at 17-24 (tdm_matmul_gated_pays), BF16 never one launch; TANDEM_MLP_FUSE's on and off. */
+static void test_swiglu_forms(void)
+{
+    static const char *const kernels[] = {"nvfp4-skinny", "nvfp4-skinny-wide", "fp8", "bf16"};
+    for (int i = 0; i < 4; i++) {
+        char text[512], name[64];
+        snprintf(text, sizeof text, "{\"kernel\": \"%s\", \"arch\": \"sm_90\", \"device\": \"x\", \"sweep\": \"none\", "
+                 "\"shapes\": {\"17408,5120\": {\"nt\": %d, \"wn\": %d, \"wk\": %d, \"cs\": %d, \"pf\": 1, \"kchains\": 2}}}",
+                 kernels[i], i == 3 ? 1 : 2, i == 3 ? 8 : i == 2 ? 1 : 3, i == 3 ? 1 : 2, i == 3 ? 2 : 1);   /* as shipped */
+        snprintf(name, sizeof name, "%s.json", kernels[i]);
+        write_text(name, text);
+    }
+    struct tdm_tiles *tl = NULL;
+    if (tdm_tiles_load(dir, "sm_90", &tl) != 0) {
+        ok(0, "the SwiGLU forms' tables load: %s", tdm_err());
+        return;
+    }
+    const uintptr_t at = 4096;   /* an address aligned for every load; never read */
+    const struct tdm_dweight nv = {TDM_W_NVFP4, 17408, 5120, 0, (const void *)at, (const void *)at, TDM_DT_F8_E4M3, 1, NULL};
+    struct tdm_dweight f8 = nv, b16 = nv;
+    f8.fmt = TDM_W_FP8;
+    f8.scale_dt = TDM_DT_F32;
+    b16.fmt = TDM_W_BF16;
+    b16.scale = NULL;
+    const uint16_t *x = (const uint16_t *)at, *xb = (const uint16_t *)(2 * at);
+    static const struct {
+        enum tdm_mlp_fuse fuse;
+        int fmt;   /* 0 NVFP4, 1 FP8, 2 BF16 */
+        int with_xb;
+        const char *want, *what;
+    } cases[] = {
+        {TDM_MLP_FUSE_AUTO, 0, 1, "one launch at 1-8 and 25-32 rows; gate, then up with the SiLU x up at 9-24 rows; three launches past 32 rows",
+         "NVFP4, auto"},
+        {TDM_MLP_FUSE_ON, 0, 1, "one launch at 1-32 rows; three launches past 32 rows", "NVFP4, on"},
+        {TDM_MLP_FUSE_OFF, 0, 1, "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows", "NVFP4, off"},
+        {TDM_MLP_FUSE_AUTO, 1, 1,
+         "one launch at 1-16 rows; three launches at 17-24 and past 32 rows; gate, then up with the SiLU x up at 25-32 rows",
+         "FP8, auto, from x's blocked copy"},
+        {TDM_MLP_FUSE_AUTO, 1, 0,
+         "gate, then up with the SiLU x up at 1-16 and 25-32 rows; three launches at 17-24 and past 32 rows",
+         "FP8, auto, x as written (no one launch)"},
+        {TDM_MLP_FUSE_AUTO, 2, 1, "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows", "BF16 (nt 1), auto"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct tdm_dweight *w = cases[i].fmt == 0 ? &nv : cases[i].fmt == 1 ? &f8 : &b16;
+        char got[256];
+        tdm_matmul_swiglu_forms(cases[i].fuse, w, w, x, 5120, cases[i].with_xb ? xb : NULL, tl, got, sizeof got);
+        ok(strcmp(got, cases[i].want) == 0, "the SwiGLU forms, %s: %s", cases[i].what, got);
+    }
+    char small[24];
+    tdm_matmul_swiglu_forms(TDM_MLP_FUSE_AUTO, &nv, &nv, x, 5120, xb, tl, small, sizeof small);
+    ok(strlen(small) == sizeof small - 1 && strncmp(small, "one launch at 1-8 and 2", sizeof small - 1) == 0,
+       "the words cut to the buffer: '%s'", small);
+    tdm_tiles_free(tl);
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.json", kernels[i]);
+        remove_table(dir, name);
+    }
+}
+
 static void test_json_write(const char *dir)
 {
     char path[400], bad[400];
@@ -328,6 +395,8 @@ int main(void)
         tdm_tiles_free(tl);
         tl = NULL;
     }
+    remove_table(dir, "fp8.json");
+    test_swiglu_forms();
     test_objectives();
     test_json_write(dir);
     char cmd[600];
