@@ -234,7 +234,7 @@ static int token_call(void *p, int i, void *stream)
 }
 
 /* The SwiGLU pairs of a model (a projection named <p>gate_proj beside <p>up_proj of the same shape),
- * in NVFP4 and FP8, in each of the engine's three forms at each row count (tdm_swiglu_form): one launch
+ * in NVFP4 and FP8, in each of the engine's three forms at each row count (enum tdm_swiglu_form): one launch
  * for both weights ("<p>gate+up", tdm_matmul_swiglu; "n/a" where tdm_matmul_swiglu_ok says no: FP8 only
  * at 1-16 rows from x's blocked copy), the gate's product then up's with the SiLU x up in its epilogue
  * ("<p>gate;up*silu", tdm_matmul_gated, 1-32 rows), and the two products and tdm_silu_mul
