@@ -18,7 +18,9 @@
  * the MTP drafter's graphs too) launched at least 3 times, its kernels by time a launch (demangled
  * names), the largest 16, each with the span it adds to a launch (span_us: by end time, from the
  * latest end before its own to its own; the additions sum to the span, so overlapped kernels show
- * what they lengthen a launch by, not their durations).
+ * what they lengthen a launch by, not their durations). With $KERNELTRACE_BY_GRID=1 each kernel counts
+ * apart per grid (its name then ends " <<<x,y,z>>>", and the largest 48 are listed): a product's shapes
+ * run one instantiation on grids of their own, so a token's products show shape by shape.
  * (Not TANDEM_*: the tools refuse unknown switches of that prefix.) Kernels outside graphs are summed
  * on one line (graph 0: their summed durations). Not part of the library or the tools:
  * a measuring aid for bench/NOTES.md. */
@@ -30,8 +32,10 @@
 #include <string.h>
 
 struct krec { uint64_t start, end; uint32_t graph, corr, gorder, kid; char name[48]; };
-/* Distinct kernels by CUPTI's name pointer (one per kernel for the session), their names demangled. */
-struct kname { const char *key; char *name; };
+/* Distinct kernels by CUPTI's name pointer (one per kernel for the session) and, with
+ * KERNELTRACE_BY_GRID, grid; their names demangled. */
+struct kname { const char *key; uint32_t grid[3]; char *name; };
+static int by_grid = -1;   /* KERNELTRACE_BY_GRID, read at the first record */
 static struct kname *knames;
 static size_t nknames, capknames;
 char *__cxa_demangle(const char *mangled, char *buf, size_t *n, int *status);   /* libstdc++ */
@@ -65,12 +69,15 @@ static void CUPTIAPI buf_requested(uint8_t **buf, size_t *size, size_t *max_reco
     *max_records = 0;
 }
 
-/* The index of kernel `key` in knames, added on first sight with its demangled name (templates and
- * arguments cut: every anonymous namespace dropped, then up to the first '('). */
-static uint32_t kernel_id(const char *key)
+/* The index of kernel `key` (on grid x, y, z where by_grid) in knames, added on first sight with its
+ * demangled name (templates and arguments cut: every anonymous namespace dropped, then up to the
+ * first '('; then the grid where by_grid). */
+static uint32_t kernel_id(const char *key, uint32_t x, uint32_t y, uint32_t z)
 {
+    if (!by_grid) x = y = z = 0;
     for (size_t i = 0; i < nknames; i++)
-        if (knames[i].key == key) return (uint32_t)i;
+        if (knames[i].key == key && knames[i].grid[0] == x && knames[i].grid[1] == y && knames[i].grid[2] == z)
+            return (uint32_t)i;
     if (nknames == capknames) {
         capknames = capknames ? 2 * capknames : 256;
         struct kname *n = realloc(knames, capknames * sizeof *knames);
@@ -87,7 +94,14 @@ static uint32_t kernel_id(const char *key)
         memmove(a, a + strlen(anon), strlen(a + strlen(anon)) + 1);
     char *paren = strchr(name, '(');
     if (paren) *paren = 0;
-    knames[nknames] = (struct kname){key, name};
+    if (by_grid) {
+        char *g = malloc(strlen(name) + 48);
+        if (!g) { fprintf(stderr, "kerneltrace: out of memory\n"); exit(1); }
+        sprintf(g, "%s <<<%u,%u,%u>>>", name, x, y, z);
+        free(name);
+        name = g;
+    }
+    knames[nknames] = (struct kname){key, {x, y, z}, name};
     return (uint32_t)nknames++;
 }
 
@@ -110,7 +124,8 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buf,
         r->graph = k->graphId;
         r->corr = k->correlationId;
         snprintf(r->name, sizeof r->name, "%s", k->name ? k->name : "?");
-        r->kid = kernel_id(k->name);
+        if (by_grid < 0) by_grid = getenv("KERNELTRACE_BY_GRID") && atoi(getenv("KERNELTRACE_BY_GRID")) > 0;
+        r->kid = kernel_id(k->name, (uint32_t)k->gridX, (uint32_t)k->gridY, (uint32_t)k->gridZ);
     }
     free(buf);
 }
@@ -250,7 +265,7 @@ static void trace_report(void)
             fprintf(f, "\n# graph %u: %zu launches of %zu kernels, %.1f us of kernel time and %.1f us of span a launch (mean);"
                        " by kernel:\n", recs[i].graph, nl, (j - i) / nl, total / 1e3 / (double)nl, spans / 1e3 / (double)nl);
             fprintf(f, "%8s %10s %6s %10s %6s  %s\n", "calls", "us", "share", "span_us", "sshare", "kernel");
-            for (size_t q = 0; q < nknames && q < 16 && kt[q].calls; q++)
+            for (size_t q = 0; q < nknames && q < (by_grid > 0 ? 48 : 16) && kt[q].calls; q++)
                 fprintf(f, "%8.1f %10.1f %5.1f%% %10.1f %5.1f%%  %s\n", (double)kt[q].calls / (double)nl,
                         kt[q].ns / 1e3 / (double)nl, total ? 100.0 * (double)kt[q].ns / (double)total : 0.0,
                         kt[q].span / 1e3 / (double)nl, spans ? 100.0 * (double)kt[q].span / (double)spans : 0.0,

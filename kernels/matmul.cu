@@ -3,6 +3,7 @@
 #include "matmul.h"
 #include "cuda_check.h"
 #include "device.h"
+#include "engine_glue.h"
 #include "err.h"
 #include "formats.h"
 #include "settings.h"
@@ -376,6 +377,31 @@ extern "C" enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, c
         (fuse == TDM_MLP_FUSE_ON || tdm_matmul_swiglu_pays(gate, m)))
         return TDM_SWIGLU_ONE;
     return TDM_MLP_GATED_UP && tdm_matmul_gated_pays(up, m) ? TDM_SWIGLU_GATED : TDM_SWIGLU_THREE;
+}
+
+extern "C" int tdm_matmul_swiglu_run(enum tdm_swiglu_form form, const struct tdm_dweight *gate,
+                                     const struct tdm_dweight *up, const uint16_t *x, int64_t ldx, const uint16_t *xb,
+                                     int64_t m, uint16_t *g, uint16_t *u, uint16_t *gb, const struct tdm_tiles *tiles,
+                                     void *stream)
+{
+    if (!gate || !up) return tdm_errf("tdm_matmul_swiglu_run: no weight");
+    const int64_t I = gate->n;
+    switch (form) {
+    case TDM_SWIGLU_ONE: return tdm_matmul_swiglu(gate, up, x, ldx, xb, m, g, I, gb, tiles, stream);
+    case TDM_SWIGLU_GATED:   // up's product reads the gate's output and writes over it, element by element
+        return tdm_matmul_xb(gate, x, ldx, xb, m, g, I, TDM_MM_BF16, tiles, stream) ||
+                       tdm_matmul_gated(up, x, ldx, xb, m, g, I, g, I, gb, tiles, stream)
+                   ? -1
+                   : 0;
+    case TDM_SWIGLU_THREE:
+        if (!u) return tdm_errf("tdm_matmul_swiglu_run: three launches need room for up's output");
+        return tdm_matmul_xb(gate, x, ldx, xb, m, g, I, TDM_MM_BF16, tiles, stream) ||
+                       tdm_matmul_xb(up, x, ldx, xb, m, u, I, TDM_MM_BF16, tiles, stream) ||
+                       tdm_silu_mul(g, u, I, (int)m, g, gb, stream)
+                   ? -1
+                   : 0;
+    }
+    return tdm_errf("tdm_matmul_swiglu_run: form %d unknown", (int)form);
 }
 
 // Appends to buf (n bytes) at *len, as far as it fits.

@@ -145,6 +145,13 @@ enum tdm_swiglu_form { TDM_SWIGLU_ONE, TDM_SWIGLU_GATED, TDM_SWIGLU_THREE };
 enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
                                             const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                                             const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
+/* Runs a SwiGLU pair in the given form: g[m][I] = bf16(bf16(silu(x gate^T)) * (x up^T)), I = gate->n,
+ * row stride I; the same bits in every form. u: room for up's output (m x I, stride I), written by the
+ * three launches only. gb: NULL, or g's blocked copy for the next product (tdm_matmul_xb). xb: x's
+ * blocked copy or NULL. The form must suit m and the pair (tdm_matmul_swiglu_form). */
+int tdm_matmul_swiglu_run(enum tdm_swiglu_form form, const struct tdm_dweight *gate, const struct tdm_dweight *up,
+                          const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, uint16_t *g, uint16_t *u,
+                          uint16_t *gb, const struct tdm_tiles *tiles, void *stream);
 /* The forms tdm_matmul_swiglu_form picks for this pair at 1..TDM_MM_MAX_ROWS rows, in words for the
  * engine's line: each form with its row ranges, in the order they first appear, and the three launches
  * past 32 rows (the wide product), e.g. "one launch at 1-8 and 25-32 rows; gate, then up with the SiLU x

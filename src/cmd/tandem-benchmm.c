@@ -58,17 +58,18 @@ static int reps = 10;
 static size_t l2;
 
 /* ---- one timed thing: a call over rotating weight copies ---- */
-enum which { OURS, OURS_SWIGLU, OURS_GATED, OURS_THREE, CUBLAS_BF16, CUBLASLT_FP8 };
+enum which { OURS, OURS_PAIR, CUBLAS_BF16, CUBLASLT_FP8 };
 struct call {
     enum which what;
-    struct tdm_wset *ws;   /* OURS_SWIGLU: the gate's copies */
+    struct tdm_wset *ws;   /* OURS_PAIR: the gate's copies */
     const uint16_t *x;     /* BF16 activations */
     const uint8_t *x8;     /* e4m3 activations for cuBLASLt */
     void *y;
     int64_t m;
     const uint16_t *xb;    /* x's blocked copy for our kernels (NULL: none) */
-    struct tdm_wset *wu;   /* OURS_SWIGLU, OURS_GATED, OURS_THREE: the up projection's copies (as many as the gate's) */
-    uint16_t *u;           /* OURS_THREE: up's output (y holds the gate's, then the SiLU x up) */
+    struct tdm_wset *wu;   /* OURS_PAIR: the up projection's copies (as many as the gate's) */
+    uint16_t *u;           /* OURS_PAIR in three launches: up's output (y holds the gate's, then the SiLU x up) */
+    enum tdm_swiglu_form form;   /* OURS_PAIR: as tdm_engine_dense_mlp runs it */
 };
 
 static int use_xb = 1;    /* --no-xb clears */
@@ -87,21 +88,9 @@ static int do_call(void *p, int i, void *stream)
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
     switch (c->what) {
     case OURS: return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream);
-    case OURS_SWIGLU:
-        return tdm_matmul_swiglu(w, &c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, w->n, NULL, tiles, stream);
-    case OURS_GATED:   /* as tdm_engine_dense_mlp runs it: the SiLU x up over the gate's output in place */
-        return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream) ||
-                       tdm_matmul_gated(&c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, w->n, c->y, w->n, NULL,
-                                        tiles, stream)
-                   ? -1
-                   : 0;
-    case OURS_THREE:
-        return tdm_matmul_xb(w, c->x, w->k, c->xb, c->m, c->y, w->n, TDM_MM_BF16, tiles, stream) ||
-                       tdm_matmul_xb(&c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->u, w->n, TDM_MM_BF16, tiles,
-                                     stream) ||
-                       tdm_silu_mul(c->y, c->u, w->n, (int)c->m, c->y, NULL, stream)
-                   ? -1
-                   : 0;
+    case OURS_PAIR:
+        return tdm_matmul_swiglu_run(c->form, w, &c->wu->w[i % c->wu->copies], c->x, w->k, c->xb, c->m, c->y, c->u, NULL,
+                                     tiles, stream);
     case CUBLAS_BF16: return tdm_cublas_bf16(blas, w->w, w->n, w->k, c->x, c->m, c->y);
     default: {
         int rc = tdm_cublaslt_fp8(blas, w->w, w->n, w->k, c->x8, c->m, c->y);
@@ -227,7 +216,7 @@ static int token_call(void *p, int i, void *stream)
         const uint16_t *xb = NULL;
         for (int i = 0; i < c->nxb; i++)
             if (c->xb_k[i] == c->t->w[j].w[0].k) xb = c->xb[i];
-        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb, NULL, NULL};
+        struct call cc = {c->what, &c->t->w[j], c->x, NULL, c->y, c->m, xb, NULL, NULL, TDM_SWIGLU_ONE};
         if (do_call(&cc, 0, stream) != 0) return -1;
     }
     return 0;
@@ -245,12 +234,11 @@ static int nrows, rows[32];
 static double read_gbps;
 static const struct {
     const char *suffix;   /* after <p> */
-    enum which call;
     int eager;            /* also timed eager (the one launch, as the table's products are) */
 } pair_forms[] = {
-    [TDM_SWIGLU_ONE] = {"gate+up", OURS_SWIGLU, 1},
-    [TDM_SWIGLU_GATED] = {"gate;up*silu", OURS_GATED, 0},
-    [TDM_SWIGLU_THREE] = {"gate;up;silu", OURS_THREE, 0},
+    [TDM_SWIGLU_ONE] = {"gate+up", 1},
+    [TDM_SWIGLU_GATED] = {"gate;up*silu", 0},
+    [TDM_SWIGLU_THREE] = {"gate;up;silu", 0},
 };
 struct swiglu_time {
     double graph_ms, eager_ms, gbps;   /* graph_ms < 0: the pair cannot run in this form */
@@ -262,7 +250,7 @@ static struct swiglu_time swiglu_time(enum tdm_swiglu_form form, struct tdm_wset
     const struct tdm_dweight *g = &wg->w[0];
     if (form == TDM_SWIGLU_ONE && !tdm_matmul_swiglu_ok(g, &wu->w[0], x, g->k, xb, m, tiles)) return r;
     if (form == TDM_SWIGLU_GATED && m > TDM_MM_MAX_ROWS) return r;
-    struct call c = {pair_forms[form].call, wg, x, NULL, y, m, xb, wu, u};
+    struct call c = {OURS_PAIR, wg, x, NULL, y, m, xb, wu, u, form};
     /* both weights and their scales, x once */
     const double b = (double)(tdm_matmul_bytes(g, m) + tdm_matmul_bytes(&wu->w[0], m) - m * g->k * 2);
     r.graph_ms = time_it(&c, 1);
@@ -456,13 +444,13 @@ int main(int argc, char **argv)
             for (int ri = 0; ri < nrows; ri++) {
                 const int64_t m = rows[ri];
                 const uint16_t *xb = pack_xb(x, m, k, xbs[0]);   /* NVFP4 and FP8 read it */
-                struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL, NULL}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL, NULL};
+                struct call c4 = {OURS, &w4, x, x8, y, m, xb, NULL, NULL, TDM_SWIGLU_ONE}, c8 = {OURS, &w8, x, x8, y, m, xb, NULL, NULL, TDM_SWIGLU_ONE};
                 const double b4 = (double)tdm_matmul_bytes(&w4.w[0], m), b8 = (double)tdm_matmul_bytes(&w8.w[0], m);
                 const double t4g = time_it(&c4, 1), t4e = time_it(&c4, 0), t8g = time_it(&c8, 1);
                 double tbg = -1, tbe = -1, tlg = -1;
                 int lt_block = 0;
                 if (baseline) {
-                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL, NULL, NULL}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL, NULL, NULL};
+                    struct call cb = {CUBLAS_BF16, &wb, x, x8, y, m, NULL, NULL, NULL, TDM_SWIGLU_ONE}, cl = {CUBLASLT_FP8, &w8, x, x8, y, m, NULL, NULL, NULL, TDM_SWIGLU_ONE};
                     tbg = time_it(&cb, 1);
                     tbe = time_it(&cb, 0);
                     tlg = time_it(&cl, 1);

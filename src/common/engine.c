@@ -724,11 +724,7 @@ int tdm_engine_dense_mlp(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
     /* gate, up and SiLU x up in one launch, or the gate then up with the SiLU x up in its epilogue,
      * or three launches: the same bits, so the choice, made per row count, changes none */
     const enum tdm_swiglu_form form = tdm_matmul_swiglu_form(fuse, gate, up, xn, H, xnb, M, t);
-    if ((form == TDM_SWIGLU_ONE ? tdm_matmul_swiglu(gate, up, xn, H, xnb, M, g, I, gb, t, st)
-                                : tdm_matmul_xb(gate, xn, H, xnb, M, g, I, TDM_MM_BF16, t, st) ||
-                                      (form == TDM_SWIGLU_GATED ? tdm_matmul_gated(up, xn, H, xnb, M, g, I, g, I, gb, t, st)
-                                                                : tdm_matmul_xb(up, xn, H, xnb, M, u, I, TDM_MM_BF16, t, st) ||
-                                                                      tdm_silu_mul(g, u, I, M, g, gb, st))) ||
+    if (tdm_matmul_swiglu_run(form, gate, up, xn, H, xnb, M, g, u, gb, t, st) != 0 ||
         tdm_matmul_xb(down, g, I, gb, M, y, H, TDM_MM_BF16, t, st))
         return -1;
     return 0;
