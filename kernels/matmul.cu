@@ -359,14 +359,16 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
 
 extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
 {
-    // NVFP4's two launches win up to the 17-24-row form's top while up carries the SiLU x up
-    const int64_t top = TDM_MLP_GATED_UP ? TDM_MM_HI24_ROWS : 16;
-    return !(gate && gate->fmt == TDM_W_NVFP4 && m > 8 && m <= top);
+    // NVFP4's two launches win from the second mma row tile (9 rows) up to the 17-24-row form's top
+    // while up carries the SiLU x up, else to the second tile's top (16 rows)
+    const bool two = TDM_MLP_GATED_UP ? m <= TDM_MM_HI24_ROWS : tdm_mm_rows_mt(m) <= 1;
+    return !(gate && gate->fmt == TDM_W_NVFP4 && tdm_mm_rows_mt(m) >= 1 && two);
 }
 
 extern "C" int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m)
 {
-    return up && m >= 1 && m <= TDM_MM_MAX_ROWS && !(up->fmt == TDM_W_FP8 && m > 16 && m <= TDM_MM_HI24_ROWS);
+    // FP8's 17-24-row form: the third mma row tile, up to its top
+    return up && m >= 1 && m <= TDM_MM_MAX_ROWS && !(up->fmt == TDM_W_FP8 && tdm_mm_rows_mt(m) == 2 && m <= TDM_MM_HI24_ROWS);
 }
 
 extern "C" enum tdm_swiglu_form tdm_matmul_swiglu_form(enum tdm_mlp_fuse fuse, const struct tdm_dweight *gate,
