@@ -87,10 +87,11 @@ __global__ void copy_kernel(uint4 *dst, const uint4 *src, size_t n16)
 
 // The skinny kernel's weight reads alone (mm_skinny.cuh, NVFP4): a warp owns 16 rows (two n8-tiles)
 // and one chain of K; in each slab lane (g, t) loads 16 bytes of rows g and g + 8 at 64 * slab +
-// 16 t, with `D` slabs in flight; no decode, no mma, the words XOR-folded so the loads stay.
-// What the access pattern and the depth of loads in flight allow, apart from the arithmetic.
+// 16 t (TDM_ROWS_STORED), or its 32 bytes of the warp's 1 KB where the layout puts that
+// (enum tdm_rows_layout), with `D` slabs in flight; no decode, no mma, the words XOR-folded so the
+// loads stay. What the access pattern and the depth of loads in flight allow, apart from the arithmetic.
 template <int D>
-__global__ void rows_read_kernel(const uint8_t *w, int64_t n, int64_t rowbytes, int chains, uint64_t *sink)
+__global__ void rows_read_kernel(const uint8_t *w, int64_t n, int64_t rowbytes, int chains, int layout, uint64_t *sink)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5, tiles = n / 16;
@@ -99,13 +100,22 @@ __global__ void rows_read_kernel(const uint8_t *w, int64_t n, int64_t rowbytes, 
     const int64_t slabs = rowbytes / 64, per = (slabs + chains - 1) / chains;   // as the kernel cuts K
     const int64_t len = per < slabs - ch * per ? per : slabs - ch * per;
     if (len <= 0) return;
-    const uint8_t *p0 = w + (16 * tw + g) * rowbytes + ch * per * 64 + 16 * t, *p1 = p0 + 8 * rowbytes;
+    const uint8_t *p0;
+    int64_t half, step;   // row g + 8's bytes from row g's; one slab to the next
+    if (layout == TDM_ROWS_TILES) {
+        p0 = w + (tw * slabs + ch * per) * 1024 + 32 * lane, half = 16, step = 1024;
+    } else if (layout == TDM_ROWS_SLABS) {
+        p0 = w + (ch * per * tiles + tw) * 1024 + 32 * lane, half = 16, step = 1024 * tiles;
+    } else {
+        p0 = w + (16 * tw + g) * rowbytes + ch * per * 64 + 16 * t, half = 8 * rowbytes, step = 64;
+    }
+    const uint8_t *p1 = p0 + half;
     uint32_t acc = 0;
     uint4 r0[D], r1[D];
 #pragma unroll
     for (int d = 0; d < D; d++) {
         r0[d] = r1[d] = make_uint4(0, 0, 0, 0);
-        if (d < len) { r0[d] = __ldcs((const uint4 *)(p0 + 64 * d)); r1[d] = __ldcs((const uint4 *)(p1 + 64 * d)); }
+        if (d < len) { r0[d] = __ldcs((const uint4 *)(p0 + step * d)); r1[d] = __ldcs((const uint4 *)(p1 + step * d)); }
     }
     for (int64_t i = 0; i < len; i += D) {
 #pragma unroll
@@ -113,8 +123,8 @@ __global__ void rows_read_kernel(const uint8_t *w, int64_t n, int64_t rowbytes, 
             acc ^= r0[d].x ^ r0[d].y ^ r0[d].z ^ r0[d].w ^ r1[d].x ^ r1[d].y ^ r1[d].z ^ r1[d].w;
             const int64_t nx = i + d + D;
             if (nx < len) {
-                r0[d] = __ldcs((const uint4 *)(p0 + 64 * nx));
-                r1[d] = __ldcs((const uint4 *)(p1 + 64 * nx));
+                r0[d] = __ldcs((const uint4 *)(p0 + step * nx));
+                r1[d] = __ldcs((const uint4 *)(p1 + step * nx));
             }
         }
     }
@@ -194,9 +204,11 @@ extern "C" int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *s
     return 0;
 }
 
-extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, uint64_t *sink,
-                                 void *stream)
+extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth,
+                                 enum tdm_rows_layout layout, uint64_t *sink, void *stream)
 {
+    if (layout != TDM_ROWS_STORED && layout != TDM_ROWS_TILES && layout != TDM_ROWS_SLABS)
+        return tdm_errf("tdm_dev_read_rows: layout %d unknown", (int)layout);
     if (n % 16 || rowbytes % 64 || chains < 1)
         return tdm_errf("tdm_dev_read_rows: %lld rows of %lld bytes in %d chains: need rows a multiple of 16 and whole "
                         "64-byte slabs", (long long)n, (long long)rowbytes, chains);
@@ -206,10 +218,10 @@ extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int
     cudaStream_t st = (cudaStream_t)stream;
     const uint8_t *p = (const uint8_t *)w;
     switch (depth) {
-    case 1: rows_read_kernel<1><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, sink); break;
-    case 2: rows_read_kernel<2><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, sink); break;
-    case 4: rows_read_kernel<4><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, sink); break;
-    case 8: rows_read_kernel<8><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, sink); break;
+    case 1: rows_read_kernel<1><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, (int)layout, sink); break;
+    case 2: rows_read_kernel<2><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, (int)layout, sink); break;
+    case 4: rows_read_kernel<4><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, (int)layout, sink); break;
+    case 8: rows_read_kernel<8><<<blocks, threads, 0, st>>>(p, n, rowbytes, chains, (int)layout, sink); break;
     default: return tdm_errf("tdm_dev_read_rows: depth %d: expected 1, 2, 4 or 8", depth);
     }
     TDM_LAUNCH_CHECK();

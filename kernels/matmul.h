@@ -209,11 +209,19 @@ int tdm_dev_count_diff(const void *a, const void *b, size_t bytes, int64_t *diff
 /* Streaming read of `bytes` from p (16-byte loads over the whole GPU); the result goes to *sink
  * (device) so that the reads cannot be removed. */
 int tdm_dev_read(const void *p, size_t bytes, uint64_t *sink, void *stream);
+/* Where the bytes a warp reads in one slab (16 rows x 64 bytes: 1 KB) lie, for tdm_dev_read_rows:
+ * in the rows as stored (row-major, each row's slab a 64-byte piece: the skinny kernels' layout);
+ * one 16-row tile's slabs one after another (TILES: each warp reads one run of memory); or slab by
+ * slab, every tile's 1 KB of slab s side by side before slab s + 1 (SLABS: the warps, which move
+ * through K together, read one run of memory between them, as a streaming read does). The same
+ * bytes, warps and depth in each: what the order of the weights in memory alone is worth. */
+enum tdm_rows_layout { TDM_ROWS_STORED, TDM_ROWS_TILES, TDM_ROWS_SLABS };
 /* The NVFP4 skinny kernel's weight reads alone (no decode, no mma): n rows of rowbytes, each warp 16
  * rows and one of `chains` parts of K cut as the kernel cuts them, lane (g, t) 16 bytes of rows g
- * and g + 8 a 64-byte slab, depth (1, 2, 4 or 8) slabs in flight. n a multiple of 16, rowbytes of
- * 64. */
-int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, uint64_t *sink, void *stream);
+ * and g + 8 a 64-byte slab (TDM_ROWS_STORED; the other layouts: the lane's 32 bytes of the warp's
+ * 1 KB), depth (1, 2, 4 or 8) slabs in flight. n a multiple of 16, rowbytes of 64. */
+int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, enum tdm_rows_layout layout,
+                      uint64_t *sink, void *stream);
 /* A kernel of `blocks` blocks of 128 threads that only waits for the kernel before it and bumps
  * sink[1] (a programmatic launch where TANDEM_PDL is on): a launch's floor in a chain of dependent
  * kernels. */

@@ -31,8 +31,9 @@ static void usage(FILE *f)
             "  --kernel F     also time the matrix kernel for weights in format F: nvfp4, fp8 or bf16\n"
             "                 (also on one weight copy, from L2 where it fits: 'one copy');\n"
             "                 nvfp4 also times its weight reads alone (the kernel's access pattern with\n"
-            "                 1, 2, 4 and 8 slabs in flight a warp, no arithmetic), when N is a multiple\n"
-            "                 of 16 and K of 128\n"
+            "                 1, 2, 4 and 8 slabs in flight a warp, no arithmetic: 'rows'), and the\n"
+            "                 same reads with the weights stored tile by tile ('tiles') or slab by slab\n"
+            "                 ('slabs') at 1 and 4, when N is a multiple of 16 and K of 128\n"
             "  --shape N,K    the weight shape for --kernel (N outputs, K inputs)\n"
             "  --rows M       activation rows for --kernel (default 1; above 32 runs the wide GEMM)\n"
             "  --json FILE    also write the results as JSON\n"
@@ -63,6 +64,7 @@ static int mm_call(void *p, int i, void *stream)
 struct rows_ctx {
     struct tdm_wset *ws;
     int chains, depth;
+    enum tdm_rows_layout layout;
     uint64_t *sink;
 };
 
@@ -70,7 +72,7 @@ static int rows_call(void *p, int i, void *stream)
 {
     struct rows_ctx *c = p;
     const struct tdm_dweight *w = &c->ws->w[i % c->ws->copies];
-    return tdm_dev_read_rows(w->w, w->n, w->k / 2, c->chains, c->depth, c->sink, stream);
+    return tdm_dev_read_rows(w->w, w->n, w->k / 2, c->chains, c->depth, c->layout, c->sink, stream);
 }
 
 /* The launch floor: a kernel that only waits for the one before it (sink: 16 bytes of device memory). */
@@ -223,20 +225,30 @@ int main(int argc, char **argv)
         table_line(name, bytes, one_copy_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
-         * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic */
+         * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic; the
+         * random weights read as if stored in another order measure that order (the same bytes) */
         json_t *pattern = json_array();
         const int chains = tdm_mm_kchains(n, k);
         if (fmt == TDM_W_NVFP4 && n % 16 == 0 && k % 128 == 0) {
             const double wb = (double)n * (double)k / 2;   /* the codes alone: no scales, no activations */
-            for (int depth = 1; depth <= 8; depth *= 2) {
-                struct rows_ctx rc = {.ws = &ws, .chains = chains, .depth = depth, .sink = bc.sink};
-                double ms;
-                if (tdm_time_calls(rows_call, &rc, ws.copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
-                snprintf(name, sizeof name, "nvfp4 rows read alone, depth %d", depth);
-                table_line(name, wb, ms);
-                json_array_append_new(pattern, json_pack("{s:i, s:i, s:f, s:f}", "depth", depth, "chains", chains, "ms", ms,
-                                                         "gbps", wb / ms / 1e6));
-            }
+            /* then the same reads with the weights in another order (enum tdm_rows_layout), at depth 1
+             * (the one-row kernels' pf) and 4 */
+            static const struct { enum tdm_rows_layout layout; const char *what, *json; } lay[] = {
+                {TDM_ROWS_STORED, "rows", "stored"},
+                {TDM_ROWS_TILES, "tiles", "tiles"},
+                {TDM_ROWS_SLABS, "slabs", "slabs"},
+            };
+            for (size_t l = 0; l < sizeof lay / sizeof *lay; l++)
+                for (int depth = 1; depth <= 8; depth *= 2) {
+                    if (l > 0 && depth != 1 && depth != 4) continue;
+                    struct rows_ctx rc = {.ws = &ws, .chains = chains, .depth = depth, .layout = lay[l].layout, .sink = bc.sink};
+                    double ms;
+                    if (tdm_time_calls(rows_call, &rc, ws.copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
+                    snprintf(name, sizeof name, "nvfp4 %s read alone, depth %d", lay[l].what, depth);
+                    table_line(name, wb, ms);
+                    json_array_append_new(pattern, json_pack("{s:s, s:i, s:i, s:f, s:f}", "layout", lay[l].json, "depth", depth,
+                                                             "chains", chains, "ms", ms, "gbps", wb / ms / 1e6));
+                }
         }
         json_object_set_new(rec, "kernel",
                             json_pack("{s:s, s:I, s:I, s:i, s:f, s:i, s:f, s:f, s:f, s:f}", "format", kernel, "n", (json_int_t)n,
