@@ -9,7 +9,6 @@
  * rotates over weight copies that together exceed 8x the L2 (cold), median of repeats. */
 #include "cli.h"
 #include "device.h"
-#include "engine_glue.h"
 #include "err.h"
 #include "jsonfile.h"
 #include "matmul.h"

@@ -618,8 +618,6 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
     free(h.scale);
 }
 
-/* FP8 SwiGLU on edge shapes: an FP8 table of nt 2 settings written for them (t/tiletest.h), each
- * then run as one product at 1-16 rows from the blocked copy. */
 /* The gated up product (tdm_matmul_gated: up's product with the SiLU x up in its epilogue) against
  * tdm_matmul of gate and of up, then tdm_silu_mul, bit for bit, y and its blocked copy, at every row
  * count 1..32, in place (y the gate's output, as the engine runs it) and, at one row count, into a
@@ -685,6 +683,8 @@ static void run_gated(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k
     free(hx); free(xf);
 }
 
+/* FP8 SwiGLU on edge shapes: an FP8 table of nt 2 settings written for them (t/tiletest.h), each
+ * then run as one product at 1-16 rows from the blocked copy. */
 static void fp8_swiglu_edges(const char *arch)
 {
     static const int64_t shapes[][2] = {{200, 528}, {512, 256}, {344, 1024}};

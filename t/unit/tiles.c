@@ -91,9 +91,6 @@ static void test_objectives(void)
        "nothing timed: -1");
 }
 
-/* tdm_json_write_atomic (jsonfile.h), which writes the tables and the tools' --json reports: the
- * object reads back equal, the file ends with a newline, no temporary is left beside it; a path
- * that cannot be created fails naming the file and leaves nothing. */
 /* The forms the engine runs for a 27B MLP pair (17408x5120) at each row count, in the words of its
  * line, with every table setting nt 2 for the shape but BF16's (nt 1, as shipped): NVFP4's one launch
  * where tdm_matmul_swiglu_pays, FP8's at 1-16 rows and only from x's blocked copy, FP8's three launches
@@ -158,6 +155,9 @@ static void test_swiglu_forms(void)
     }
 }
 
+/* tdm_json_write_atomic (jsonfile.h), which writes the tables and the tools' --json reports: the
+ * object reads back equal, the file ends with a newline, no temporary is left beside it; a path
+ * that cannot be created fails naming the file and leaves nothing. */
 static void test_json_write(const char *dir)
 {
     char path[400], bad[400];
