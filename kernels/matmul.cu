@@ -390,20 +390,19 @@ extern "C" int tdm_matmul_swiglu_run(enum tdm_swiglu_form form, const struct tdm
     const int64_t I = gate->n;
     switch (form) {
     case TDM_SWIGLU_ONE: return tdm_matmul_swiglu(gate, up, x, ldx, xb, m, g, I, gb, tiles, stream);
-    case TDM_SWIGLU_GATED:   // up's product reads the gate's output and writes over it, element by element
-        return tdm_matmul_xb(gate, x, ldx, xb, m, g, I, TDM_MM_BF16, tiles, stream) ||
-                       tdm_matmul_gated(up, x, ldx, xb, m, g, I, g, I, gb, tiles, stream)
-                   ? -1
-                   : 0;
+    case TDM_SWIGLU_GATED: break;
     case TDM_SWIGLU_THREE:
         if (!u) return tdm_errf("tdm_matmul_swiglu_run: three launches need room for up's output");
-        return tdm_matmul_xb(gate, x, ldx, xb, m, g, I, TDM_MM_BF16, tiles, stream) ||
-                       tdm_matmul_xb(up, x, ldx, xb, m, u, I, TDM_MM_BF16, tiles, stream) ||
-                       tdm_silu_mul(g, u, I, (int)m, g, gb, stream)
-                   ? -1
-                   : 0;
+        break;
+    default: return tdm_errf("tdm_matmul_swiglu_run: form %d unknown", (int)form);
     }
-    return tdm_errf("tdm_matmul_swiglu_run: form %d unknown", (int)form);
+    if (tdm_matmul_xb(gate, x, ldx, xb, m, g, I, TDM_MM_BF16, tiles, stream) != 0) return -1;
+    if (form == TDM_SWIGLU_GATED)   // up's product reads the gate's output and writes over it, element by element
+        return tdm_matmul_gated(up, x, ldx, xb, m, g, I, g, I, gb, tiles, stream);
+    return tdm_matmul_xb(up, x, ldx, xb, m, u, I, TDM_MM_BF16, tiles, stream) ||
+                   tdm_silu_mul(g, u, I, (int)m, g, gb, stream)
+               ? -1
+               : 0;
 }
 
 // Appends to buf (n bytes) at *len, as far as it fits.
@@ -479,6 +478,19 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
     return run_skinny(a, gate, t, m, true, stream);
 }
 
+// The skinny kernel and its tile for w at m rows (1..32), from the table; who names the caller in the error.
+static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_tiles *tiles, const char *who,
+                       struct tdm_tile *t)
+{
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) {
+        if (m < 1) return tdm_errf("%s: %" PRId64 " rows", who, m);
+        return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(w->fmt));
+    }
+    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
+    return 0;
+}
+
 extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x, int64_t ldx, const uint16_t *xb,
                                 int64_t m, const uint16_t *gate, int64_t ldg, uint16_t *y, int64_t ldy, uint16_t *yb,
                                 const struct tdm_tiles *tiles, void *stream)
@@ -487,9 +499,8 @@ extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x,
     if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
     if (!up) return tdm_errf("%s: NULL weight", who);
     if (!gate || ldg < up->n) return tdm_errf("%s: gate %s, ld %" PRId64 " for %" PRId64 " outputs", who, gate ? "set" : "NULL", ldg, up->n);
-    const int kk = tdm_mmk_for(up->fmt, m);
-    if (kk < 0) return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(up->fmt));
-    const struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, up->n, up->k);
+    struct tdm_tile t;
+    if (skinny_tile(up, m, tiles, who, &t) != 0) return -1;
     return skinny(up, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &t, stream, true, who, gate, ldg, yb);
 }
 
@@ -505,12 +516,8 @@ extern "C" int tdm_matmul_xb(const struct tdm_dweight *w, const uint16_t *x, int
         if (xb) return tdm_errf("matmul: a blocked activation copy serves 1..%d rows, not %" PRId64, TDM_MM_XB_ROWS, m);
         return tdm_matmul_wide(w, x, ldx, m, y, ldy, out, stream);
     }
-    const int kk = tdm_mmk_for(w->fmt, m);
-    if (kk < 0) {
-        if (m < 1) return tdm_errf("matmul: %" PRId64 " rows", m);
-        return tdm_errf("matmul: weight format %s has no GPU kernel", tdm_wfmt_name(w->fmt));
-    }
-    struct tdm_tile t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
+    struct tdm_tile t;
+    if (skinny_tile(w, m, tiles, "matmul", &t) != 0) return -1;
     return tdm_matmul_skinny_xb(w, x, ldx, xb, m, y, ldy, out, &t, stream);
 }
 
