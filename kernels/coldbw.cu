@@ -1,6 +1,7 @@
 // coldbw.cu — memory-bound helper kernels: the streaming read and copy that tandem-coldbw times,
 // pseudo-random fills for tests, sweeps and benchmarks (never time on zeros), and a bitwise diff.
 #include "matmul.h"
+#include "mm_layout.h"
 #include "cuda_check.h"
 #include "device.h"
 #include "pdl.cuh"
@@ -225,6 +226,42 @@ extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int
     default: return tdm_errf("tdm_dev_read_rows: depth %d: expected 1, 2, 4 or 8", depth);
     }
     TDM_LAUNCH_CHECK();
+    return 0;
+}
+
+// One 16-byte unit of the slab-major copy a thread: unit u of slab s of row r (units a slab: ub).
+__global__ void slab_major_kernel(const uint8_t *src, int64_t n, int64_t rowbytes, int64_t ub, uint8_t *dst)
+{
+    const int64_t slabs = rowbytes / (16 * ub), units = n * rowbytes / 16;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < units; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t u = e % ub, r = e / ub % n, s = e / ub / n;   // e: (s * n + r) * ub + u in the copy
+        if (s < slabs)
+            reinterpret_cast<uint4 *>(dst)[e] = reinterpret_cast<const uint4 *>(src + r * rowbytes + s * 16 * ub)[u];
+    }
+}
+// NVFP4's 8 group scales of a slab (8 bytes) a thread.
+__global__ void slab_major_scales_kernel(const uint8_t *src, int64_t n, int64_t slabs, uint8_t *dst)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * slabs; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e % n, s = e / n;
+        reinterpret_cast<uint2 *>(dst)[e] = reinterpret_cast<const uint2 *>(src + r * slabs * 8)[s];
+    }
+}
+
+extern "C" int tdm_dev_slab_major(const struct tdm_dweight *w, void *codes, void *scales, void *stream)
+{
+    if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8) || w->k % TDM_MM_SLAB_K || (uintptr_t)w->w % 16 ||
+        (uintptr_t)codes % 16 || (w->fmt == TDM_W_NVFP4 && ((uintptr_t)w->scale % 8 || (uintptr_t)scales % 8)))
+        return tdm_errf("tdm_dev_slab_major: NVFP4 or FP8, k a multiple of %d, aligned storage", TDM_MM_SLAB_K);
+    const int64_t n = w->row0 + w->n, rowbytes = tdm_wfmt_code_bytes(w->fmt, 1, w->k), slabs = w->k / TDM_MM_SLAB_K;
+    cudaStream_t st = (cudaStream_t)stream;
+    const unsigned blocks = (unsigned)sm_count() * 8;
+    slab_major_kernel<<<blocks, 256, 0, st>>>((const uint8_t *)w->w, n, rowbytes, rowbytes / slabs / 16, (uint8_t *)codes);
+    TDM_LAUNCH_CHECK();
+    if (w->fmt == TDM_W_NVFP4) {
+        slab_major_scales_kernel<<<blocks, 256, 0, st>>>((const uint8_t *)w->scale, n, slabs, (uint8_t *)scales);
+        TDM_LAUNCH_CHECK();
+    }
     return 0;
 }
 

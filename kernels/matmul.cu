@@ -272,6 +272,19 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     return 0;
 }
 
+// The skinny kernel and its tile for w at m rows (1..32), from the table; who names the caller in the error.
+static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_tiles *tiles, const char *who,
+                       struct tdm_tile *t)
+{
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) {
+        if (m < 1) return tdm_errf("%s: %" PRId64 " rows", who, m);
+        return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(w->fmt));
+    }
+    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
+    return 0;
+}
+
 // gate, ldg, yb: the gated up product's (tdm_matmul_gated; gate NULL: a plain product); who names the
 // caller in errors.
 static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
@@ -312,6 +325,33 @@ extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_
                                       void *stream)
 {
     return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, false);
+}
+
+extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
+                                     const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy,
+                                     const struct tdm_tiles *tiles, void *stream)
+{
+    const char *who = "matmul (slab-major)";
+#if TDM_MM_SLAB_MAJOR
+    if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8))
+        return tdm_errf("%s: NVFP4 and FP8 weights only", who);
+    if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
+    if (w->k % TDM_MM_SLAB_K) return tdm_errf("%s: k %" PRId64 " is not a multiple of %d", who, w->k, TDM_MM_SLAB_K);
+    if (slab_rows < w->row0 + w->n) return tdm_errf("%s: %" PRId64 " rows a slab for a view to row %" PRId64, who, slab_rows, w->row0 + w->n);
+    tdm_mm::SkinnyArgs a;
+    if (make_args(w, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, who) != 0) return -1;
+    if (!rows_aligned(w) || !a.x_vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
+    a.slab_rows = slab_rows;
+    struct tdm_tile t;
+    if (skinny_tile(w, m, tiles, who, &t) != 0) return -1;
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (tdm_tile_check((enum tdm_mmk)kk, w->n, w->k, &t) != 0)
+        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
+    return run_skinny(a, w, t, m, true, stream);
+#else
+    (void)w, (void)slab_rows, (void)x, (void)ldx, (void)xb, (void)m, (void)y, (void)ldy, (void)tiles, (void)stream;
+    return tdm_errf("%s: this build has no slab-major kernel (built without TDM_MM_SLAB_MAJOR=1)", who);
+#endif
 }
 
 extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
@@ -476,19 +516,6 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
     a.row0_up = up->row0;
     a.out_scale_up = out_scale_of(up);
     return run_skinny(a, gate, t, m, true, stream);
-}
-
-// The skinny kernel and its tile for w at m rows (1..32), from the table; who names the caller in the error.
-static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_tiles *tiles, const char *who,
-                       struct tdm_tile *t)
-{
-    const int kk = tdm_mmk_for(w->fmt, m);
-    if (kk < 0) {
-        if (m < 1) return tdm_errf("%s: %" PRId64 " rows", who, m);
-        return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(w->fmt));
-    }
-    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
-    return 0;
 }
 
 extern "C" int tdm_matmul_gated(const struct tdm_dweight *up, const uint16_t *x, int64_t ldx, const uint16_t *xb,

@@ -75,7 +75,18 @@ struct SkinnyArgs {
     // by one thread). NULL: a plain product.
     const uint16_t *gate_y;
     int64_t ld_gate;
+    // The weights' order in memory (builds with TDM_MM_SLAB_MAJOR only; 0 elsewhere): 0, row by row;
+    // > 0, slab-major: slab s of stored row r (its codes, and NVFP4's 8 group scales) at
+    // s * slab_rows + r, this many stored rows a slab (tdm_matmul_slab_major).
+    int64_t slab_rows;
 };
+
+// TDM_MM_SLAB_MAJOR (default 0): 1 builds the fast path's weight addressing for slab-major weights as
+// well (a.slab_rows), with the step from one slab to the next a run-time value in both orders. A
+// build-time knob for the layout probe (tandem-coldbw --slab-major); no default path reads it.
+#ifndef TDM_MM_SLAB_MAJOR
+#define TDM_MM_SLAB_MAJOR 0
+#endif
 
 // ---- small device pieces ------------------------------------------------------------------------
 
@@ -600,25 +611,37 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint8_t *wp[NT];
     const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
+#if TDM_MM_SLAB_MAJOR
+    const int64_t wstep = a.slab_rows ? a.slab_rows * SB : SB, sstep = a.slab_rows ? a.slab_rows * 8 : 8;
+#else
+    constexpr int64_t wstep = SB;   // one slab to the next: the weight codes,
+    constexpr int sstep = 8;        // NVFP4's scales (an int, as the default build always had it)
+#endif
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         wp[nt] = wm[nt] + (r0[nt] + brow[nt]) * rowbytes + (int64_t)s_begin * SB + t * CB;
         sp[nt] = sm[nt] + (r0[nt] + brow[nt]) * (int64_t)(a.k / 16) + (int64_t)s_begin * 8 + 2 * t;
+#if TDM_MM_SLAB_MAJOR
+        if (a.slab_rows) {
+            wp[nt] = wm[nt] + ((int64_t)s_begin * a.slab_rows + r0[nt] + brow[nt]) * SB + t * CB;
+            sp[nt] = sm[nt] + ((int64_t)s_begin * a.slab_rows + r0[nt] + brow[nt]) * 8 + 2 * t;
+        }
+#endif
         fs0[nt] = ((r0[nt] + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
         fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }
-    (void)sp; (void)fs0; (void)fs1;
+    (void)sp; (void)fs0; (void)fs1; (void)sstep;
     auto load_fast = [&](Chunk<FMT>(&dst)[NT], int i) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const uint8_t *p = wp[nt] + (int64_t)i * SB;
+            const uint8_t *p = wp[nt] + (int64_t)i * wstep;
 #pragma unroll
             for (int q = 0; q < CB / 16; q++) {
                 uint4 v = ldg_weights<FMT>(p + 16 * q);
                 dst[nt].w[4 * q] = v.x; dst[nt].w[4 * q + 1] = v.y; dst[nt].w[4 * q + 2] = v.z; dst[nt].w[4 * q + 3] = v.w;
             }
             if constexpr (FMT == TDM_MMF_NVFP4) {
-                dst[nt].sc = ldg_stream_u16(sp[nt] + 8 * i);
+                dst[nt].sc = ldg_stream_u16(sp[nt] + sstep * i);
             } else if constexpr (FMT == TDM_MMF_FP8) {
                 if (a.scale_bf16) {
                     const uint16_t *s = reinterpret_cast<const uint16_t *>(sm[nt]);

@@ -2,7 +2,10 @@
 # tandem-coldbw on the GPU, small buffers and few repeats: the read, copy and launch-floor lines,
 # the NVFP4 kernel's lines (eager, graphed, on one copy) and its weight reads alone at 1, 2, 4 and
 # 8 slabs in flight; the JSON record holds each with a positive rate; a shape whose K is not a
-# multiple of 128 prints no reads-alone lines. Skips without a CUDA device.
+# multiple of 128 prints no reads-alone lines. The slab-major probe (--slab-major): refused by the
+# default build; in the variant built with TDM_MM_SLAB_MAJOR=1 (bin/tandem-coldbw-slab, scripts/variant-build
+# slab "-DTDM_MM_SLAB_MAJOR=1" tandem-coldbw) the kernel on slab-major copies gives the stored order's
+# bits at each row form, NVFP4 and FP8. Skips without a CUDA device.
 CB=bin/tandem-coldbw
 JG=build/t/json_get
 . t/gpu-skip.sh
@@ -11,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 $CB --mib 64 --reps 3 --kernel nvfp4 --shape 2048,4096 --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
 rc=$?
 skip_without_device $rc "$tmp/c.err"
-echo "1..9"
+echo "1..12"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/c.err" "$tmp/c.out"; fi; }
 pos() { v=$($JG "$1" "$2") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
@@ -38,3 +41,27 @@ t "the other two layouts' reads alone, depth 1 and 4, in the table and the JSON"
 $CB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2064 >"$tmp/d.out" 2>"$tmp/d.err"
 t "K not a multiple of 128: the kernel's lines, no reads-alone lines" \
   "grep -q '^nvfp4 1024x2064 m=1 graph' $tmp/d.out && ! grep -q 'read alone' $tmp/d.out"
+$CB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2048 --slab-major >"$tmp/e.out" 2>"$tmp/e.err"
+rc=$?
+t "--slab-major in the default build: exit 2, saying the build has no such kernel" \
+  "[ $rc -eq 2 ] && grep -q 'no slab-major kernel' $tmp/e.err"
+# the variant: each row form (1 row; 2-8, 9-16 per lane from x's blocked copy; 17-24, 25-32), both formats
+VB=bin/tandem-coldbw-slab
+slab_runs() {
+    for run in "nvfp4 1" "nvfp4 5" "nvfp4 16" "nvfp4 20" "nvfp4 32" "fp8 1" "fp8 12" "fp8 32"; do
+        set -- $run
+        $VB --mib 64 --reps 2 --kernel "$1" --shape 2048,4096 --rows "$2" --slab-major --json "$tmp/s.json" \
+            >"$tmp/s.out" 2>"$tmp/s.err" || { echo "# $1 at $2 rows: exit $?"; sed 's/^/# /' "$tmp/s.err"; return 1; }
+        grep -q "^$1 2048x4096 m=$2 slab-major " "$tmp/s.out" && [ "$($JG "$tmp/s.json" kernel.slab_major_bytes_differ)" = 0 ] &&
+            pos "$tmp/s.json" kernel.slab_major_gbps || { echo "# $1 at $2 rows: no line or rate"; return 1; }
+    done
+}
+if [ -x $VB ]; then
+    t "slab-major variant: the same bits as the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" slab_runs
+    $VB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2064 --slab-major >"$tmp/f.out" 2>"$tmp/f.err"
+    rc=$?
+    t "slab-major variant, K not a multiple of 128: exit 2" "[ $rc -eq 2 ]"
+else
+    n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build slab \"-DTDM_MM_SLAB_MAJOR=1\" tandem-coldbw)"
+    n=$((n + 1)); echo "ok $n # skip $VB not built"
+fi
