@@ -229,39 +229,37 @@ extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int
     return 0;
 }
 
-// One 16-byte unit of the slab-major copy a thread: unit u of slab s of row r (units a slab: ub).
-__global__ void slab_major_kernel(const uint8_t *src, int64_t n, int64_t rowbytes, int64_t ub, uint8_t *dst)
+// One lane chunk (cb bytes; NVFP4: and its 2 scale bytes) of the slab-major copy a thread, from where
+// the stored order has it to where the slab-major order does (mm_layout.h: tdm_mm_chunk_at,
+// tdm_mm_scales_at): chunk t of slab s of row r for e = (r * slabs + s) * 4 + t.
+__global__ void slab_major_kernel(const uint8_t *w, const uint8_t *scale, int64_t n, int64_t k, int64_t rowbytes, int cb,
+                                  uint8_t *codes, uint8_t *scales)
 {
-    const int64_t slabs = rowbytes / (16 * ub), units = n * rowbytes / 16;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < units; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t u = e % ub, r = e / ub % n, s = e / ub / n;   // e: (s * n + r) * ub + u in the copy
-        if (s < slabs)
-            reinterpret_cast<uint4 *>(dst)[e] = reinterpret_cast<const uint4 *>(src + r * rowbytes + s * 16 * ub)[u];
-    }
-}
-// NVFP4's 8 group scales of a slab (8 bytes) a thread.
-__global__ void slab_major_scales_kernel(const uint8_t *src, int64_t n, int64_t slabs, uint8_t *dst)
-{
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n * slabs; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e % n, s = e / n;
-        reinterpret_cast<uint2 *>(dst)[e] = reinterpret_cast<const uint2 *>(src + r * slabs * 8)[s];
+    const int64_t slabs = k / TDM_MM_SLAB_K, chunks = n * slabs * 4;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < chunks; e += (int64_t)gridDim.x * blockDim.x) {
+        const int t = (int)(e % 4);
+        const int64_t s = e / 4 % slabs, r = e / 4 / slabs;
+        const uint4 *src = reinterpret_cast<const uint4 *>(w + tdm_mm_chunk_at(0, rowbytes, cb, r, s, t));
+        uint4 *dst = reinterpret_cast<uint4 *>(codes + tdm_mm_chunk_at(n, rowbytes, cb, r, s, t));
+        for (int q = 0; q < cb / 16; q++) dst[q] = src[q];
+        if (scales) {
+            const uint8_t *ss = scale + tdm_mm_scales_at(0, k, r, s, t);
+            uint8_t *sd = scales + tdm_mm_scales_at(n, k, r, s, t);
+            sd[0] = ss[0], sd[1] = ss[1];
+        }
     }
 }
 
 extern "C" int tdm_dev_slab_major(const struct tdm_dweight *w, void *codes, void *scales, void *stream)
 {
     if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8) || w->k % TDM_MM_SLAB_K || (uintptr_t)w->w % 16 ||
-        (uintptr_t)codes % 16 || (w->fmt == TDM_W_NVFP4 && ((uintptr_t)w->scale % 8 || (uintptr_t)scales % 8)))
+        (uintptr_t)codes % 16 || (w->fmt == TDM_W_NVFP4 && !scales))
         return tdm_errf("tdm_dev_slab_major: NVFP4 or FP8, k a multiple of %d, aligned storage", TDM_MM_SLAB_K);
-    const int64_t n = w->row0 + w->n, rowbytes = tdm_wfmt_code_bytes(w->fmt, 1, w->k), slabs = w->k / TDM_MM_SLAB_K;
-    cudaStream_t st = (cudaStream_t)stream;
-    const unsigned blocks = (unsigned)sm_count() * 8;
-    slab_major_kernel<<<blocks, 256, 0, st>>>((const uint8_t *)w->w, n, rowbytes, rowbytes / slabs / 16, (uint8_t *)codes);
+    const int64_t n = w->row0 + w->n, rowbytes = tdm_wfmt_code_bytes(w->fmt, 1, w->k);
+    slab_major_kernel<<<(unsigned)sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)w->w, (const uint8_t *)w->scale, n, w->k, rowbytes, tdm_mm_chunk_bytes((int)w->fmt),
+        (uint8_t *)codes, w->fmt == TDM_W_NVFP4 ? (uint8_t *)scales : nullptr);
     TDM_LAUNCH_CHECK();
-    if (w->fmt == TDM_W_NVFP4) {
-        slab_major_scales_kernel<<<blocks, 256, 0, st>>>((const uint8_t *)w->scale, n, slabs, (uint8_t *)scales);
-        TDM_LAUNCH_CHECK();
-    }
     return 0;
 }
 

@@ -158,6 +158,21 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
     return fmt == TDM_MMF_NVFP4 ? 16 : fmt == TDM_MMF_FP8 ? 32 : 64;
 }
 
+/* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes
+ * from the stored matrix's start: row by row (slab_rows 0, the checkpoint's order: rowbytes a row),
+ * or slab-major (slab_rows > 0: slab s of every stored row side by side, s * slab_rows + row, a
+ * row's slab 4 cb bytes; the layout probe's order, which only builds with TDM_MM_SLAB_MAJOR read:
+ * mm_skinny.cuh, tdm_dev_slab_major). tdm_mm_scales_at: the same for the NVFP4 group scales of
+ * lane t (2 bytes; 8 a slab, k / 16 a row). One slab to the next: slab 1 of row 0, chunk 0. */
+TDM_HD int64_t tdm_mm_chunk_at(int64_t slab_rows, int64_t rowbytes, int cb, int64_t row, int64_t slab, int t)
+{
+    return slab_rows ? (slab * slab_rows + row) * (4 * cb) + t * cb : row * rowbytes + slab * (4 * cb) + t * cb;
+}
+TDM_HD int64_t tdm_mm_scales_at(int64_t slab_rows, int64_t k, int64_t row, int64_t slab, int t)
+{
+    return slab_rows ? (slab * slab_rows + row) * 8 + 2 * t : row * (k / 16) + slab * 8 + 2 * t;
+}
+
 /* The k (0..31, inside lane chunk t) that mma step s (0..7) takes for B register r (0: kappa
  * 2t, 2t+1; 1: kappa 2t+8, 2t+9) and half h (0 low, 1 high). The same k feeds A register r
  * (registers 0/1 for r = 0, 2/3 for r = 1) of the activation rows.

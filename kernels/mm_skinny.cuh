@@ -611,22 +611,19 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint8_t *wp[NT];
     const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
+    // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or in TDM_MM_SLAB_MAJOR builds as
+    // a.slab_rows says; one slab to the next, the codes and NVFP4's scales.
 #if TDM_MM_SLAB_MAJOR
-    const int64_t wstep = a.slab_rows ? a.slab_rows * SB : SB, sstep = a.slab_rows ? a.slab_rows * 8 : 8;
+    const int64_t slab_rows = a.slab_rows;
+    const int64_t wstep = tdm_mm_chunk_at(slab_rows, rowbytes, CB, 0, 1, 0), sstep = tdm_mm_scales_at(slab_rows, a.k, 0, 1, 0);
 #else
-    constexpr int64_t wstep = SB;   // one slab to the next: the weight codes,
-    constexpr int sstep = 8;        // NVFP4's scales (an int, as the default build always had it)
+    constexpr int64_t slab_rows = 0, wstep = SB;
+    constexpr int sstep = 8;   // an int, as the default build always had it (an int64 moved ptxas's registers)
 #endif
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        wp[nt] = wm[nt] + (r0[nt] + brow[nt]) * rowbytes + (int64_t)s_begin * SB + t * CB;
-        sp[nt] = sm[nt] + (r0[nt] + brow[nt]) * (int64_t)(a.k / 16) + (int64_t)s_begin * 8 + 2 * t;
-#if TDM_MM_SLAB_MAJOR
-        if (a.slab_rows) {
-            wp[nt] = wm[nt] + ((int64_t)s_begin * a.slab_rows + r0[nt] + brow[nt]) * SB + t * CB;
-            sp[nt] = sm[nt] + ((int64_t)s_begin * a.slab_rows + r0[nt] + brow[nt]) * 8 + 2 * t;
-        }
-#endif
+        wp[nt] = wm[nt] + tdm_mm_chunk_at(slab_rows, rowbytes, CB, r0[nt] + brow[nt], s_begin, t);
+        sp[nt] = sm[nt] + tdm_mm_scales_at(slab_rows, a.k, r0[nt] + brow[nt], s_begin, t);
         fs0[nt] = ((r0[nt] + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
         fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }
