@@ -272,16 +272,18 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     return 0;
 }
 
-// The skinny kernel and its tile for w at m rows (1..32), from the table; who names the caller in the error.
+// The skinny kernel (*kk, where kk is not NULL) and its tile for w at m rows (1..32), from the table;
+// who names the caller in the error.
 static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_tiles *tiles, const char *who,
-                       struct tdm_tile *t)
+                       struct tdm_tile *t, enum tdm_mmk *kk = nullptr)
 {
-    const int kk = tdm_mmk_for(w->fmt, m);
-    if (kk < 0) {
+    const int k = tdm_mmk_for(w->fmt, m);
+    if (k < 0) {
         if (m < 1) return tdm_errf("%s: %" PRId64 " rows", who, m);
         return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(w->fmt));
     }
-    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
+    *t = tdm_tiles_get(tiles, (enum tdm_mmk)k, w->n, w->k);
+    if (kk) *kk = (enum tdm_mmk)k;
     return 0;
 }
 
@@ -343,10 +345,10 @@ extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_r
     if (!rows_aligned(w) || !a.x_vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
     a.slab_rows = slab_rows;
     struct tdm_tile t;
-    if (skinny_tile(w, m, tiles, who, &t) != 0) return -1;
-    const int kk = tdm_mmk_for(w->fmt, m);
-    if (tdm_tile_check((enum tdm_mmk)kk, w->n, w->k, &t) != 0)
-        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
+    enum tdm_mmk kk = TDM_MMK_NVFP4;
+    if (skinny_tile(w, m, tiles, who, &t, &kk) != 0) return -1;
+    if (tdm_tile_check(kk, w->n, w->k, &t) != 0)
+        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name(kk), w->n, w->k);
     return run_skinny(a, w, t, m, true, stream);
 #else
     (void)w, (void)slab_rows, (void)x, (void)ldx, (void)xb, (void)m, (void)y, (void)ldy, (void)tiles, (void)stream;

@@ -614,6 +614,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or in TDM_MM_SLAB_MAJOR builds as
     // a.slab_rows says; one slab to the next, the codes and NVFP4's scales.
 #if TDM_MM_SLAB_MAJOR
+    (void)SB;
     const int64_t slab_rows = a.slab_rows;
     const int64_t wstep = tdm_mm_chunk_at(slab_rows, rowbytes, CB, 0, 1, 0), sstep = tdm_mm_scales_at(slab_rows, a.k, 0, 1, 0);
 #else
