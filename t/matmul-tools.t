@@ -23,6 +23,11 @@ t "tandem-coldbw --rows x: exit 2 naming --rows" exits 2 "--rows" bin/tandem-col
 t "tandem-coldbw --kernel foo: exit 2 naming --kernel" exits 2 "--kernel" bin/tandem-coldbw --kernel foo --shape 1,16
 t "tandem-coldbw --kernel without --shape: exit 2" exits 2 "--shape" bin/tandem-coldbw --kernel nvfp4
 t "tandem-coldbw --shape 5120: exit 2 naming --shape" exits 2 "--shape" bin/tandem-coldbw --kernel fp8 --shape 5120
+for bad in "" "--kernel bf16 --shape 64,128" "--kernel nvfp4 --shape 64,128 --rows 33" "--kernel fp8 --shape 64,200"; do
+    # shellcheck disable=SC2086
+    t "tandem-coldbw --slab-major ${bad:-alone}: exit 2 naming what it needs" exits 2 "--slab-major needs" \
+        bin/tandem-coldbw --slab-major $bad
+done
 t "tandem-sweep without shapes: exit 2" exits 2 "no shapes" bin/tandem-sweep
 t "tandem-sweep --model-shapes foo: exit 2 naming the option" exits 2 "--model-shapes" bin/tandem-sweep --model-shapes foo
 t "tandem-sweep --kernel foo: exit 2 naming the option" exits 2 "--kernel" bin/tandem-sweep --shape 64,256 --kernel foo
