@@ -329,6 +329,8 @@ extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_
     return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, false);
 }
 
+extern "C" int tdm_matmul_slab_major_built(void) { return TDM_MM_SLAB_MAJOR; }
+
 extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
                                      const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy,
                                      const struct tdm_tiles *tiles, void *stream)

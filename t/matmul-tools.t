@@ -28,6 +28,8 @@ for bad in "" "--kernel bf16 --shape 64,128" "--kernel nvfp4 --shape 64,128 --ro
     t "tandem-coldbw --slab-major ${bad:-alone}: exit 2 naming what it needs" exits 2 "--slab-major needs" \
         bin/tandem-coldbw --slab-major $bad
 done
+t "tandem-coldbw --slab-major in the default build: exit 2, no such kernel here" exits 2 "no slab-major kernel" \
+    bin/tandem-coldbw --slab-major --kernel nvfp4 --shape 64,128
 t "tandem-sweep without shapes: exit 2" exits 2 "no shapes" bin/tandem-sweep
 t "tandem-sweep --model-shapes foo: exit 2 naming the option" exits 2 "--model-shapes" bin/tandem-sweep --model-shapes foo
 t "tandem-sweep --kernel foo: exit 2 naming the option" exits 2 "--kernel" bin/tandem-sweep --shape 64,256 --kernel foo

@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "                 every row side by side before the next slab: 'slab-major'), and check\n"
             "                 that its output has the same bits; nvfp4 or fp8, 1-32 rows, K a multiple\n"
             "                 of 128; only a build with TDM_MM_SLAB_MAJOR=1 has that kernel\n"
-            "                 (scripts/variant-build), others exit 2\n"
+            "                 (scripts/variant-build): others exit 2\n"
             "  --json FILE    also write the results as JSON\n"
             "  -h, --help     this text\n"
             "Tile tables come from $TANDEM_TILES (default \"tiles\"). Exit 0, 1 when a CUDA call fails\n"
@@ -127,7 +127,7 @@ static int slab_call(void *p, int i, void *stream)
 
 /* Times the kernel on slab-major copies of ws's weights (--slab-major) after checking on copy 0 that
  * its output has the bits of the stored order's (mm_call); adds the line and the JSON fields. Exits
- * 2 when this build has no slab-major kernel, 1 when the bits differ. */
+ * 1 when a call fails or the bits differ. */
 static void time_slab_major(struct mm_ctx *mc, const char *kernel, double bytes, long reps, json_t *krec, void *st)
 {
     struct tdm_wset *ws = mc->ws;
@@ -144,11 +144,7 @@ static void time_slab_major(struct mm_ctx *mc, const char *kernel, double bytes,
             tdm_die_check(prog);
     const size_t yb = (size_t)(mc->m * n * 2);
     int64_t diff = 0;
-    if (tdm_cuda_malloc(&sc.mc.y, yb) != 0 || mm_call(mc, 0, st) != 0) tdm_die_check(prog);
-    if (slab_call(&sc, 0, st) != 0) {
-        fprintf(stderr, "%s: --slab-major: %s\n", prog, tdm_err());
-        exit(TDM_EXIT_USAGE);
-    }
+    if (tdm_cuda_malloc(&sc.mc.y, yb) != 0 || mm_call(mc, 0, st) != 0 || slab_call(&sc, 0, st) != 0) tdm_die_check(prog);
     if (tdm_dev_count_diff(mc->y, sc.mc.y, yb, &diff, st) != 0) tdm_die_check(prog);
     double ms;
     if (tdm_time_calls(slab_call, &sc, ws->copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
@@ -210,6 +206,9 @@ int main(int argc, char **argv)
     }
     if (slab_major && (!kernel || fmt == TDM_W_BF16 || rows > TDM_MM_MAX_ROWS || k % TDM_MM_SLAB_K))
         tdm_die_usage(prog, "--slab-major needs --kernel nvfp4 or fp8, 1-32 rows and K a multiple of 128", NULL);
+    if (slab_major && !tdm_matmul_slab_major_built())
+        tdm_die_usage(prog, "--slab-major: this build has no slab-major kernel (build with TDM_MM_SLAB_MAJOR=1: "
+                            "scripts/variant-build)", NULL);
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
 

@@ -43,8 +43,8 @@ t "K not a multiple of 128: the kernel's lines, no reads-alone lines" \
   "grep -q '^nvfp4 1024x2064 m=1 graph' $tmp/d.out && ! grep -q 'read alone' $tmp/d.out"
 $CB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2048 --slab-major >"$tmp/e.out" 2>"$tmp/e.err"
 rc=$?
-t "--slab-major in the default build: exit 2, saying the build has no such kernel" \
-  "[ $rc -eq 2 ] && grep -q 'no slab-major kernel' $tmp/e.err"
+t "--slab-major in the default build: exit 2, saying the build has no such kernel, before any line" \
+  "[ $rc -eq 2 ] && grep -q 'no slab-major kernel' $tmp/e.err && [ ! -s $tmp/e.out ]"
 # the variant: each row form (1 row; 2-8, 9-16 per lane from x's blocked copy; 17-24, 25-32), both formats
 VB=bin/tandem-coldbw-slab
 slab_runs() {
