@@ -272,29 +272,32 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     return 0;
 }
 
-// The skinny kernel (*kk, where kk is not NULL) and its tile for w at m rows (1..32), from the table;
-// who names the caller in the error.
+// The skinny kernel's tile for w at m rows (1..32), from the table; who names the caller in the error.
 static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_tiles *tiles, const char *who,
-                       struct tdm_tile *t, enum tdm_mmk *kk = nullptr)
+                       struct tdm_tile *t)
 {
-    const int k = tdm_mmk_for(w->fmt, m);
-    if (k < 0) {
+    const int kk = tdm_mmk_for(w->fmt, m);
+    if (kk < 0) {
         if (m < 1) return tdm_errf("%s: %" PRId64 " rows", who, m);
         return tdm_errf("%s: weight format %s has no GPU kernel", who, tdm_wfmt_name(w->fmt));
     }
-    *t = tdm_tiles_get(tiles, (enum tdm_mmk)k, w->n, w->k);
-    if (kk) *kk = (enum tdm_mmk)k;
+    *t = tdm_tiles_get(tiles, (enum tdm_mmk)kk, w->n, w->k);
     return 0;
 }
 
 // gate, ldg, yb: the gated up product's (tdm_matmul_gated; gate NULL: a plain product); who names the
-// caller in errors.
+// caller in errors; slab_rows: the weights' order (SkinnyArgs; tdm_matmul_slab_major alone sets it).
 static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
                   int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains,
-                  const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr)
+                  const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr,
+                  int64_t slab_rows = 0)
 {
     tdm_mm::SkinnyArgs a;
     if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, who) != 0) return -1;
+    const bool vec = rows_aligned(w) && a.x_vec;
+    // slab-major weights: the fast path only (the vector instantiation; the checked one reads rows)
+    if (slab_rows && !vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
+    a.slab_rows = slab_rows;
     if (gate) {
         if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
         a.gate_y = gate;
@@ -307,7 +310,7 @@ static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, c
         return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name((enum tdm_mmk)kk), w->n, w->k);
     // The vector instantiation needs aligned weight rows and activation rows; the other loads
     // byte-wise (launch settings and load widths change no bits).
-    return run_skinny(a, w, *tile, m, rows_aligned(w) && a.x_vec, stream);
+    return run_skinny(a, w, *tile, m, vec, stream);
 }
 
 extern "C" int tdm_matmul_skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,
@@ -342,16 +345,9 @@ extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_r
     if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
     if (w->k % TDM_MM_SLAB_K) return tdm_errf("%s: k %" PRId64 " is not a multiple of %d", who, w->k, TDM_MM_SLAB_K);
     if (slab_rows < w->row0 + w->n) return tdm_errf("%s: %" PRId64 " rows a slab for a view to row %" PRId64, who, slab_rows, w->row0 + w->n);
-    tdm_mm::SkinnyArgs a;
-    if (make_args(w, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &a, who) != 0) return -1;
-    if (!rows_aligned(w) || !a.x_vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
-    a.slab_rows = slab_rows;
     struct tdm_tile t;
-    enum tdm_mmk kk = TDM_MMK_NVFP4;
-    if (skinny_tile(w, m, tiles, who, &t, &kk) != 0) return -1;
-    if (tdm_tile_check(kk, w->n, w->k, &t) != 0)
-        return tdm_err_prefix("%s: %s %" PRId64 ",%" PRId64, who, tdm_mmk_name(kk), w->n, w->k);
-    return run_skinny(a, w, t, m, true, stream);
+    if (skinny_tile(w, m, tiles, who, &t) != 0) return -1;
+    return skinny(w, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &t, stream, true, who, nullptr, 0, nullptr, slab_rows);
 #else
     (void)w, (void)slab_rows, (void)x, (void)ldx, (void)xb, (void)m, (void)y, (void)ldy, (void)tiles, (void)stream;
     return tdm_errf("%s: this build has no slab-major kernel (built without TDM_MM_SLAB_MAJOR=1)", who);

@@ -97,11 +97,11 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
  * group scales alike (tdm_dev_slab_major makes the copy; FP8's block scales as stored). NVFP4 and FP8,
  * 1..32 rows, k a multiple of TDM_MM_SLAB_K, aligned rows. Only in builds with TDM_MM_SLAB_MAJOR=1
  * (scripts/variant-build); elsewhere -1 with tdm_err(). Nothing that serves a model calls it. */
-/* Whether this build has that kernel (1: built with TDM_MM_SLAB_MAJOR=1). */
-int tdm_matmul_slab_major_built(void);
 int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
                           const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
                           void *stream);
+/* Whether this build has that kernel (1: built with TDM_MM_SLAB_MAJOR=1). */
+int tdm_matmul_slab_major_built(void);
 
 /* SwiGLU in one product: y[m][n] = bf16(bf16(silu(g)) * u) with g and u the BF16 outputs that
  * tdm_matmul would give for gate and up (the same bits: each warp takes both weights' rows of the
