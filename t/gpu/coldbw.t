@@ -32,11 +32,11 @@ t "JSON: read, copy and the kernel's rates positive" \
   "pos $tmp/c.json read.gbps && pos $tmp/c.json copy.gbps && pos $tmp/c.json kernel.graph_gbps"
 t "JSON: the reads alone at each depth, positive" \
   "pos $tmp/c.json rows_read_alone.0.gbps && pos $tmp/c.json rows_read_alone.3.gbps &&
-   [ \$($JG $tmp/c.json rows_read_alone.3.depth) = 8 ] && [ \$($JG $tmp/c.json rows_read_alone.3.layout) = stored ]"
+   [ \$($JG $tmp/c.json rows_read_alone.3.depth) = 8 ] && [ \$($JG $tmp/c.json rows_read_alone.3.layout) = '\"stored\"' ]"
 t "the other two layouts' reads alone, depth 1 and 4, in the table and the JSON" \
   "[ \$(grep -c '^nvfp4 tiles read alone, depth [14] ' $tmp/c.out) -eq 2 ] &&
    [ \$(grep -c '^nvfp4 slabs read alone, depth [14] ' $tmp/c.out) -eq 2 ] &&
-   [ \$($JG $tmp/c.json rows_read_alone.7.layout) = slabs ] && [ \$($JG $tmp/c.json rows_read_alone.7.depth) = 4 ] &&
+   [ \$($JG $tmp/c.json rows_read_alone.7.layout) = '\"slabs\"' ] && [ \$($JG $tmp/c.json rows_read_alone.7.depth) = 4 ] &&
    pos $tmp/c.json rows_read_alone.7.gbps"
 $CB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2064 >"$tmp/d.out" 2>"$tmp/d.err"
 t "K not a multiple of 128: the kernel's lines, no reads-alone lines" \
