@@ -224,6 +224,11 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                       void *stream)
 {
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
+#if TDM_MM_SLAB_MAJOR == 2
+    // the tile-major build's fast path reads that order alone: weights in the stored order take the
+    // checked path, which reads rows (mm_skinny.cuh: TDM_MM_SLAB_MAJOR)
+    if (!a.slab_rows) vec = false;
+#endif
     if (!vec) t.nt = t.pf = 1;
     const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows (1-32 from x's blocked copy) and FP8 at 1-32 rows from the
@@ -345,12 +350,14 @@ extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_r
     if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
     if (w->k % TDM_MM_SLAB_K) return tdm_errf("%s: k %" PRId64 " is not a multiple of %d", who, w->k, TDM_MM_SLAB_K);
     if (slab_rows < w->row0 + w->n) return tdm_errf("%s: %" PRId64 " rows a slab for a view to row %" PRId64, who, slab_rows, w->row0 + w->n);
+    if (TDM_MM_SLAB_MAJOR == 2 && slab_rows % TDM_MM_TILE_ROWS)
+        return tdm_errf("%s: tile-major weights of %" PRId64 " stored rows, not a multiple of %d", who, slab_rows, TDM_MM_TILE_ROWS);
     struct tdm_tile t;
     if (skinny_tile(w, m, tiles, who, &t) != 0) return -1;
     return skinny(w, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &t, stream, true, who, nullptr, 0, nullptr, slab_rows);
 #else
     (void)w, (void)slab_rows, (void)x, (void)ldx, (void)xb, (void)m, (void)y, (void)ldy, (void)tiles, (void)stream;
-    return tdm_errf("%s: this build has no slab-major kernel (built without TDM_MM_SLAB_MAJOR=1)", who);
+    return tdm_errf("%s: this build has no slab-major kernel (built without TDM_MM_SLAB_MAJOR=1 or 2)", who);
 #endif
 }
 

@@ -92,15 +92,18 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
                            void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream);
 
 /* The layout probe: y[m][n] (BF16) = x w^T as tdm_matmul_xb computes it (the same operands and sum
- * order, so the same bits), from a copy of w's stored matrix held slab-major: slab s (TDM_MM_SLAB_K
- * inputs) of stored row r at s * slab_rows + r, its codes (64 bytes NVFP4, 128 FP8) and NVFP4's 8
- * group scales alike (tdm_dev_slab_major makes the copy; FP8's block scales as stored). NVFP4 and FP8,
- * 1..32 rows, k a multiple of TDM_MM_SLAB_K, aligned rows. Only in builds with TDM_MM_SLAB_MAJOR=1
- * (scripts/variant-build); elsewhere -1 with tdm_err(). Nothing that serves a model calls it. */
+ * order, so the same bits), from a copy of w's stored matrix (slab_rows stored rows) held in the
+ * build's other order (mm_layout.h): built with TDM_MM_SLAB_MAJOR=1, slab-major (slab s, TDM_MM_SLAB_K
+ * inputs, of stored row r at s * slab_rows + r); with 2, tile-major (slab_rows a multiple of 16) --
+ * the codes (64 bytes a slab NVFP4, 128 FP8) and NVFP4's 8 group scales alike (tdm_dev_slab_major
+ * makes the copy; FP8's block scales as stored). NVFP4 and FP8, 1..32 rows, k a multiple of
+ * TDM_MM_SLAB_K, aligned rows. Only in those builds (scripts/variant-build); elsewhere -1 with
+ * tdm_err(). Nothing that serves a model calls it. */
 int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
                           const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
                           void *stream);
-/* Whether this build has that kernel (1: built with TDM_MM_SLAB_MAJOR=1). */
+/* Which order this build's tdm_matmul_slab_major reads: 0 none (the default build), 1 slab-major,
+ * 2 tile-major (TDM_MM_SLAB_MAJOR; mm_layout.h: TDM_MM_ORDER_SLABS, TDM_MM_ORDER_TILES). */
 int tdm_matmul_slab_major_built(void);
 
 /* SwiGLU in one product: y[m][n] = bf16(bf16(silu(g)) * u) with g and u the BF16 outputs that
@@ -234,10 +237,12 @@ enum tdm_rows_layout { TDM_ROWS_STORED, TDM_ROWS_TILES, TDM_ROWS_SLABS };
  * 1 KB), depth (1, 2, 4 or 8) slabs in flight. n a multiple of 16, rowbytes of 64. */
 int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, enum tdm_rows_layout layout,
                       uint64_t *sink, void *stream);
-/* The slab-major copy of w's stored matrix (rows 0 .. row0 + n) for tdm_matmul_slab_major: codes
- * (the stored matrix's bytes) and, NVFP4, scales (its group scales' bytes) in that order; FP8's
- * block scales stay as stored. NVFP4 or FP8, k a multiple of TDM_MM_SLAB_K. Asynchronous. */
-int tdm_dev_slab_major(const struct tdm_dweight *w, void *codes, void *scales, void *stream);
+/* The copy of w's stored matrix (rows 0 .. row0 + n) in order `order` (mm_layout.h:
+ * TDM_MM_ORDER_SLABS or TDM_MM_ORDER_TILES, whose stored rows are a multiple of 16) for
+ * tdm_matmul_slab_major: codes (the stored matrix's bytes) and, NVFP4, scales (its group scales'
+ * bytes) in that order; FP8's block scales stay as stored. NVFP4 or FP8, k a multiple of
+ * TDM_MM_SLAB_K. Asynchronous. */
+int tdm_dev_slab_major(const struct tdm_dweight *w, int order, void *codes, void *scales, void *stream);
 /* A kernel of `blocks` blocks of 128 threads that only waits for the kernel before it and bumps
  * sink[1] (a programmatic launch where TANDEM_PDL is on): a launch's floor in a chain of dependent
  * kernels. */

@@ -158,19 +158,39 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
     return fmt == TDM_MMF_NVFP4 ? 16 : fmt == TDM_MMF_FP8 ? 32 : 64;
 }
 
-/* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes
- * from the stored matrix's start: row by row (slab_rows 0, the checkpoint's order: rowbytes a row),
- * or slab-major (slab_rows > 0: slab s of every stored row side by side, s * slab_rows + row, a
- * row's slab 4 cb bytes; the layout probe's order, which only builds with TDM_MM_SLAB_MAJOR read:
- * mm_skinny.cuh, tdm_dev_slab_major). tdm_mm_scales_at: the same for the NVFP4 group scales of
- * lane t (2 bytes; 8 a slab, k / 16 a row). One slab to the next: slab 1 of row 0, chunk 0. */
-TDM_HD int64_t tdm_mm_chunk_at(int64_t slab_rows, int64_t rowbytes, int cb, int64_t row, int64_t slab, int t)
+/* The orders a weight's stored matrix can be held in for the skinny kernels' fast path (the layout
+ * probe: only builds with TDM_MM_SLAB_MAJOR read the two others; mm_skinny.cuh, tdm_dev_slab_major):
+ *   ROWS   row by row, the checkpoint's order: rowbytes a row;
+ *   SLABS  slab-major: slab s (TDM_MM_SLAB_K inputs, 4 cb bytes a row) of every stored row side by
+ *          side, s * rows + row (rows: the stored matrix's);
+ *   TILES  tile-major: 16-row tiles (TDM_MM_TILE_ROWS), each tile's slabs one after another, the 16
+ *          rows of a slab side by side: ((row / 16) * slabs + s) * 16 + row % 16, so that a warp's
+ *          slab is one 1 KB run (NVFP4) and one slab to the next is a constant step (16 * 4 cb bytes;
+ *          the stored rows a multiple of 16). */
+#define TDM_MM_ORDER_ROWS 0
+#define TDM_MM_ORDER_SLABS 1
+#define TDM_MM_ORDER_TILES 2
+#define TDM_MM_TILE_ROWS 16
+
+/* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes from
+ * the stored matrix's start, in order `order` (rows: the stored matrix's rows; rowbytes: its bytes a
+ * row). tdm_mm_scales_at: the same for the NVFP4 group scales of lane t (2 bytes; 8 a slab, k / 16
+ * a row). One slab to the next: slab 1 of row 0, chunk 0. */
+TDM_HD int64_t tdm_mm_chunk_at(int order, int64_t rows, int64_t rowbytes, int cb, int64_t row, int64_t slab, int t)
 {
-    return slab_rows ? (slab * slab_rows + row) * (4 * cb) + t * cb : row * rowbytes + slab * (4 * cb) + t * cb;
+    const int64_t slab_bytes = 4 * (int64_t)cb;
+    if (order == TDM_MM_ORDER_SLABS) return (slab * rows + row) * slab_bytes + t * cb;
+    if (order == TDM_MM_ORDER_TILES)
+        return (((row / TDM_MM_TILE_ROWS) * (rowbytes / slab_bytes) + slab) * TDM_MM_TILE_ROWS + row % TDM_MM_TILE_ROWS) *
+                   slab_bytes + t * cb;
+    return row * rowbytes + slab * slab_bytes + t * cb;
 }
-TDM_HD int64_t tdm_mm_scales_at(int64_t slab_rows, int64_t k, int64_t row, int64_t slab, int t)
+TDM_HD int64_t tdm_mm_scales_at(int order, int64_t rows, int64_t k, int64_t row, int64_t slab, int t)
 {
-    return slab_rows ? (slab * slab_rows + row) * 8 + 2 * t : row * (k / 16) + slab * 8 + 2 * t;
+    if (order == TDM_MM_ORDER_SLABS) return (slab * rows + row) * 8 + 2 * t;
+    if (order == TDM_MM_ORDER_TILES)
+        return (((row / TDM_MM_TILE_ROWS) * (k / TDM_MM_SLAB_K) + slab) * TDM_MM_TILE_ROWS + row % TDM_MM_TILE_ROWS) * 8 + 2 * t;
+    return row * (k / 16) + slab * 8 + 2 * t;
 }
 
 /* The k (0..31, inside lane chunk t) that mma step s (0..7) takes for B register r (0: kappa

@@ -76,14 +76,17 @@ struct SkinnyArgs {
     const uint16_t *gate_y;
     int64_t ld_gate;
     // The weights' order in memory (builds with TDM_MM_SLAB_MAJOR only; 0 elsewhere): 0, row by row;
-    // > 0, slab-major: slab s of stored row r (its codes, and NVFP4's 8 group scales) at
-    // s * slab_rows + r, this many stored rows a slab (tdm_matmul_slab_major).
+    // > 0, the build's other order (mm_layout.h: TDM_MM_ORDER_SLABS at 1, this many stored rows a slab;
+    // TDM_MM_ORDER_TILES at 2), its codes and NVFP4's group scales alike (tdm_matmul_slab_major).
     int64_t slab_rows;
 };
 
-// TDM_MM_SLAB_MAJOR (default 0): 1 builds the fast path's weight addressing for slab-major weights as
-// well (a.slab_rows), with the step from one slab to the next a run-time value in both orders. A
-// build-time knob for the layout probe (tandem-coldbw --slab-major); no default path reads it.
+// TDM_MM_SLAB_MAJOR (default 0): the layout probe's build-time knob (tandem-coldbw --slab-major); no
+// default path reads it. 1 builds the fast path's weight addressing for slab-major weights as well
+// (a.slab_rows), with the step from one slab to the next a run-time value in both orders. 2 builds it
+// for tile-major weights alone (mm_layout.h: TDM_MM_ORDER_TILES), the step a constant as in the
+// default build; there the products of weights in the stored order take the checked path
+// (matmul.cu: run_skinny), which reads rows.
 #ifndef TDM_MM_SLAB_MAJOR
 #define TDM_MM_SLAB_MAJOR 0
 #endif
@@ -613,18 +616,27 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
     // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or in TDM_MM_SLAB_MAJOR builds as
     // a.slab_rows says; one slab to the next, the codes and NVFP4's scales.
-#if TDM_MM_SLAB_MAJOR
+#if TDM_MM_SLAB_MAJOR == 1
     (void)SB;
+    const int order = a.slab_rows ? TDM_MM_ORDER_SLABS : TDM_MM_ORDER_ROWS;
     const int64_t slab_rows = a.slab_rows;
-    const int64_t wstep = tdm_mm_chunk_at(slab_rows, rowbytes, CB, 0, 1, 0), sstep = tdm_mm_scales_at(slab_rows, a.k, 0, 1, 0);
+    const int64_t wstep = tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, 0, 1, 0),
+                  sstep = tdm_mm_scales_at(order, slab_rows, a.k, 0, 1, 0);
+#elif TDM_MM_SLAB_MAJOR == 2
+    (void)SB;
+    constexpr int order = TDM_MM_ORDER_TILES;
+    constexpr int64_t slab_rows = 0;   // (the tile order needs no row count)
+    constexpr int64_t wstep = TDM_MM_TILE_ROWS * 4 * CB;
+    constexpr int sstep = TDM_MM_TILE_ROWS * 8;
 #else
+    constexpr int order = TDM_MM_ORDER_ROWS;
     constexpr int64_t slab_rows = 0, wstep = SB;
     constexpr int sstep = 8;   // an int, as the default build always had it (an int64 moved ptxas's registers)
 #endif
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        wp[nt] = wm[nt] + tdm_mm_chunk_at(slab_rows, rowbytes, CB, r0[nt] + brow[nt], s_begin, t);
-        sp[nt] = sm[nt] + tdm_mm_scales_at(slab_rows, a.k, r0[nt] + brow[nt], s_begin, t);
+        wp[nt] = wm[nt] + tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, r0[nt] + brow[nt], s_begin, t);
+        sp[nt] = sm[nt] + tdm_mm_scales_at(order, slab_rows, a.k, r0[nt] + brow[nt], s_begin, t);
         fs0[nt] = ((r0[nt] + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
         fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }

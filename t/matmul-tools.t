@@ -75,8 +75,8 @@ t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 nami
     [ \$? -eq 1 ] && grep -q 'no tile directory $tmp/nosuch' '$tmp/gre'"
 # scripts/gpu-run slab on stand-in tools: without the variant the part fails naming how to make it; with
 # it, each case's default-build run then the variant's slab-major run, over GPU_RUN_SLAB_PASSES passes
-t "gpu-run slab without bin/tandem-coldbw-slab: exit 1, the summary naming scripts/variant-build" sh -c "
-    OUT='$tmp/grs0' '$g/scripts/gpu-run' slab >'$tmp/grs0.out' 2>&1; [ \$? -eq 1 ] && grep -q 'slab: *FAILED (no bin/tandem-coldbw-slab: scripts/variant-build slab' '$tmp/grs0.out'"
+t "gpu-run slab without a variant: exit 1, the summary naming scripts/variant-build" sh -c "
+    OUT='$tmp/grs0' '$g/scripts/gpu-run' slab >'$tmp/grs0.out' 2>&1; [ \$? -eq 1 ] && grep -q 'slab: *FAILED (no bin/tandem-coldbw-slab or -tile: scripts/variant-build slab' '$tmp/grs0.out'"
 printf '#!/bin/sh\necho "slab $*"\n' >"$g/bin/tandem-coldbw-slab" && chmod +x "$g/bin/tandem-coldbw-slab"
 printf '#!/bin/sh\necho "default $*"\n' >"$g/bin/tandem-coldbw"
 t "gpu-run slab: seven cases (NVFP4 at 1, 16, 32 rows, FP8), the default build then --slab-major, two passes" sh -c "
@@ -85,10 +85,20 @@ t "gpu-run slab: seven cases (NVFP4 at 1, 16, 32 rows, FP8), the default build t
     grep -q '^slab --kernel nvfp4 --shape 17408,5120 --rows 32 ' '$tmp/grs/slab.txt' &&
     grep -q '^slab --kernel fp8 --shape 17408,5120 --rows 1 ' '$tmp/grs/slab.txt' &&
     awk '/^default --kernel nvfp4 --shape 5120,6144 --rows 1 /{d=NR} /^slab --kernel nvfp4 --shape 5120,6144 --rows 1 /{if (d && NR > d) ok=1} END{exit !ok}' '$tmp/grs/slab.txt' &&
-    grep -q -- '--json $tmp/grs/slab-default-nvfp4-5120,6144-1-p2.json' '$tmp/grs/slab.txt'"
+    grep -q -- '--json $tmp/grs/slab-default-nvfp4-5120,6144-1-p2.json' '$tmp/grs/slab.txt' &&
+    grep -q -- '--json $tmp/grs/slab-slab-nvfp4-5120,6144-1-p2.json' '$tmp/grs/slab.txt'"
 t "gpu-run slab with GPU_RUN_SLAB_PASSES=1: seven of each" sh -c "
     GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs1' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
     [ \$(grep -c '^slab .*--slab-major' '$tmp/grs1/slab.txt') -eq 7 ] && [ \$(grep -c '^default --kernel' '$tmp/grs1/slab.txt') -eq 7 ]"
+printf '#!/bin/sh\necho "tile $*"\n' >"$g/bin/tandem-coldbw-tile" && chmod +x "$g/bin/tandem-coldbw-tile"
+t "gpu-run slab with both variants built: each case the default build, then slab, then tile" sh -c "
+    GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs2' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
+    [ \$(grep -c '^tile .*--slab-major' '$tmp/grs2/slab.txt') -eq 7 ] && [ \$(grep -c '^slab .*--slab-major' '$tmp/grs2/slab.txt') -eq 7 ] &&
+    grep -q -- '--json $tmp/grs2/slab-tile-fp8-17408,5120-1-p1.json' '$tmp/grs2/slab.txt' &&
+    awk '/^default --kernel fp8/{d=NR} /^slab --kernel fp8/{s=NR} /^tile --kernel fp8/{t=NR} END{exit !(d < s && s < t)}' '$tmp/grs2/slab.txt'"
+t "gpu-run slab with GPU_RUN_SLAB_VARIANTS=tile: the tile variant alone" sh -c "
+    GPU_RUN_SLAB_VARIANTS=tile GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs3' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
+    [ \$(grep -c '^tile .*--slab-major' '$tmp/grs3/slab.txt') -eq 7 ] && ! grep -q '^slab ' '$tmp/grs3/slab.txt'"
 printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo

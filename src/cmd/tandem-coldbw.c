@@ -36,15 +36,18 @@ static void usage(FILE *f)
             "                 ('slabs') at 1 and 4, when N is a multiple of 16 and K of 128\n"
             "  --shape N,K    the weight shape for --kernel (N outputs, K inputs)\n"
             "  --rows M       activation rows for --kernel (default 1; above 32 runs the wide GEMM)\n"
-            "  --slab-major   also time the kernel on a slab-major copy of each weight (a 128-k slab of\n"
-            "                 every row side by side before the next slab: 'slab-major'), and check\n"
-            "                 that its output has the same bits; nvfp4 or fp8, 1-32 rows, K a multiple\n"
-            "                 of 128; only a build with TDM_MM_SLAB_MAJOR=1 has that kernel\n"
-            "                 (scripts/variant-build): others exit 2\n"
+            "  --slab-major   also time the kernel on a copy of each weight in another order, and\n"
+            "                 check that its output has the same bits; nvfp4 or fp8, 1-32 rows, K a\n"
+            "                 multiple of 128; only a build with TDM_MM_SLAB_MAJOR has that kernel\n"
+            "                 (scripts/variant-build), others exit 2: at 1 the copy is slab-major (a\n"
+            "                 128-k slab of every row side by side before the next slab: 'slab-major');\n"
+            "                 at 2 tile-major (16-row tiles, each tile's slabs one after another:\n"
+            "                 'tile-major'; N a multiple of 16), and that build's stored-order lines run\n"
+            "                 the checked path (slow: compare with the default build's lines)\n"
             "  --json FILE    also write the results as JSON\n"
             "  -h, --help     this text\n"
             "Tile tables come from $TANDEM_TILES (default \"tiles\"). Exit 0, 1 when a CUDA call fails\n"
-            "or the slab-major output differs, 2 on bad usage or when no CUDA device is visible.\n",
+            "or the other order's output differs, 2 on bad usage or when no CUDA device is visible.\n",
             prog);
 }
 
@@ -134,13 +137,15 @@ static void time_slab_major(struct mm_ctx *mc, const char *kernel, double bytes,
     const int64_t n = ws->w[0].n, k = ws->w[0].k;
     const size_t cb = (size_t)tdm_wfmt_code_bytes(ws->w[0].fmt, n, k);
     const size_t sb = ws->w[0].fmt == TDM_W_NVFP4 ? (size_t)tdm_wfmt_scale_bytes(TDM_W_NVFP4, TDM_DT_F32, n, k) : 0;
+    const int order = tdm_matmul_slab_major_built();
+    const char *what = order == TDM_MM_ORDER_TILES ? "tile-major" : "slab-major";
     struct slab_ctx sc = {.mc = *mc};
     sc.codes = calloc((size_t)ws->copies, sizeof *sc.codes);
     sc.scales = calloc((size_t)ws->copies, sizeof *sc.scales);
     if (!sc.codes || !sc.scales) tdm_die_usage(prog, "out of memory", NULL);
     for (int i = 0; i < ws->copies; i++)
         if (tdm_cuda_malloc(&sc.codes[i], cb) != 0 || (sb && tdm_cuda_malloc(&sc.scales[i], sb) != 0) ||
-            tdm_dev_slab_major(&ws->w[i], sc.codes[i], sc.scales[i], st) != 0)
+            tdm_dev_slab_major(&ws->w[i], order, sc.codes[i], sc.scales[i], st) != 0)
             tdm_die_check(prog);
     const size_t yb = (size_t)(mc->m * n * 2);
     int64_t diff = 0;
@@ -149,17 +154,19 @@ static void time_slab_major(struct mm_ctx *mc, const char *kernel, double bytes,
     double ms;
     if (tdm_time_calls(slab_call, &sc, ws->copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
     char name[96];
-    snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%" PRId64 " slab-major", kernel, n, k, mc->m);
+    snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s", kernel, n, k, mc->m, what);
     table_line(name, bytes, ms);
     json_object_set_new(krec, "slab_major_ms", json_real(ms));
     json_object_set_new(krec, "slab_major_gbps", json_real(bytes / ms / 1e6));
     json_object_set_new(krec, "slab_major_bytes_differ", json_integer((json_int_t)diff));
+    json_object_set_new(krec, "slab_major_order", json_string(order == TDM_MM_ORDER_TILES ? "tiles" : "slabs"));
     tdm_cuda_free(sc.mc.y);
     for (int i = 0; i < ws->copies; i++) tdm_cuda_free(sc.codes[i]), tdm_cuda_free(sc.scales[i]);
     free(sc.codes);
     free(sc.scales);
     if (diff) {
-        fprintf(stderr, "%s: --slab-major: %" PRId64 " output bytes differ from the stored order's\n", prog, diff);
+        fprintf(stderr, "%s: --slab-major: %" PRId64 " output bytes of the %s copy differ from the stored order's\n", prog,
+                diff, what);
         exit(TDM_EXIT_CHECK);
     }
 }
@@ -207,8 +214,10 @@ int main(int argc, char **argv)
     if (slab_major && (!kernel || fmt == TDM_W_BF16 || rows > TDM_MM_MAX_ROWS || k % TDM_MM_SLAB_K))
         tdm_die_usage(prog, "--slab-major needs --kernel nvfp4 or fp8, 1-32 rows and K a multiple of 128", NULL);
     if (slab_major && !tdm_matmul_slab_major_built())
-        tdm_die_usage(prog, "--slab-major: this build has no slab-major kernel (build with TDM_MM_SLAB_MAJOR=1: "
+        tdm_die_usage(prog, "--slab-major: this build has no slab-major kernel (build with TDM_MM_SLAB_MAJOR=1 or 2: "
                             "scripts/variant-build)", NULL);
+    if (slab_major && tdm_matmul_slab_major_built() == TDM_MM_ORDER_TILES && n % TDM_MM_TILE_ROWS)
+        tdm_die_usage(prog, "--slab-major: this build's tile-major copy needs N a multiple of 16", NULL);
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
 
@@ -292,6 +301,8 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld one copy", kernel, n, k, rows);
         table_line(name, bytes, one_copy_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
+        if (tdm_matmul_slab_major_built() == TDM_MM_ORDER_TILES && fmt != TDM_W_BF16)
+            fprintf(stderr, "# %s: a tile-major build: its stored-order lines run the checked path\n", prog);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
          * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic; the
          * random weights read as if stored in another order measure that order (the same bytes) */

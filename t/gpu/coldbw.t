@@ -5,7 +5,8 @@
 # multiple of 128 prints no reads-alone lines. The slab-major probe (--slab-major): refused by the
 # default build; in the variant built with TDM_MM_SLAB_MAJOR=1 (bin/tandem-coldbw-slab, scripts/variant-build
 # slab "-DTDM_MM_SLAB_MAJOR=1" tandem-coldbw) the kernel on slab-major copies gives the stored order's
-# bits at each row form, NVFP4 and FP8. Skips without a CUDA device.
+# bits at each row form, NVFP4 and FP8; the same for tile-major copies in the variant built with
+# TDM_MM_SLAB_MAJOR=2 (bin/tandem-coldbw-tile). Skips without a CUDA device.
 CB=bin/tandem-coldbw
 JG=build/t/json_get
 . t/gpu-skip.sh
@@ -14,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 $CB --mib 64 --reps 3 --kernel nvfp4 --shape 2048,4096 --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
 rc=$?
 skip_without_device $rc "$tmp/c.err"
-echo "1..12"
+echo "1..14"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; sed 's/^/# /' "$tmp/c.err" "$tmp/c.out"; fi; }
 pos() { v=$($JG "$1" "$2") && awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }'; }
@@ -45,23 +46,37 @@ $CB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2048 --slab-major >"$tmp/e.out
 rc=$?
 t "--slab-major in the default build: exit 2, saying the build has no such kernel, before any line" \
   "[ $rc -eq 2 ] && grep -q 'no slab-major kernel' $tmp/e.err && [ ! -s $tmp/e.out ]"
-# the variant: each row form (1 row; 2-8, 9-16 per lane from x's blocked copy; 17-24, 25-32), both formats
-VB=bin/tandem-coldbw-slab
-slab_runs() {
+# the variants: each row form (1 row; 2-8, 9-16 per lane from x's blocked copy; 17-24, 25-32), both
+# formats; VB the variant, WORD its line's word, ORDER its JSON order
+order_runs() {
     for run in "nvfp4 1" "nvfp4 5" "nvfp4 16" "nvfp4 20" "nvfp4 32" "fp8 1" "fp8 12" "fp8 32"; do
         set -- $run
         $VB --mib 64 --reps 2 --kernel "$1" --shape 2048,4096 --rows "$2" --slab-major --json "$tmp/s.json" \
             >"$tmp/s.out" 2>"$tmp/s.err" || { echo "# $1 at $2 rows: exit $?"; sed 's/^/# /' "$tmp/s.err"; return 1; }
-        grep -q "^$1 2048x4096 m=$2 slab-major " "$tmp/s.out" && [ "$($JG "$tmp/s.json" kernel.slab_major_bytes_differ)" = 0 ] &&
-            pos "$tmp/s.json" kernel.slab_major_gbps || { echo "# $1 at $2 rows: no line or rate"; return 1; }
+        grep -q "^$1 2048x4096 m=$2 $WORD " "$tmp/s.out" && [ "$($JG "$tmp/s.json" kernel.slab_major_bytes_differ)" = 0 ] &&
+            [ "$($JG "$tmp/s.json" kernel.slab_major_order)" = "\"$ORDER\"" ] &&
+            pos "$tmp/s.json" kernel.slab_major_gbps || { echo "# $1 at $2 rows: no line, order or rate"; return 1; }
     done
 }
+VB=bin/tandem-coldbw-slab WORD=slab-major ORDER=slabs
 if [ -x $VB ]; then
-    t "slab-major variant: the same bits as the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" slab_runs
+    t "slab-major variant: the same bits as the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" order_runs
     $VB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2064 --slab-major >"$tmp/f.out" 2>"$tmp/f.err"
     rc=$?
     t "slab-major variant, K not a multiple of 128: exit 2" "[ $rc -eq 2 ]"
 else
     n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build slab \"-DTDM_MM_SLAB_MAJOR=1\" tandem-coldbw)"
+    n=$((n + 1)); echo "ok $n # skip $VB not built"
+fi
+# the tile-major variant: its fast path reads tiles alone, so its stored-order product (the check's
+# other side) takes the checked path
+VB=bin/tandem-coldbw-tile WORD=tile-major ORDER=tiles
+if [ -x $VB ]; then
+    t "tile-major variant: the same bits as the checked path on the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" order_runs
+    $VB --mib 64 --reps 2 --kernel nvfp4 --shape 1032,2048 --slab-major >"$tmp/g.out" 2>"$tmp/g.err"
+    rc=$?
+    t "tile-major variant, N not a multiple of 16: exit 2 naming it" "[ $rc -eq 2 ] && grep -q 'N a multiple of 16' $tmp/g.err"
+else
+    n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build tile \"-DTDM_MM_SLAB_MAJOR=2\" tandem-coldbw)"
     n=$((n + 1)); echo "ok $n # skip $VB not built"
 fi

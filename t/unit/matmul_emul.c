@@ -197,15 +197,14 @@ static int bytes_per_k_num(int fmt) { return fmt == TDM_W_BF16 ? 2 : 1; }
 static int bytes_per_k_den(int fmt) { return fmt == TDM_W_NVFP4 ? 2 : 1; }
 
 /* Lane chunk t of slab `slab` of stored row `srow`, as the kernel loads it (zero past the row), from
- * the stored matrix w and its scales in the order slab_rows names (tdm_mm_chunk_at: 0 row by row,
- * else slab-major). */
-static void load_chunk(const struct tdm_qweight *q, const uint8_t *w, const uint8_t *scale, int64_t slab_rows,
+ * the stored matrix w (q->n rows) and its scales in order `order` (mm_layout.h: tdm_mm_chunk_at). */
+static void load_chunk(const struct tdm_qweight *q, const uint8_t *w, const uint8_t *scale, int order,
                        int64_t srow, int slab, int t, uint32_t *words, uint32_t *sc_nv)
 {
     const int fmt = q->fmt, cb = tdm_mm_chunk_bytes(fmt);
     const int64_t rowbytes = q->k * bytes_per_k_num(fmt) / bytes_per_k_den(fmt);
     const int64_t off = (int64_t)slab * 4 * cb + (int64_t)t * cb;   /* in the row */
-    const uint8_t *p = w + tdm_mm_chunk_at(slab_rows, rowbytes, cb, srow, slab, t);
+    const uint8_t *p = w + tdm_mm_chunk_at(order, q->n, rowbytes, cb, srow, slab, t);
     for (int i = 0; i < cb / 4; i++) {
         uint32_t v = 0;
         for (int b = 0; b < 4; b++)
@@ -214,7 +213,7 @@ static void load_chunk(const struct tdm_qweight *q, const uint8_t *w, const uint
     }
     if (fmt == TDM_W_NVFP4) {
         const int64_t sr = q->k / 16, so = (int64_t)slab * 8 + 2 * t;
-        const uint8_t *s = scale + tdm_mm_scales_at(slab_rows, q->k, srow, slab, t);
+        const uint8_t *s = scale + tdm_mm_scales_at(order, q->n, q->k, srow, slab, t);
         *sc_nv = (so < sr ? s[0] : 0u) | (so + 1 < sr ? (uint32_t)s[1] << 8 : 0u);
     }
 }
@@ -266,12 +265,13 @@ struct emul_case {
     enum tdm_dtype sdt;
     int chains;                /* kchains (the emulation may use any) */
     struct tdm_tile_geom tile; /* nt, wn, wk, cs, pf (the chains above) */
-    int slab_major;            /* the weights read from a slab-major copy (TDM_MM_SLAB_MAJOR builds) */
+    int order;                 /* the weights' order (mm_layout.h: TDM_MM_ORDER_*; the others than rows as
+                                  TDM_MM_SLAB_MAJOR builds read them, from a copy) */
 };
 
-/* The slab-major copy of a stored matrix (k a multiple of 128), chunk by chunk from where the stored
+/* The copy of a stored matrix (k a multiple of 128) in `order`, chunk by chunk from where the stored
  * order has it to where tdm_mm_chunk_at / tdm_mm_scales_at put it, as tdm_dev_slab_major copies it. */
-static void slab_major_copy(const struct weight *W, uint8_t **codes, uint8_t **scales)
+static void order_copy(const struct weight *W, int order, uint8_t **codes, uint8_t **scales)
 {
     const int fmt = W->q.fmt, cb = tdm_mm_chunk_bytes(fmt);
     const int64_t n = W->q.n, k = W->q.k, rowbytes = k * bytes_per_k_num(fmt) / bytes_per_k_den(fmt);
@@ -280,10 +280,11 @@ static void slab_major_copy(const struct weight *W, uint8_t **codes, uint8_t **s
     for (int64_t r = 0; r < n; r++)
         for (int64_t sl = 0; sl < k / TDM_MM_SLAB_K; sl++)
             for (int t = 0; t < 4; t++) {
-                memcpy(*codes + tdm_mm_chunk_at(n, rowbytes, cb, r, sl, t), W->w + tdm_mm_chunk_at(0, rowbytes, cb, r, sl, t),
-                       (size_t)cb);
+                memcpy(*codes + tdm_mm_chunk_at(order, n, rowbytes, cb, r, sl, t),
+                       W->w + tdm_mm_chunk_at(TDM_MM_ORDER_ROWS, n, rowbytes, cb, r, sl, t), (size_t)cb);
                 if (*scales)
-                    memcpy(*scales + tdm_mm_scales_at(n, k, r, sl, t), W->scale + tdm_mm_scales_at(0, k, r, sl, t), 2);
+                    memcpy(*scales + tdm_mm_scales_at(order, n, k, r, sl, t),
+                           W->scale + tdm_mm_scales_at(TDM_MM_ORDER_ROWS, n, k, r, sl, t), 2);
             }
 }
 
@@ -308,9 +309,8 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     const int slabs = (K + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K, L = (slabs + c->chains - 1) / c->chains;
     struct tdm_qweight view = tdm_qweight_rows(&W->q, c->row0, c->n);
     const float out_scale = fmt == TDM_W_NVFP4 ? view.scale2 * (float)(1 << TDM_NVFP4_OUT_EXP) : 1.0f;
-    const int64_t slab_rows = c->slab_major ? c->rows : 0;
     uint8_t *wcodes = W->w, *wscales = W->scale;
-    if (c->slab_major) slab_major_copy(W, &wcodes, &wscales);
+    if (c->order != TDM_MM_ORDER_ROWS) order_copy(W, c->order, &wcodes, &wscales);
     double *y = calloc((size_t)m * N, sizeof *y);
     int *writes = calloc((size_t)m * N, sizeof *writes);
     uint32_t *units = malloc(sizeof *units * 4 * ROWS * TDM_MM_AROW);   /* one staged slab */
@@ -351,7 +351,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
                             for (int lane = 0; lane < 32; lane++) {
                                 int g = lane >> 2, t = lane & 3;
                                 int brow = wcol + 8 * nt + g < N ? wcol + 8 * nt + g : N - 1;
-                                load_chunk(&W->q, wcodes, wscales, slab_rows, c->row0 + brow, slab, t, words[nt][lane],
+                                load_chunk(&W->q, wcodes, wscales, c->order, c->row0 + brow, slab, t, words[nt][lane],
                                            &scnv[nt][lane]);
                             }
                         if (swap) {   /* one mma a pair of tiles and step: A the two tiles' B registers, B row g's unit */
@@ -480,7 +480,7 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     free(writes);
     free(units);
     free(xb);
-    if (c->slab_major) free(wcodes), free(wscales);
+    if (c->order != TDM_MM_ORDER_ROWS) free(wcodes), free(wscales);
     return worst;
 }
 
@@ -502,8 +502,11 @@ int main(void)
         {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1}, 0},  /* chains not a power of two, 3 warps */
         {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1}, 0},
         /* slab-major copies (the layout probe's order): views, so the slab holds rows outside them */
-        {TDM_W_NVFP4, 120, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, 1},
-        {TDM_W_FP8, 300, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, 1},
+        {TDM_W_NVFP4, 120, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, TDM_MM_ORDER_SLABS},
+        {TDM_W_FP8, 300, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, TDM_MM_ORDER_SLABS},
+        /* tile-major copies (its other order): views from a row inside a tile, across tiles */
+        {TDM_W_NVFP4, 128, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, TDM_MM_ORDER_TILES},
+        {TDM_W_FP8, 304, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, TDM_MM_ORDER_TILES},
     };
     const int ms[] = {1, 3, 12, 16, 17, 32};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -519,7 +522,7 @@ int main(void)
                 ok(err < 2e-5 && written, "%s n=%lld k=%lld row0=%lld chains=%d nt=%d wn=%d wk=%d m=%d%s%s: relative error "
                    "%.2e, every output written once", tdm_wfmt_name(c->fmt), (long long)c->n, (long long)c->k,
                    (long long)c->row0, c->chains, c->tile.nt, c->tile.wn, c->tile.wk, ms[j], swap ? " (weights as A)" : "",
-                   c->slab_major ? " (slab-major)" : "", err);
+                   c->order == TDM_MM_ORDER_SLABS ? " (slab-major)" : c->order == TDM_MM_ORDER_TILES ? " (tile-major)" : "", err);
             }
         free(x);
         free(W.w);
