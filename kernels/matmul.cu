@@ -228,6 +228,16 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     // the tile-major build's fast path reads that order alone: weights in the stored order take the
     // checked path, which reads rows (mm_skinny.cuh: TDM_MM_SLAB_MAJOR)
     if (!a.slab_rows) vec = false;
+#elif TDM_MM_SLAB_MAJOR == 3
+    // the timing build: NVFP4's fast path reads every weight as if tile-major (mm_skinny.cuh), which
+    // stays inside the stored matrix where the view ends at a multiple of 16 rows
+    if (w->fmt == TDM_W_NVFP4 && vec) {
+        static int said;
+        if (!said++) fprintf(stderr, "# tandem: a timing build: NVFP4 weights are read as if tile-major (their values are wrong)\n");
+        if ((a.row0 + a.n) % TDM_MM_TILE_ROWS || (a.w_up && (a.row0_up + a.n) % TDM_MM_TILE_ROWS))
+            return tdm_errf("matmul (timing build): an NVFP4 view to row %" PRId64 ", not a multiple of %d", a.row0 + a.n,
+                            TDM_MM_TILE_ROWS);
+    }
 #endif
     if (!vec) t.nt = t.pf = 1;
     const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
@@ -337,14 +347,14 @@ extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_
     return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, false);
 }
 
-extern "C" int tdm_matmul_slab_major_built(void) { return TDM_MM_SLAB_MAJOR; }
+extern "C" int tdm_matmul_slab_major_built(void) { return TDM_MM_SLAB_MAJOR == 3 ? 0 : TDM_MM_SLAB_MAJOR; }
 
 extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
                                      const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy,
                                      const struct tdm_tiles *tiles, void *stream)
 {
     const char *who = "matmul (slab-major)";
-#if TDM_MM_SLAB_MAJOR
+#if TDM_MM_SLAB_MAJOR == 1 || TDM_MM_SLAB_MAJOR == 2
     if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8))
         return tdm_errf("%s: NVFP4 and FP8 weights only", who);
     if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);

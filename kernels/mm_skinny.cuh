@@ -86,7 +86,11 @@ struct SkinnyArgs {
 // (a.slab_rows), with the step from one slab to the next a run-time value in both orders. 2 builds it
 // for tile-major weights alone (mm_layout.h: TDM_MM_ORDER_TILES), the step a constant as in the
 // default build; there the products of weights in the stored order take the checked path
-// (matmul.cu: run_skinny), which reads rows.
+// (matmul.cu: run_skinny), which reads rows. 3, a timing build: every NVFP4 fast-path read is
+// tile-major whatever order the weights are in (their values are then wrong; FP8 and BF16 read rows),
+// so that whole tools (tandem-benchmm's token, tandem-benchround's rounds) time the reads a tile-major
+// engine would make; run_skinny refuses NVFP4 views that do not end at a multiple of 16 rows (the
+// tile order's reads would leave the stored matrix).
 #ifndef TDM_MM_SLAB_MAJOR
 #define TDM_MM_SLAB_MAJOR 0
 #endif
@@ -622,12 +626,12 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const int64_t slab_rows = a.slab_rows;
     const int64_t wstep = tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, 0, 1, 0),
                   sstep = tdm_mm_scales_at(order, slab_rows, a.k, 0, 1, 0);
-#elif TDM_MM_SLAB_MAJOR == 2
-    (void)SB;
-    constexpr int order = TDM_MM_ORDER_TILES;
+#elif TDM_MM_SLAB_MAJOR == 2 || TDM_MM_SLAB_MAJOR == 3
+    constexpr bool tiled = TDM_MM_SLAB_MAJOR == 2 || FMT == TDM_MMF_NVFP4;
+    constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
     constexpr int64_t slab_rows = 0;   // (the tile order needs no row count)
-    constexpr int64_t wstep = TDM_MM_TILE_ROWS * 4 * CB;
-    constexpr int sstep = TDM_MM_TILE_ROWS * 8;
+    constexpr int64_t wstep = tiled ? TDM_MM_TILE_ROWS * 4 * CB : SB;
+    constexpr int sstep = tiled ? TDM_MM_TILE_ROWS * 8 : 8;
 #else
     constexpr int order = TDM_MM_ORDER_ROWS;
     constexpr int64_t slab_rows = 0, wstep = SB;
