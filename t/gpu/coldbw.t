@@ -58,25 +58,22 @@ order_runs() {
             pos "$tmp/s.json" kernel.slab_major_gbps || { echo "# $1 at $2 rows: no line, order or rate"; return 1; }
     done
 }
-VB=bin/tandem-coldbw-slab WORD=slab-major ORDER=slabs
-if [ -x $VB ]; then
-    t "slab-major variant: the same bits as the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" order_runs
-    $VB --mib 64 --reps 2 --kernel nvfp4 --shape 1024,2064 --slab-major >"$tmp/f.out" 2>"$tmp/f.err"
-    rc=$?
-    t "slab-major variant, K not a multiple of 128: exit 2" "[ $rc -eq 2 ]"
-else
-    n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build slab \"-DTDM_MM_SLAB_MAJOR=1\" tandem-coldbw)"
-    n=$((n + 1)); echo "ok $n # skip $VB not built"
-fi
-# the tile-major variant: its fast path reads tiles alone, so its stored-order product (the check's
-# other side) takes the checked path
-VB=bin/tandem-coldbw-tile WORD=tile-major ORDER=tiles
-if [ -x $VB ]; then
-    t "tile-major variant: the same bits as the checked path on the stored order, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" order_runs
-    $VB --mib 64 --reps 2 --kernel nvfp4 --shape 1032,2048 --slab-major >"$tmp/g.out" 2>"$tmp/g.err"
-    rc=$?
-    t "tile-major variant, N not a multiple of 16: exit 2 naming it" "[ $rc -eq 2 ] && grep -q 'N a multiple of 16' $tmp/g.err"
-else
-    n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build tile \"-DTDM_MM_SLAB_MAJOR=2\" tandem-coldbw)"
-    n=$((n + 1)); echo "ok $n # skip $VB not built"
-fi
+# variant_tests NAME KNOB WORD ORDER WHAT SHAPE FAULT MESSAGE: bin/tandem-coldbw-NAME (TDM_MM_SLAB_MAJOR=KNOB)
+# gives WHAT's bits at each row form; --shape SHAPE is its usage fault FAULT (exit 2, MESSAGE on stderr)
+variant_tests() {
+    VB=bin/tandem-coldbw-$1 WORD=$3 ORDER=$4
+    if [ -x "$VB" ]; then
+        t "$3 variant: the same bits as $5, NVFP4 at 1 5 16 20 32 rows, FP8 at 1 12 32" order_runs
+        $VB --mib 64 --reps 2 --kernel nvfp4 --shape "$6" --slab-major >"$tmp/f.out" 2>"$tmp/f.err"
+        rc=$?
+        t "$3 variant, $7: exit 2 naming it" "[ $rc -eq 2 ] && grep -q '$8' $tmp/f.err"
+    else
+        n=$((n + 1)); echo "ok $n # skip $VB not built (scripts/variant-build $1 \"-DTDM_MM_SLAB_MAJOR=$2\" tandem-coldbw)"
+        n=$((n + 1)); echo "ok $n # skip $VB not built"
+    fi
+}
+variant_tests slab 1 slab-major slabs "the stored order" 1024,2064 "K not a multiple of 128" "K a multiple of 128"
+# the tile-major variant's fast path reads tiles alone, so its stored-order product (the check's other
+# side) takes the checked path
+variant_tests tile 2 tile-major tiles "the checked path on the stored order" 1032,2048 "N not a multiple of 16" \
+    "N a multiple of 16"
