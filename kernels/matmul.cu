@@ -73,6 +73,28 @@ extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
     return 0;
 }
 
+#if TDM_MM_NVFP4_TILES
+// An uploaded NVFP4 matrix of `rows` stored rows (its codes, then its scales: bytes in all, from
+// d->owned) put into the tile order (mm_layout.h) through a copy (tdm_dev_slab_major); synchronous.
+static int to_tiles(struct tdm_dweight *d, int64_t rows, int64_t bytes)
+{
+    void *tmp;
+    if (tdm_cuda_malloc(&tmp, (size_t)bytes) != 0) return -1;
+    struct tdm_dweight whole = *d;
+    whole.row0 = 0;
+    whole.n = rows;
+    const int64_t soff = (const char *)d->scale - (const char *)d->w;
+    int rc = tdm_dev_slab_major(&whole, TDM_MM_ORDER_TILES, tmp, (char *)tmp + soff, nullptr);
+    if (rc == 0) {
+        const cudaError_t e = cudaMemcpy(d->owned, tmp, (size_t)bytes, cudaMemcpyDeviceToDevice);
+        if (e != cudaSuccess) rc = tdm_errf("CUDA: the tile-major copy of an NVFP4 weight: %s", cudaGetErrorString(e));
+    }
+    tdm_cuda_free(tmp);
+    if (rc == 0) d->order = TDM_MM_ORDER_TILES;
+    return rc;
+}
+#endif
+
 extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
 {
     memset(d, 0, sizeof *d);
@@ -96,6 +118,12 @@ extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweigh
     d->scale_dt = h->scale_dt;
     d->scale2 = h->scale2;
     d->owned = p;
+#if TDM_MM_NVFP4_TILES
+    if (h->fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(rows, h->k) && to_tiles(d, rows, soff + sb) != 0) {
+        tdm_dweight_free(d);
+        return -1;
+    }
+#endif
     return 0;
 }
 
@@ -175,6 +203,9 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     a->y_f32 = out == TDM_MM_F32;
     a->slabs = (int)((w->k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K);
     a->x_vec = ((uintptr_t)x % 16 == 0) && (ldx % 8 == 0);
+#if TDM_MM_NVFP4_TILES
+    a->slab_rows = w->order == TDM_MM_ORDER_TILES;   // the build's other order (SkinnyArgs)
+#endif
     return 0;
 }
 
@@ -228,6 +259,12 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     // the tile-major build's fast path reads that order alone: weights in the stored order take the
     // checked path, which reads rows (mm_skinny.cuh: TDM_MM_SLAB_MAJOR)
     if (!a.slab_rows) vec = false;
+#elif TDM_MM_NVFP4_TILES
+    // tile-major NVFP4 weights: the fast path reads tiles alone, so an NVFP4 weight held in rows takes
+    // the checked path, and a tiled one needs the fast path (the checked path reads rows)
+    if (w->fmt == TDM_W_NVFP4 && !a.slab_rows) vec = false;
+    if (w->fmt == TDM_W_NVFP4 && a.slab_rows && !vec)
+        return tdm_errf("matmul: a tile-major NVFP4 %" PRId64 "x%" PRId64 " weight needs 16-byte aligned activations", w->n, w->k);
 #elif TDM_MM_SLAB_MAJOR == 3
     // the timing build: NVFP4's fast path reads every weight as if tile-major (mm_skinny.cuh), which
     // stays inside the stored matrix where the view ends at a multiple of 16 rows
@@ -532,6 +569,7 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
     a.scale_up = (const uint8_t *)up->scale;
     a.row0_up = up->row0;
     a.out_scale_up = out_scale_of(up);
+    if (up->order != gate->order) return tdm_errf("matmul (SwiGLU): gate and up weights held in different orders");
     return run_skinny(a, gate, t, m, true, stream);
 }
 

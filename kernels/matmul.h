@@ -30,6 +30,8 @@ struct tdm_dweight {
     enum tdm_dtype scale_dt;
     float scale2;          /* NVFP4 global scale */
     void *owned;           /* the allocation tdm_dweight_upload made (NULL for views) */
+    int order;             /* the stored matrix's order (mm_layout.h): TDM_MM_ORDER_ROWS, or TILES for
+                              NVFP4 in builds with TDM_MM_NVFP4_TILES */
 };
 
 /* Copies rows [0, h->row0 + h->n) of the stored matrix and their scales to the device; d keeps

@@ -172,6 +172,25 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 #define TDM_MM_ORDER_TILES 2
 #define TDM_MM_TILE_ROWS 16
 
+/* TDM_MM_NVFP4_TILES (default 0): 1 builds tile-major NVFP4 weights for the whole library: the upload
+ * (kernels/matmul.cu) and the timing weight sets (tdm_wset_alloc) hold an NVFP4 matrix whose k is a
+ * multiple of TDM_MM_SLAB_K and whose stored rows are a multiple of 16 in TDM_MM_ORDER_TILES
+ * (tdm_dweight.order); the skinny kernels' fast path reads NVFP4 tiles with a constant step (the other
+ * NVFP4 weights take the checked path, which reads rows); the wide GEMM addresses either order. The MoE
+ * experts keep rows (their own upload and kernels). Measured as a probe (bench/NOTES.md, the
+ * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A
+ * knob for the A/B (scripts/variant-build); not yet run on a GPU. */
+#ifndef TDM_MM_NVFP4_TILES
+#define TDM_MM_NVFP4_TILES 0
+#endif
+/* In a tile-major NVFP4 matrix, how far byte `off` of a row (off as the row order counts it: 64 code
+ * bytes a slab) lies from the row's first byte (tdm_mm_chunk_at of slab 0, chunk 0), and group scale
+ * g from the row's first (tdm_mm_scales_at of slab 0, lane 0): what the wide GEMM reads a row by. */
+TDM_HD int64_t tdm_mm_tile_byte_step(int64_t off) { return off / 64 * (TDM_MM_TILE_ROWS * 64) + off % 64; }
+TDM_HD int64_t tdm_mm_tile_group_step(int64_t g) { return g / 8 * (TDM_MM_TILE_ROWS * 8) + g % 8; }
+/* Whether an NVFP4 matrix of `rows` stored rows and k inputs can be held tile-major. */
+TDM_HD int tdm_mm_tiles_fit(int64_t rows, int64_t k) { return k % TDM_MM_SLAB_K == 0 && rows % TDM_MM_TILE_ROWS == 0; }
+
 /* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes from
  * the stored matrix's start, in order `order` (rows: the stored matrix's rows; rowbytes: its bytes a
  * row). tdm_mm_scales_at: the same for the NVFP4 group scales of lane t (2 bytes; 8 a slab, k / 16

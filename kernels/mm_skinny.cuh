@@ -626,7 +626,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const int64_t slab_rows = a.slab_rows;
     const int64_t wstep = tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, 0, 1, 0),
                   sstep = tdm_mm_scales_at(order, slab_rows, a.k, 0, 1, 0);
-#elif TDM_MM_SLAB_MAJOR == 2 || TDM_MM_SLAB_MAJOR == 3
+#elif TDM_MM_SLAB_MAJOR == 2 || TDM_MM_SLAB_MAJOR == 3 || TDM_MM_NVFP4_TILES
+    // tile-major: the probe (2: both formats), the timing build (3) and tile-major NVFP4 weights
+    // (mm_layout.h: TDM_MM_NVFP4_TILES; run_skinny sends NVFP4 weights held in rows to the checked path)
     constexpr bool tiled = TDM_MM_SLAB_MAJOR == 2 || FMT == TDM_MMF_NVFP4;
     constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
     constexpr int64_t slab_rows = 0;   // (the tile order needs no row count)

@@ -484,12 +484,39 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     return worst;
 }
 
+/* The wide GEMM's reads of a tile-major NVFP4 matrix (kernels/wide_gemm.cu: a row's first byte and
+ * scale by tdm_mm_chunk_at / tdm_mm_scales_at, then tdm_mm_tile_byte_step / tdm_mm_tile_group_step):
+ * every byte and group scale of every row where the tile-major copy put it. */
+static void test_tile_steps(void)
+{
+    struct weight W;
+    const int64_t rows = 48, k = 640, rowbytes = k / 2;
+    make_weight(&W, TDM_W_NVFP4, rows, k, TDM_DT_F32);
+    uint8_t *codes, *scales;
+    order_copy(&W, TDM_MM_ORDER_TILES, &codes, &scales);
+    int64_t bad_bytes = 0, bad_groups = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = codes + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rows, rowbytes, 16, r, 0, 0);
+        const uint8_t *groups = scales + tdm_mm_scales_at(TDM_MM_ORDER_TILES, rows, k, r, 0, 0);
+        for (int64_t off = 0; off < rowbytes; off++) bad_bytes += row[tdm_mm_tile_byte_step(off)] != W.w[r * rowbytes + off];
+        for (int64_t g = 0; g < k / 16; g++) bad_groups += groups[tdm_mm_tile_group_step(g)] != W.scale[r * (k / 16) + g];
+    }
+    ok(bad_bytes == 0, "tile-major NVFP4: the wide GEMM's byte steps find every code byte of 48 rows x 640 k (%lld differ)",
+       (long long)bad_bytes);
+    ok(bad_groups == 0, "tile-major NVFP4: its group steps find every group scale (%lld differ)", (long long)bad_groups);
+    free(codes);
+    free(scales);
+    free(W.w);
+    free(W.scale);
+}
+
 int main(void)
 {
     test_decoders();
+    test_tile_steps();
 
     const struct emul_case cases[] = {
-        /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf}, slab-major */
+        /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf}, order */
         {TDM_W_NVFP4, 48, 256, 0, 48, TDM_DT_F32, 1, {4, 4, 1, 1, 1}, 0},
         {TDM_W_NVFP4, 140, 1040, 9, 100, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, 0},   /* k % 64 != 0, partial slab, view */
         {TDM_W_NVFP4, 64, 2048, 0, 64, TDM_DT_F32, 8, {1, 4, 1, 8, 1}, 0},

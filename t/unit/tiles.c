@@ -112,7 +112,7 @@ static void test_swiglu_forms(void)
         return;
     }
     const uintptr_t at = 4096;   /* an address aligned for every load; never read */
-    const struct tdm_dweight nv = {TDM_W_NVFP4, 17408, 5120, 0, (const void *)at, (const void *)at, TDM_DT_F8_E4M3, 1, NULL};
+    const struct tdm_dweight nv = {TDM_W_NVFP4, 17408, 5120, 0, (const void *)at, (const void *)at, TDM_DT_F8_E4M3, 1, NULL, 0};
     struct tdm_dweight f8 = nv, b16 = nv;
     f8.fmt = TDM_W_FP8;
     f8.scale_dt = TDM_DT_F32;
