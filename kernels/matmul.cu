@@ -260,11 +260,9 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
     // checked path, which reads rows (mm_skinny.cuh: TDM_MM_SLAB_MAJOR)
     if (!a.slab_rows) vec = false;
 #elif TDM_MM_NVFP4_TILES
-    // tile-major NVFP4 weights: the fast path reads tiles alone, so an NVFP4 weight held in rows takes
-    // the checked path, and a tiled one needs the fast path (the checked path reads rows)
+    // tile-major NVFP4 weights: the fast path reads NVFP4 tiles alone, so an NVFP4 weight held in rows
+    // takes the checked path (which reads either order: mm_skinny.cuh, load_chunk)
     if (w->fmt == TDM_W_NVFP4 && !a.slab_rows) vec = false;
-    if (w->fmt == TDM_W_NVFP4 && a.slab_rows && !vec)
-        return tdm_errf("matmul: a tile-major NVFP4 %" PRId64 "x%" PRId64 " weight needs 16-byte aligned activations", w->n, w->k);
 #elif TDM_MM_SLAB_MAJOR == 3
     // the timing build: NVFP4's fast path reads every weight as if tile-major (mm_skinny.cuh), which
     // stays inside the stored matrix where the view ends at a multiple of 16 rows

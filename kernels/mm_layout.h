@@ -176,7 +176,7 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  * (kernels/matmul.cu) and the timing weight sets (tdm_wset_alloc) hold an NVFP4 matrix whose k is a
  * multiple of TDM_MM_SLAB_K and whose stored rows are a multiple of 16 in TDM_MM_ORDER_TILES
  * (tdm_dweight.order); the skinny kernels' fast path reads NVFP4 tiles with a constant step (the other
- * NVFP4 weights take the checked path, which reads rows); the wide GEMM addresses either order. The MoE
+ * NVFP4 weights take the checked path, which reads either order); the wide GEMM reads either order. The MoE
  * experts keep rows (their own upload and kernels). Measured as a probe (bench/NOTES.md, the
  * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A
  * knob for the A/B (scripts/variant-build); not yet run on a GPU. */

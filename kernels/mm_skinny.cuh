@@ -75,9 +75,10 @@ struct SkinnyArgs {
     // by one thread). NULL: a plain product.
     const uint16_t *gate_y;
     int64_t ld_gate;
-    // The weights' order in memory (builds with TDM_MM_SLAB_MAJOR only; 0 elsewhere): 0, row by row;
-    // > 0, the build's other order (mm_layout.h: TDM_MM_ORDER_SLABS at 1, this many stored rows a slab;
-    // TDM_MM_ORDER_TILES at 2), its codes and NVFP4's group scales alike (tdm_matmul_slab_major).
+    // The weights' order in memory (builds with TDM_MM_SLAB_MAJOR or TDM_MM_NVFP4_TILES only; 0
+    // elsewhere): 0, row by row; > 0, the build's other order (mm_layout.h: TDM_MM_ORDER_SLABS at
+    // TDM_MM_SLAB_MAJOR 1, this many stored rows a slab; TDM_MM_ORDER_TILES at 2, and for NVFP4 weights
+    // with TDM_MM_NVFP4_TILES), its codes and NVFP4's group scales alike.
     int64_t slab_rows;
 };
 
@@ -252,7 +253,16 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     constexpr int NW = CB / 4;
     const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
     const int64_t off = (int64_t)slab * 4 * CB + t * CB;
+#if TDM_MM_NVFP4_TILES
+    // NVFP4 weights held tile-major (a.slab_rows; mm_layout.h) reach the checked path only in the
+    // checked instantiation (their k is whole slabs: the vector one runs them on the fast path alone),
+    // so the vector instantiation keeps the row-only code (the order's branch there cost registers)
+    const bool tiled = !VEC && FMT == TDM_MMF_NVFP4 && a.slab_rows;
+    const uint8_t *p = wm + (tiled ? tdm_mm_chunk_at(TDM_MM_ORDER_TILES, 0, rowbytes, CB, row0 + vrow, slab, t)
+                                   : (row0 + vrow) * rowbytes + off);
+#else
     const uint8_t *p = wm + (row0 + vrow) * rowbytes + off;
+#endif
     const bool full = off + CB <= rowbytes;
     if (VEC && full) {
 #pragma unroll
@@ -266,7 +276,11 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     }
     if constexpr (FMT == TDM_MMF_NVFP4) {
         const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
+#if TDM_MM_NVFP4_TILES
+        const uint8_t *s = sm + (tiled ? tdm_mm_scales_at(TDM_MM_ORDER_TILES, 0, a.k, row0 + vrow, slab, t) : (row0 + vrow) * srow + soff);
+#else
         const uint8_t *s = sm + (row0 + vrow) * srow + soff;
+#endif
         if (VEC && soff + 2 <= srow) {
             c.sc = ldg_stream_u16(s);
         } else {
