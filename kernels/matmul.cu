@@ -255,14 +255,11 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                       void *stream)
 {
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
-#if TDM_MM_SLAB_MAJOR == 2
-    // the tile-major build's fast path reads that order alone: weights in the stored order take the
-    // checked path, which reads rows (mm_skinny.cuh: TDM_MM_SLAB_MAJOR)
-    if (!a.slab_rows) vec = false;
-#elif TDM_MM_NVFP4_TILES
-    // tile-major NVFP4 weights: the fast path reads NVFP4 tiles alone, so an NVFP4 weight held in rows
-    // takes the checked path (which reads either order: mm_skinny.cuh, load_chunk)
-    if (w->fmt == TDM_W_NVFP4 && !a.slab_rows) vec = false;
+#if TDM_MM_SLAB_MAJOR == 2 || TDM_MM_NVFP4_TILES
+    // where the fast path reads a format tile-major alone (mm_skinny.cuh: TDM_MM_FAST_TILES), a weight
+    // of it held in rows takes the checked path (which reads rows, and with TDM_MM_NVFP4_TILES either
+    // order: load_chunk)
+    if (TDM_MM_FAST_TILES((int)w->fmt) && !a.slab_rows) vec = false;
 #elif TDM_MM_SLAB_MAJOR == 3
     // the timing build: NVFP4's fast path reads every weight as if tile-major (mm_skinny.cuh), which
     // stays inside the stored matrix where the view ends at a multiple of 16 rows

@@ -95,6 +95,11 @@ struct SkinnyArgs {
 #ifndef TDM_MM_SLAB_MAJOR
 #define TDM_MM_SLAB_MAJOR 0
 #endif
+// Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES): every
+// format in the probe (TDM_MM_SLAB_MAJOR 2), NVFP4 in the timing build (3) and with TDM_MM_NVFP4_TILES.
+// The kernel's addressing and run_skinny's choice of path (matmul.cu) both follow it.
+#define TDM_MM_FAST_TILES(fmt) \
+    (TDM_MM_SLAB_MAJOR == 2 || ((TDM_MM_SLAB_MAJOR == 3 || TDM_MM_NVFP4_TILES) && (fmt) == TDM_MMF_NVFP4))
 
 // ---- small device pieces ------------------------------------------------------------------------
 
@@ -643,7 +648,7 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
 #elif TDM_MM_SLAB_MAJOR == 2 || TDM_MM_SLAB_MAJOR == 3 || TDM_MM_NVFP4_TILES
     // tile-major: the probe (2: both formats), the timing build (3) and tile-major NVFP4 weights
     // (mm_layout.h: TDM_MM_NVFP4_TILES; run_skinny sends NVFP4 weights held in rows to the checked path)
-    constexpr bool tiled = TDM_MM_SLAB_MAJOR == 2 || FMT == TDM_MMF_NVFP4;
+    constexpr bool tiled = TDM_MM_FAST_TILES(FMT);
     constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
     constexpr int64_t slab_rows = 0;   // (the tile order needs no row count)
     constexpr int64_t wstep = tiled ? TDM_MM_TILE_ROWS * 4 * CB : SB;
