@@ -333,7 +333,8 @@ static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_
 }
 
 // gate, ldg, yb: the gated up product's (tdm_matmul_gated; gate NULL: a plain product); who names the
-// caller in errors; slab_rows: the weights' order (SkinnyArgs; tdm_matmul_slab_major alone sets it).
+// caller in errors; slab_rows: the probe's weights' order (SkinnyArgs; tdm_matmul_slab_major alone passes it;
+// 0 keeps the order make_args read from the weight).
 static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
                   int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains,
                   const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr,
@@ -344,7 +345,7 @@ static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, c
     const bool vec = rows_aligned(w) && a.x_vec;
     // slab-major weights: the fast path only (the vector instantiation; the checked one reads rows)
     if (slab_rows && !vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
-    a.slab_rows = slab_rows;
+    if (slab_rows) a.slab_rows = slab_rows;   // the probe's order; else the weight's own (make_args)
     if (gate) {
         if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
         a.gate_y = gate;

@@ -64,6 +64,9 @@ t "gpu-run ab27: the 16-layer 27B made into GPU_RUN_MODEL27S, rounds of 1, 16 an
     GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/gro27' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 && [ -f '$tmp/m27/config.json' ] &&
     grep -qx 'new 1 step 1 0.5' '$tmp/gro27/ab27.txt' && grep -qx 'new 2 step 1 0.5' '$tmp/gro27/ab27.txt' &&
     grep -qx -- '-m $tmp/m27 --rows 1,16,32 --tree none --reps 10' '$tmp/args'"
+t "gpu-run ab27: ab27-times.txt, a line a run: build, pass, its start and end (seconds, end >= start)" sh -c "
+    [ \$(wc -l < '$tmp/gro27/ab27-times.txt') -eq 2 ] &&
+    awk '\$1 != \"new\" || \$2 != NR || NF != 4 || \$4 + 0 < \$3 + 0 || \$3 + 0 < 1e9 { bad = 1 } END { exit bad }' '$tmp/gro27/ab27-times.txt'"
 t "gpu-run ab27 with GPU_RUN_AB27_FORMAT=fp8: the 16-layer 27B made in FP8" sh -c "
     GPU_RUN_AB27_FORMAT=fp8 GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL27S='$tmp/m27f' OUT='$tmp/gro27f' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 &&
     grep -q -- '-o $tmp/m27f --shape qwen3.8-27b --format fp8 --layers 16' '$tmp/mkargs' &&
