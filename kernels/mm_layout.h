@@ -183,11 +183,20 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 0
 #endif
-/* In a tile-major NVFP4 matrix, how far byte `off` of a row (off as the row order counts it: 64 code
- * bytes a slab) lies from the row's first byte (tdm_mm_chunk_at of slab 0, chunk 0), and group scale
- * g from the row's first (tdm_mm_scales_at of slab 0, lane 0): what the wide GEMM reads a row by. */
-TDM_HD int64_t tdm_mm_tile_byte_step(int64_t off) { return off / 64 * (TDM_MM_TILE_ROWS * 64) + off % 64; }
-TDM_HD int64_t tdm_mm_tile_group_step(int64_t g) { return g / 8 * (TDM_MM_TILE_ROWS * 8) + g % 8; }
+/* An NVFP4 row's slab: its code bytes (two k a byte) and its group scales (one a TDM_NVFP4_GROUP of 16 k). */
+#define TDM_MM_NVFP4_SLAB_BYTES (TDM_MM_SLAB_K / 2)
+#define TDM_MM_NVFP4_SLAB_GROUPS (TDM_MM_SLAB_K / 16)
+/* In a tile-major NVFP4 matrix, how far byte `off` of a row (off as the row order counts it:
+ * TDM_MM_NVFP4_SLAB_BYTES a slab) lies from the row's first byte (tdm_mm_chunk_at of slab 0, chunk 0), and
+ * group scale g from the row's first (tdm_mm_scales_at of slab 0, lane 0): what the wide GEMM reads a row by. */
+TDM_HD int64_t tdm_mm_tile_byte_step(int64_t off)
+{
+    return off / TDM_MM_NVFP4_SLAB_BYTES * (TDM_MM_TILE_ROWS * TDM_MM_NVFP4_SLAB_BYTES) + off % TDM_MM_NVFP4_SLAB_BYTES;
+}
+TDM_HD int64_t tdm_mm_tile_group_step(int64_t g)
+{
+    return g / TDM_MM_NVFP4_SLAB_GROUPS * (TDM_MM_TILE_ROWS * TDM_MM_NVFP4_SLAB_GROUPS) + g % TDM_MM_NVFP4_SLAB_GROUPS;
+}
 /* Whether an NVFP4 matrix of `rows` stored rows and k inputs can be held tile-major. */
 TDM_HD int tdm_mm_tiles_fit(int64_t rows, int64_t k) { return k % TDM_MM_SLAB_K == 0 && rows % TDM_MM_TILE_ROWS == 0; }
 
