@@ -179,7 +179,8 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  * NVFP4 weights take the checked path, which reads either order); the wide GEMM reads either order. The MoE
  * experts keep rows (their own upload and kernels). Measured as a probe (bench/NOTES.md, the
  * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A
- * knob for the A/B (scripts/variant-build); not yet run on a GPU. */
+ * knob for the A/B (scripts/variant-build). Its first GPU run (the twenty-third session) failed on a bug in
+ * matmul.cu's skinny() (it lost the weight's order), since fixed; the fixed build has not yet run on a GPU. */
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 0
 #endif
