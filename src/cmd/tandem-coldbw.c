@@ -131,13 +131,13 @@ static int slab_call(void *p, int i, void *stream)
 /* Times the kernel on slab-major copies of ws's weights (--slab-major) after checking on copy 0 that
  * its output has the bits of the stored order's (mm_call); adds the line and the JSON fields. Exits
  * 1 when a call fails or the bits differ. */
-static void time_slab_major(struct mm_ctx *mc, const char *kernel, double bytes, long reps, json_t *krec, void *st)
+static void time_slab_major(struct mm_ctx *mc, const char *kernel, int order, double bytes, long reps, json_t *krec,
+                            void *st)
 {
     struct tdm_wset *ws = mc->ws;
     const int64_t n = ws->w[0].n, k = ws->w[0].k;
     const size_t cb = (size_t)tdm_wfmt_code_bytes(ws->w[0].fmt, n, k);
     const size_t sb = ws->w[0].fmt == TDM_W_NVFP4 ? (size_t)tdm_wfmt_scale_bytes(TDM_W_NVFP4, TDM_DT_F32, n, k) : 0;
-    const int order = tdm_matmul_slab_major_built();
     const char *what = order == TDM_MM_ORDER_TILES ? "tile-major" : "slab-major";
     struct slab_ctx sc = {.mc = *mc};
     sc.codes = calloc((size_t)ws->copies, sizeof *sc.codes);
@@ -213,10 +213,11 @@ int main(int argc, char **argv)
     }
     if (slab_major && (!kernel || fmt == TDM_W_BF16 || rows > TDM_MM_MAX_ROWS || k % TDM_MM_SLAB_K))
         tdm_die_usage(prog, "--slab-major needs --kernel nvfp4 or fp8, 1-32 rows and K a multiple of 128", NULL);
-    if (slab_major && !tdm_matmul_slab_major_built())
+    const int built_order = tdm_matmul_slab_major_built();   /* the other order this build's kernel reads */
+    if (slab_major && !built_order)
         tdm_die_usage(prog, "--slab-major: this build has no slab-major kernel (build with TDM_MM_SLAB_MAJOR=1 or 2: "
                             "scripts/variant-build)", NULL);
-    if (slab_major && tdm_matmul_slab_major_built() == TDM_MM_ORDER_TILES && n % TDM_MM_TILE_ROWS)
+    if (slab_major && built_order == TDM_MM_ORDER_TILES && n % TDM_MM_TILE_ROWS)
         tdm_die_usage(prog, "--slab-major: this build's tile-major copy needs N a multiple of 16", NULL);
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
@@ -301,7 +302,7 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld one copy", kernel, n, k, rows);
         table_line(name, bytes, one_copy_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
-        if (tdm_matmul_slab_major_built() == TDM_MM_ORDER_TILES && fmt != TDM_W_BF16)
+        if (built_order == TDM_MM_ORDER_TILES && fmt != TDM_W_BF16)
             fprintf(stderr, "# %s: a tile-major build: its stored-order lines run the checked path\n", prog);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
          * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic; the
@@ -335,7 +336,7 @@ int main(int argc, char **argv)
                                       eager_ms, "eager_gbps", bytes / eager_ms / 1e6, "graph_ms", graph_ms, "graph_gbps",
                                       bytes / graph_ms / 1e6));
         json_object_set_new(json_object_get(rec, "kernel"), "one_copy_ms", json_real(one_copy_ms));
-        if (slab_major) time_slab_major(&mc, kernel, bytes, reps, json_object_get(rec, "kernel"), st);
+        if (slab_major) time_slab_major(&mc, kernel, built_order, bytes, reps, json_object_get(rec, "kernel"), st);
         json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
         tdm_cuda_free((void *)mc.xb);
