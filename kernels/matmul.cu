@@ -75,23 +75,27 @@ extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
 
 #if TDM_MM_NVFP4_TILES
 // An uploaded NVFP4 matrix of `rows` stored rows (its codes, then its scales: bytes in all, from
-// d->owned) put into the tile order (mm_layout.h) through a copy (tdm_dev_slab_major); synchronous.
+// d->owned) put into the tile order (mm_layout.h): written into a new allocation of the same layout
+// (tdm_dev_slab_major), which then replaces the rows; synchronous.
 static int to_tiles(struct tdm_dweight *d, int64_t rows, int64_t bytes)
 {
-    void *tmp;
-    if (tdm_cuda_malloc(&tmp, (size_t)bytes) != 0) return -1;
+    void *tiles;
+    if (tdm_cuda_malloc(&tiles, (size_t)bytes) != 0) return -1;
     struct tdm_dweight whole = *d;
     whole.row0 = 0;
     whole.n = rows;
     const int64_t soff = (const char *)d->scale - (const char *)d->w;
-    int rc = tdm_dev_slab_major(&whole, TDM_MM_ORDER_TILES, tmp, (char *)tmp + soff, nullptr);
-    if (rc == 0) {
-        const cudaError_t e = cudaMemcpy(d->owned, tmp, (size_t)bytes, cudaMemcpyDeviceToDevice);
-        if (e != cudaSuccess) rc = tdm_errf("CUDA: the tile-major copy of an NVFP4 weight: %s", cudaGetErrorString(e));
+    if (tdm_dev_slab_major(&whole, TDM_MM_ORDER_TILES, tiles, (char *)tiles + soff, nullptr) != 0 ||
+        tdm_cuda_sync() != 0) {
+        tdm_cuda_free(tiles);
+        return -1;
     }
-    tdm_cuda_free(tmp);
-    if (rc == 0) d->order = TDM_MM_ORDER_TILES;
-    return rc;
+    tdm_cuda_free(d->owned);
+    d->owned = tiles;
+    d->w = tiles;
+    d->scale = (const char *)tiles + soff;
+    d->order = TDM_MM_ORDER_TILES;
+    return 0;
 }
 #endif
 
