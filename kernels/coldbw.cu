@@ -233,34 +233,34 @@ extern "C" int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int
 // One lane chunk (cb bytes; NVFP4: and its 2 scale bytes) of the copy in `order` a thread, from where
 // the stored order has it to where that order does (mm_layout.h: tdm_mm_chunk_at, tdm_mm_scales_at):
 // chunk t of slab s of row r for e = (r * slabs + s) * 4 + t.
-__global__ void slab_major_kernel(const uint8_t *w, const uint8_t *scale, int64_t n, int64_t k, int64_t rowbytes, int cb,
+__global__ void reorder_kernel(const uint8_t *w, const uint8_t *scale, int64_t n, int64_t k, int64_t rowbytes, int cb,
                                   int order, uint8_t *codes, uint8_t *scales)
 {
     const int64_t slabs = k / TDM_MM_SLAB_K, chunks = n * slabs * 4;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < chunks; e += (int64_t)gridDim.x * blockDim.x) {
         const int t = (int)(e % 4);
         const int64_t s = e / 4 % slabs, r = e / 4 / slabs;
-        const uint4 *src = reinterpret_cast<const uint4 *>(w + tdm_mm_chunk_at(TDM_MM_ORDER_ROWS, n, rowbytes, cb, r, s, t));
-        uint4 *dst = reinterpret_cast<uint4 *>(codes + tdm_mm_chunk_at(order, n, rowbytes, cb, r, s, t));
+        const uint4 *src = reinterpret_cast<const uint4 *>(w + tdm_mm_chunk_at(TDM_MM_ORDER_ROWS, rowbytes, cb, r, s, t));
+        uint4 *dst = reinterpret_cast<uint4 *>(codes + tdm_mm_chunk_at(order, rowbytes, cb, r, s, t));
         for (int q = 0; q < cb / 16; q++) dst[q] = src[q];
         if (scales) {
-            const uint8_t *ss = scale + tdm_mm_scales_at(TDM_MM_ORDER_ROWS, n, k, r, s, t);
-            uint8_t *sd = scales + tdm_mm_scales_at(order, n, k, r, s, t);
+            const uint8_t *ss = scale + tdm_mm_scales_at(TDM_MM_ORDER_ROWS, k, r, s, t);
+            uint8_t *sd = scales + tdm_mm_scales_at(order, k, r, s, t);
             sd[0] = ss[0], sd[1] = ss[1];
         }
     }
 }
 
-extern "C" int tdm_dev_slab_major(const struct tdm_dweight *w, int order, void *codes, void *scales, void *stream)
+extern "C" int tdm_dev_reorder(const struct tdm_dweight *w, int order, void *codes, void *scales, void *stream)
 {
     if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8) || w->k % TDM_MM_SLAB_K || (uintptr_t)w->w % 16 ||
         (uintptr_t)codes % 16 || (w->fmt == TDM_W_NVFP4 && !scales))
-        return tdm_errf("tdm_dev_slab_major: NVFP4 or FP8, k a multiple of %d, aligned storage", TDM_MM_SLAB_K);
+        return tdm_errf("tdm_dev_reorder: NVFP4 or FP8, k a multiple of %d, aligned storage", TDM_MM_SLAB_K);
     const int64_t n = w->row0 + w->n, rowbytes = tdm_wfmt_code_bytes(w->fmt, 1, w->k);
-    if (order != TDM_MM_ORDER_SLABS && (order != TDM_MM_ORDER_TILES || n % TDM_MM_TILE_ROWS))
-        return tdm_errf("tdm_dev_slab_major: order %d of %" PRId64 " stored rows (slab-major, or tile-major of a multiple of %d)",
-                        order, n, TDM_MM_TILE_ROWS);
-    slab_major_kernel<<<(unsigned)sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(
+    if (order != TDM_MM_ORDER_TILES || n % TDM_MM_TILE_ROWS)
+        return tdm_errf("tdm_dev_reorder: order %d of %" PRId64 " stored rows (tile-major, of a multiple of %d)", order, n,
+                        TDM_MM_TILE_ROWS);
+    reorder_kernel<<<(unsigned)sm_count() * 8, 256, 0, (cudaStream_t)stream>>>(
         (const uint8_t *)w->w, (const uint8_t *)w->scale, n, w->k, rowbytes, tdm_mm_chunk_bytes((int)w->fmt), order,
         (uint8_t *)codes, w->fmt == TDM_W_NVFP4 ? (uint8_t *)scales : nullptr);
     TDM_LAUNCH_CHECK();

@@ -74,18 +74,19 @@ extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
 }
 
 #if TDM_MM_NVFP4_TILES
-// An uploaded NVFP4 matrix of `rows` stored rows (its codes, then its scales: bytes in all, from
-// d->owned) put into the tile order (mm_layout.h): written into a new allocation of the same layout
-// (tdm_dev_slab_major), which then replaces the rows; synchronous.
-static int to_tiles(struct tdm_dweight *d, int64_t rows, int64_t bytes)
+// An NVFP4 matrix uploaded in rows (tdm_dweight_upload_rows: its codes, then its scales, in d->owned)
+// put into the tile order (mm_layout.h): written into a new allocation of the same layout
+// (tdm_dev_reorder), which then replaces the rows; synchronous.
+static int to_tiles(struct tdm_dweight *d)
 {
-    void *tiles;
-    if (tdm_cuda_malloc(&tiles, (size_t)bytes) != 0) return -1;
     struct tdm_dweight whole = *d;
     whole.row0 = 0;
-    whole.n = rows;
+    whole.n = d->row0 + d->n;
     const int64_t soff = (const char *)d->scale - (const char *)d->w;
-    if (tdm_dev_slab_major(&whole, TDM_MM_ORDER_TILES, tiles, (char *)tiles + soff, nullptr) != 0 ||
+    const int64_t bytes = soff + tdm_wfmt_scale_bytes(d->fmt, d->scale_dt, whole.n, d->k);
+    void *tiles;
+    if (tdm_cuda_malloc(&tiles, (size_t)bytes) != 0) return -1;
+    if (tdm_dev_reorder(&whole, TDM_MM_ORDER_TILES, tiles, (char *)tiles + soff, nullptr) != 0 ||
         tdm_cuda_sync() != 0) {
         tdm_cuda_free(tiles);
         return -1;
@@ -99,7 +100,7 @@ static int to_tiles(struct tdm_dweight *d, int64_t rows, int64_t bytes)
 }
 #endif
 
-extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
+extern "C" int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_dweight *d)
 {
     memset(d, 0, sizeof *d);
     if (check_format(h->fmt, h->scale_dt, h->n, h->k, "upload") != 0) return -1;
@@ -122,8 +123,15 @@ extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweigh
     d->scale_dt = h->scale_dt;
     d->scale2 = h->scale2;
     d->owned = p;
+    d->order = TDM_MM_ORDER_ROWS;
+    return 0;
+}
+
+extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
+{
+    if (tdm_dweight_upload_rows(h, d) != 0) return -1;
 #if TDM_MM_NVFP4_TILES
-    if (h->fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(rows, h->k) && to_tiles(d, rows, soff + sb) != 0) {
+    if (d->fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(d->row0 + d->n, d->k) && to_tiles(d) != 0) {
         tdm_dweight_free(d);
         return -1;
     }
@@ -207,9 +215,7 @@ static int make_args(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx
     a->y_f32 = out == TDM_MM_F32;
     a->slabs = (int)((w->k + TDM_MM_SLAB_K - 1) / TDM_MM_SLAB_K);
     a->x_vec = ((uintptr_t)x % 16 == 0) && (ldx % 8 == 0);
-#if TDM_MM_NVFP4_TILES
-    a->slab_rows = w->order == TDM_MM_ORDER_TILES;   // the build's other order (SkinnyArgs)
-#endif
+    a->order = w->order;
     return 0;
 }
 
@@ -259,22 +265,9 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                       void *stream)
 {
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
-#if TDM_MM_SLAB_MAJOR == 2 || TDM_MM_NVFP4_TILES
-    // where the fast path reads a format tile-major alone (mm_skinny.cuh: TDM_MM_FAST_TILES), a weight
-    // of it held in rows takes the checked path (which reads rows, and with TDM_MM_NVFP4_TILES either
-    // order: load_chunk)
-    if (TDM_MM_FAST_TILES((int)w->fmt) && !a.slab_rows) vec = false;
-#elif TDM_MM_SLAB_MAJOR == 3
-    // the timing build: NVFP4's fast path reads every weight as if tile-major (mm_skinny.cuh), which
-    // stays inside the stored matrix where the view ends at a multiple of 16 rows
-    if (w->fmt == TDM_W_NVFP4 && vec) {
-        static int said;
-        if (!said++) fprintf(stderr, "# tandem: a timing build: NVFP4 weights are read as if tile-major (their values are wrong)\n");
-        if ((a.row0 + a.n) % TDM_MM_TILE_ROWS || (a.w_up && (a.row0_up + a.n) % TDM_MM_TILE_ROWS))
-            return tdm_errf("matmul (timing build): an NVFP4 view to row %" PRId64 ", not a multiple of %d", a.row0 + a.n,
-                            TDM_MM_TILE_ROWS);
-    }
-#endif
+    // where the fast path reads a format tile-major (mm_skinny.cuh: TDM_MM_FAST_TILES), a weight of it
+    // held in rows takes the checked path (which reads either order: load_chunk)
+    if (TDM_MM_FAST_TILES((int)w->fmt) && a.order != TDM_MM_ORDER_TILES) vec = false;
     if (!vec) t.nt = t.pf = 1;
     const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows (1-32 from x's blocked copy) and FP8 at 1-32 rows from the
@@ -337,19 +330,14 @@ static int skinny_tile(const struct tdm_dweight *w, int64_t m, const struct tdm_
 }
 
 // gate, ldg, yb: the gated up product's (tdm_matmul_gated; gate NULL: a plain product); who names the
-// caller in errors; slab_rows: the probe's weights' order (SkinnyArgs; tdm_matmul_slab_major alone passes it;
-// 0 keeps the order make_args read from the weight).
+// caller in errors.
 static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m, void *y,
                   int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream, bool rule_chains,
-                  const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr,
-                  int64_t slab_rows = 0)
+                  const char *who = "matmul", const uint16_t *gate = nullptr, int64_t ldg = 0, uint16_t *yb = nullptr)
 {
     tdm_mm::SkinnyArgs a;
     if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, who) != 0) return -1;
     const bool vec = rows_aligned(w) && a.x_vec;
-    // slab-major weights: the fast path only (the vector instantiation; the checked one reads rows)
-    if (slab_rows && !vec) return tdm_errf("%s: weight or activation rows not 16-byte aligned", who);
-    if (slab_rows) a.slab_rows = slab_rows;   // the probe's order; else the weight's own (make_args)
     if (gate) {
         if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
         a.gate_y = gate;
@@ -382,30 +370,6 @@ extern "C" int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_
                                       void *stream)
 {
     return skinny(w, x, ldx, xb, m, y, ldy, out, tile, stream, false);
-}
-
-extern "C" int tdm_matmul_slab_major_built(void) { return TDM_MM_SLAB_MAJOR == 3 ? 0 : TDM_MM_SLAB_MAJOR; }
-
-extern "C" int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
-                                     const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy,
-                                     const struct tdm_tiles *tiles, void *stream)
-{
-    const char *who = "matmul (slab-major)";
-#if TDM_MM_SLAB_MAJOR == 1 || TDM_MM_SLAB_MAJOR == 2
-    if (!w || (w->fmt != TDM_W_NVFP4 && w->fmt != TDM_W_FP8))
-        return tdm_errf("%s: NVFP4 and FP8 weights only", who);
-    if (m < 1 || m > TDM_MM_MAX_ROWS) return tdm_errf("%s: the skinny kernels serve 1..%d rows, not %" PRId64, who, TDM_MM_MAX_ROWS, m);
-    if (w->k % TDM_MM_SLAB_K) return tdm_errf("%s: k %" PRId64 " is not a multiple of %d", who, w->k, TDM_MM_SLAB_K);
-    if (slab_rows < w->row0 + w->n) return tdm_errf("%s: %" PRId64 " rows a slab for a view to row %" PRId64, who, slab_rows, w->row0 + w->n);
-    if (TDM_MM_SLAB_MAJOR == 2 && slab_rows % TDM_MM_TILE_ROWS)
-        return tdm_errf("%s: tile-major weights of %" PRId64 " stored rows, not a multiple of %d", who, slab_rows, TDM_MM_TILE_ROWS);
-    struct tdm_tile t;
-    if (skinny_tile(w, m, tiles, who, &t) != 0) return -1;
-    return skinny(w, x, ldx, xb, m, y, ldy, TDM_MM_BF16, &t, stream, true, who, nullptr, 0, nullptr, slab_rows);
-#else
-    (void)w, (void)slab_rows, (void)x, (void)ldx, (void)xb, (void)m, (void)y, (void)ldy, (void)tiles, (void)stream;
-    return tdm_errf("%s: this build has no slab-major kernel (built without TDM_MM_SLAB_MAJOR=1 or 2)", who);
-#endif
 }
 
 extern "C" int tdm_matmul_wide(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, int64_t m, void *y,

@@ -38,6 +38,10 @@ struct tdm_dweight {
  * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16; its codes in
  * the order tdm_nvfp4_packed names). */
 int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
+/* The same in the stored row order (TDM_MM_ORDER_ROWS) whatever the build holds NVFP4 in: for the
+ * tests that compare the orders (an NVFP4 weight held in rows takes the checked path in builds
+ * with TDM_MM_NVFP4_TILES). */
+int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_dweight *d);
 /* One device weight of a's rows followed by b's ([a.n + b.n, k], row0 0), so that one product
  * gives both outputs side by side (qwen3_5's in_proj_b and in_proj_a): the host matrix of
  * tdm_qweight_cat (only where tdm_qweight_cat_exact: else -1 with tdm_err()), uploaded as
@@ -92,21 +96,6 @@ int tdm_matmul_skinny_xb(const struct tdm_dweight *w, const uint16_t *x, int64_t
  * the engine runs); nothing that serves a model calls it. */
 int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, const uint16_t *xb, int64_t m,
                            void *y, int64_t ldy, enum tdm_mm_out out, const struct tdm_tile *tile, void *stream);
-
-/* The layout probe: y[m][n] (BF16) = x w^T as tdm_matmul_xb computes it (the same operands and sum
- * order, so the same bits), from a copy of w's stored matrix (slab_rows stored rows) held in the
- * build's other order (mm_layout.h): built with TDM_MM_SLAB_MAJOR=1, slab-major (slab s, TDM_MM_SLAB_K
- * inputs, of stored row r at s * slab_rows + r); with 2, tile-major (slab_rows a multiple of 16) --
- * the codes (64 bytes a slab NVFP4, 128 FP8) and NVFP4's 8 group scales alike (tdm_dev_slab_major
- * makes the copy; FP8's block scales as stored). NVFP4 and FP8, 1..32 rows, k a multiple of
- * TDM_MM_SLAB_K, aligned rows. Only in those builds (scripts/variant-build); elsewhere -1 with
- * tdm_err(). Nothing that serves a model calls it. */
-int tdm_matmul_slab_major(const struct tdm_dweight *w, int64_t slab_rows, const uint16_t *x, int64_t ldx,
-                          const uint16_t *xb, int64_t m, uint16_t *y, int64_t ldy, const struct tdm_tiles *tiles,
-                          void *stream);
-/* Which order this build's tdm_matmul_slab_major reads: 0 none (the default build), 1 slab-major,
- * 2 tile-major (TDM_MM_SLAB_MAJOR; mm_layout.h: TDM_MM_ORDER_SLABS, TDM_MM_ORDER_TILES). */
-int tdm_matmul_slab_major_built(void);
 
 /* SwiGLU in one product: y[m][n] = bf16(bf16(silu(g)) * u) with g and u the BF16 outputs that
  * tdm_matmul would give for gate and up (the same bits: each warp takes both weights' rows of the
@@ -240,11 +229,10 @@ enum tdm_rows_layout { TDM_ROWS_STORED, TDM_ROWS_TILES, TDM_ROWS_SLABS };
 int tdm_dev_read_rows(const void *w, int64_t n, int64_t rowbytes, int chains, int depth, enum tdm_rows_layout layout,
                       uint64_t *sink, void *stream);
 /* The copy of w's stored matrix (rows 0 .. row0 + n) in order `order` (mm_layout.h:
- * TDM_MM_ORDER_SLABS or TDM_MM_ORDER_TILES, whose stored rows are a multiple of 16) for
- * tdm_matmul_slab_major: codes (the stored matrix's bytes) and, NVFP4, scales (its group scales'
- * bytes) in that order; FP8's block scales stay as stored. NVFP4 or FP8, k a multiple of
- * TDM_MM_SLAB_K. Asynchronous. */
-int tdm_dev_slab_major(const struct tdm_dweight *w, int order, void *codes, void *scales, void *stream);
+ * TDM_MM_ORDER_TILES, the stored rows a multiple of 16): codes (the stored matrix's bytes) and, NVFP4,
+ * scales (its group scales' bytes) in that order; FP8's block scales stay as stored. NVFP4 or FP8, k
+ * a multiple of TDM_MM_SLAB_K. Asynchronous. */
+int tdm_dev_reorder(const struct tdm_dweight *w, int order, void *codes, void *scales, void *stream);
 /* A kernel of `blocks` blocks of 128 threads that only waits for the kernel before it and bumps
  * sink[1] (a programmatic launch where TANDEM_PDL is on): a launch's floor in a chain of dependent
  * kernels. */

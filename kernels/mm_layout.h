@@ -158,17 +158,14 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
     return fmt == TDM_MMF_NVFP4 ? 16 : fmt == TDM_MMF_FP8 ? 32 : 64;
 }
 
-/* The orders a weight's stored matrix can be held in for the skinny kernels' fast path (the layout
- * probe: only builds with TDM_MM_SLAB_MAJOR read the two others; mm_skinny.cuh, tdm_dev_slab_major):
+/* The orders a weight's stored matrix can be held in for the skinny kernels' fast path and the wide
+ * GEMM (tdm_dweight.order; tdm_dev_reorder makes the copy):
  *   ROWS   row by row, the checkpoint's order: rowbytes a row;
- *   SLABS  slab-major: slab s (TDM_MM_SLAB_K inputs, 4 cb bytes a row) of every stored row side by
- *          side, s * rows + row (rows: the stored matrix's);
  *   TILES  tile-major: 16-row tiles (TDM_MM_TILE_ROWS), each tile's slabs one after another, the 16
  *          rows of a slab side by side: ((row / 16) * slabs + s) * 16 + row % 16, so that a warp's
  *          slab is one 1 KB run (NVFP4) and one slab to the next is a constant step (16 * 4 cb bytes;
- *          the stored rows a multiple of 16). */
+ *          the stored rows a multiple of 16). NVFP4 only (TDM_MM_NVFP4_TILES). */
 #define TDM_MM_ORDER_ROWS 0
-#define TDM_MM_ORDER_SLABS 1
 #define TDM_MM_ORDER_TILES 2
 #define TDM_MM_TILE_ROWS 16
 
@@ -178,9 +175,10 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  * (tdm_dweight.order); the skinny kernels' fast path reads NVFP4 tiles with a constant step (the other
  * NVFP4 weights take the checked path, which reads either order); the wide GEMM reads either order. The MoE
  * experts keep rows (their own upload and kernels). Measured as a probe (bench/NOTES.md, the
- * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A
- * knob for the A/B (scripts/variant-build). Its first GPU run (the twenty-third session) failed on a bug in
- * matmul.cu's skinny() (it lost the weight's order), since fixed; the fixed build has not yet run on a GPU. */
+ * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A knob
+ * for the A/B (scripts/variant-build tiles "-DTDM_MM_NVFP4_TILES=1" ...). Its first GPU run (the
+ * twenty-third session) failed on a bug in matmul.cu's skinny() (it lost the weight's order), since
+ * fixed; the fixed build has not yet run on a GPU, so the default stays 0. */
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 0
 #endif
@@ -202,21 +200,19 @@ TDM_HD int64_t tdm_mm_tile_group_step(int64_t g)
 TDM_HD int tdm_mm_tiles_fit(int64_t rows, int64_t k) { return k % TDM_MM_SLAB_K == 0 && rows % TDM_MM_TILE_ROWS == 0; }
 
 /* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes from
- * the stored matrix's start, in order `order` (rows: the stored matrix's rows; rowbytes: its bytes a
- * row). tdm_mm_scales_at: the same for the NVFP4 group scales of lane t (2 bytes; 8 a slab, k / 16
- * a row). One slab to the next: slab 1 of row 0, chunk 0. */
-TDM_HD int64_t tdm_mm_chunk_at(int order, int64_t rows, int64_t rowbytes, int cb, int64_t row, int64_t slab, int t)
+ * the stored matrix's start, in order `order` (rowbytes: the stored matrix's bytes a row).
+ * tdm_mm_scales_at: the same for the NVFP4 group scales of lane t (2 bytes; 8 a slab, k / 16 a row).
+ * One slab to the next: slab 1 of row 0, chunk 0. */
+TDM_HD int64_t tdm_mm_chunk_at(int order, int64_t rowbytes, int cb, int64_t row, int64_t slab, int t)
 {
     const int64_t slab_bytes = 4 * (int64_t)cb;
-    if (order == TDM_MM_ORDER_SLABS) return (slab * rows + row) * slab_bytes + t * cb;
     if (order == TDM_MM_ORDER_TILES)
         return (((row / TDM_MM_TILE_ROWS) * (rowbytes / slab_bytes) + slab) * TDM_MM_TILE_ROWS + row % TDM_MM_TILE_ROWS) *
                    slab_bytes + t * cb;
     return row * rowbytes + slab * slab_bytes + t * cb;
 }
-TDM_HD int64_t tdm_mm_scales_at(int order, int64_t rows, int64_t k, int64_t row, int64_t slab, int t)
+TDM_HD int64_t tdm_mm_scales_at(int order, int64_t k, int64_t row, int64_t slab, int t)
 {
-    if (order == TDM_MM_ORDER_SLABS) return (slab * rows + row) * 8 + 2 * t;
     if (order == TDM_MM_ORDER_TILES)
         return (((row / TDM_MM_TILE_ROWS) * (k / TDM_MM_SLAB_K) + slab) * TDM_MM_TILE_ROWS + row % TDM_MM_TILE_ROWS) * 8 + 2 * t;
     return row * (k / 16) + slab * 8 + 2 * t;

@@ -75,31 +75,16 @@ struct SkinnyArgs {
     // by one thread). NULL: a plain product.
     const uint16_t *gate_y;
     int64_t ld_gate;
-    // The weights' order in memory (builds with TDM_MM_SLAB_MAJOR or TDM_MM_NVFP4_TILES only; 0
-    // elsewhere): 0, row by row; > 0, the build's other order (mm_layout.h: TDM_MM_ORDER_SLABS at
-    // TDM_MM_SLAB_MAJOR 1, this many stored rows a slab; TDM_MM_ORDER_TILES at 2, and for NVFP4 weights
-    // with TDM_MM_NVFP4_TILES), its codes and NVFP4's group scales alike.
-    int64_t slab_rows;
+    // The weights' order in memory (mm_layout.h: TDM_MM_ORDER_ROWS, or TDM_MM_ORDER_TILES for NVFP4
+    // weights in builds with TDM_MM_NVFP4_TILES), their codes and NVFP4's group scales alike: the
+    // weight's own (tdm_dweight.order).
+    int order;
 };
 
-// TDM_MM_SLAB_MAJOR (default 0): the layout probe's build-time knob (tandem-coldbw --slab-major); no
-// default path reads it. 1 builds the fast path's weight addressing for slab-major weights as well
-// (a.slab_rows), with the step from one slab to the next a run-time value in both orders. 2 builds it
-// for tile-major weights alone (mm_layout.h: TDM_MM_ORDER_TILES), the step a constant as in the
-// default build; there the products of weights in the stored order take the checked path
-// (matmul.cu: run_skinny), which reads rows. 3, a timing build: every NVFP4 fast-path read is
-// tile-major whatever order the weights are in (their values are then wrong; FP8 and BF16 read rows),
-// so that whole tools (tandem-benchmm's token, tandem-benchround's rounds) time the reads a tile-major
-// engine would make; run_skinny refuses NVFP4 views that do not end at a multiple of 16 rows (the
-// tile order's reads would leave the stored matrix).
-#ifndef TDM_MM_SLAB_MAJOR
-#define TDM_MM_SLAB_MAJOR 0
-#endif
-// Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES): every
-// format in the probe (TDM_MM_SLAB_MAJOR 2), NVFP4 in the timing build (3) and with TDM_MM_NVFP4_TILES.
-// The kernel's addressing and run_skinny's choice of path (matmul.cu) both follow it.
-#define TDM_MM_FAST_TILES(fmt) \
-    (TDM_MM_SLAB_MAJOR == 2 || ((TDM_MM_SLAB_MAJOR == 3 || TDM_MM_NVFP4_TILES) && (fmt) == TDM_MMF_NVFP4))
+// Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES):
+// NVFP4 with TDM_MM_NVFP4_TILES. The kernel's addressing and run_skinny's choice of path (matmul.cu)
+// both follow it.
+#define TDM_MM_FAST_TILES(fmt) (TDM_MM_NVFP4_TILES && (fmt) == TDM_MMF_NVFP4)
 
 // ---- small device pieces ------------------------------------------------------------------------
 
@@ -259,11 +244,11 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
     const int64_t off = (int64_t)slab * 4 * CB + t * CB;
 #if TDM_MM_NVFP4_TILES
-    // NVFP4 weights held tile-major (a.slab_rows; mm_layout.h) reach the checked path only in the
+    // NVFP4 weights held tile-major (a.order; mm_layout.h) reach the checked path only in the
     // checked instantiation (their k is whole slabs: the vector one runs them on the fast path alone),
     // so the vector instantiation keeps the row-only code (the order's branch there cost registers)
-    const bool tiled = !VEC && FMT == TDM_MMF_NVFP4 && a.slab_rows;
-    const uint8_t *p = wm + (tiled ? tdm_mm_chunk_at(TDM_MM_ORDER_TILES, 0, rowbytes, CB, row0 + vrow, slab, t)
+    const bool tiled = !VEC && FMT == TDM_MMF_NVFP4 && a.order == TDM_MM_ORDER_TILES;
+    const uint8_t *p = wm + (tiled ? tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, CB, row0 + vrow, slab, t)
                                    : (row0 + vrow) * rowbytes + off);
 #else
     const uint8_t *p = wm + (row0 + vrow) * rowbytes + off;
@@ -282,7 +267,7 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     if constexpr (FMT == TDM_MMF_NVFP4) {
         const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
 #if TDM_MM_NVFP4_TILES
-        const uint8_t *s = sm + (tiled ? tdm_mm_scales_at(TDM_MM_ORDER_TILES, 0, a.k, row0 + vrow, slab, t) : (row0 + vrow) * srow + soff);
+        const uint8_t *s = sm + (tiled ? tdm_mm_scales_at(TDM_MM_ORDER_TILES, a.k, row0 + vrow, slab, t) : (row0 + vrow) * srow + soff);
 #else
         const uint8_t *s = sm + (row0 + vrow) * srow + soff;
 #endif
@@ -637,31 +622,17 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint8_t *wp[NT];
     const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
-    // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or in TDM_MM_SLAB_MAJOR builds as
-    // a.slab_rows says; one slab to the next, the codes and NVFP4's scales.
-#if TDM_MM_SLAB_MAJOR == 1
-    (void)SB;
-    const int order = a.slab_rows ? TDM_MM_ORDER_SLABS : TDM_MM_ORDER_ROWS;
-    const int64_t slab_rows = a.slab_rows;
-    const int64_t wstep = tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, 0, 1, 0),
-                  sstep = tdm_mm_scales_at(order, slab_rows, a.k, 0, 1, 0);
-#elif TDM_MM_SLAB_MAJOR == 2 || TDM_MM_SLAB_MAJOR == 3 || TDM_MM_NVFP4_TILES
-    // tile-major: the probe (2: both formats), the timing build (3) and tile-major NVFP4 weights
-    // (mm_layout.h: TDM_MM_NVFP4_TILES; run_skinny sends NVFP4 weights held in rows to the checked path)
+    // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or with TDM_MM_NVFP4_TILES NVFP4
+    // tile-major (run_skinny sends NVFP4 weights held in rows to the checked path); one slab to the next,
+    // the codes and NVFP4's scales, a constant step.
     constexpr bool tiled = TDM_MM_FAST_TILES(FMT);
     constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
-    constexpr int64_t slab_rows = 0;   // (the tile order needs no row count)
     constexpr int64_t wstep = tiled ? TDM_MM_TILE_ROWS * 4 * CB : SB;
-    constexpr int sstep = tiled ? TDM_MM_TILE_ROWS * 8 : 8;
-#else
-    constexpr int order = TDM_MM_ORDER_ROWS;
-    constexpr int64_t slab_rows = 0, wstep = SB;
-    constexpr int sstep = 8;   // an int, as the default build always had it (an int64 moved ptxas's registers)
-#endif
+    constexpr int sstep = tiled ? TDM_MM_TILE_ROWS * 8 : 8;   // an int, as the row order always had it (an int64 moved ptxas's registers)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        wp[nt] = wm[nt] + tdm_mm_chunk_at(order, slab_rows, rowbytes, CB, r0[nt] + brow[nt], s_begin, t);
-        sp[nt] = sm[nt] + tdm_mm_scales_at(order, slab_rows, a.k, r0[nt] + brow[nt], s_begin, t);
+        wp[nt] = wm[nt] + tdm_mm_chunk_at(order, rowbytes, CB, r0[nt] + brow[nt], s_begin, t);
+        sp[nt] = sm[nt] + tdm_mm_scales_at(order, a.k, r0[nt] + brow[nt], s_begin, t);
         fs0[nt] = ((r0[nt] + ccol0[nt]) >> 7) * (int64_t)a.slabs + s_begin;
         fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }

@@ -25,32 +25,32 @@ struct DenseOp {
     int64_t rowbytes;
     __device__ const uint16_t *arow(int r) const { return m0 + r < a.m ? a.x + (int64_t)(m0 + r) * a.ldx : nullptr; }
     __device__ int64_t vrow(int j) const { return a.row0 + min(n0 + j, a.n - 1); }
-    // NVFP4 weights held tile-major (mm_layout.h: TDM_MM_NVFP4_TILES; a.slab_rows set): a row's slab
+    // NVFP4 weights held tile-major (mm_layout.h: TDM_MM_NVFP4_TILES; a.order): a row's slab
     // (its 64 code bytes, 8 group scales) every 16 rows' worth
     __device__ const uint8_t *brow(int j) const
     {
 #if TDM_MM_NVFP4_TILES
-        if (a.slab_rows) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, 0, rowbytes, tdm_mm_chunk_bytes(TDM_MMF_NVFP4), vrow(j), 0, 0);
+        if (a.order == TDM_MM_ORDER_TILES) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, tdm_mm_chunk_bytes(TDM_MMF_NVFP4), vrow(j), 0, 0);
 #endif
         return a.w + vrow(j) * rowbytes;
     }
 #if TDM_MM_NVFP4_TILES
     __device__ const uint8_t *bytes_at(const uint8_t *row, int64_t off) const
     {
-        return a.slab_rows ? row + tdm_mm_tile_byte_step(off) : row + off;
+        return a.order == TDM_MM_ORDER_TILES ? row + tdm_mm_tile_byte_step(off) : row + off;
     }
 #endif
     __device__ const uint8_t *bgroups(int j) const
     {
 #if TDM_MM_NVFP4_TILES
-        if (a.slab_rows) return a.scale + tdm_mm_scales_at(TDM_MM_ORDER_TILES, 0, a.k, vrow(j), 0, 0);
+        if (a.order == TDM_MM_ORDER_TILES) return a.scale + tdm_mm_scales_at(TDM_MM_ORDER_TILES, a.k, vrow(j), 0, 0);
 #endif
         return a.scale + vrow(j) * (a.k / 16);
     }
 #if TDM_MM_NVFP4_TILES
     __device__ uint32_t group_at(const uint8_t *groups, int64_t g) const
     {
-        return a.slab_rows ? groups[tdm_mm_tile_group_step(g)] : groups[g];
+        return a.order == TDM_MM_ORDER_TILES ? groups[tdm_mm_tile_group_step(g)] : groups[g];
     }
 #endif
     __device__ float bscale(int j, int kb) const

@@ -23,13 +23,6 @@ t "tandem-coldbw --rows x: exit 2 naming --rows" exits 2 "--rows" bin/tandem-col
 t "tandem-coldbw --kernel foo: exit 2 naming --kernel" exits 2 "--kernel" bin/tandem-coldbw --kernel foo --shape 1,16
 t "tandem-coldbw --kernel without --shape: exit 2" exits 2 "--shape" bin/tandem-coldbw --kernel nvfp4
 t "tandem-coldbw --shape 5120: exit 2 naming --shape" exits 2 "--shape" bin/tandem-coldbw --kernel fp8 --shape 5120
-for bad in "" "--kernel bf16 --shape 64,128" "--kernel nvfp4 --shape 64,128 --rows 33" "--kernel fp8 --shape 64,200"; do
-    # shellcheck disable=SC2086
-    t "tandem-coldbw --slab-major ${bad:-alone}: exit 2 naming what it needs" exits 2 "--slab-major needs" \
-        bin/tandem-coldbw --slab-major $bad
-done
-t "tandem-coldbw --slab-major in the default build: exit 2, no such kernel here" exits 2 "no slab-major kernel" \
-    bin/tandem-coldbw --slab-major --kernel nvfp4 --shape 64,128
 t "tandem-sweep without shapes: exit 2" exits 2 "no shapes" bin/tandem-sweep
 t "tandem-sweep --model-shapes foo: exit 2 naming the option" exits 2 "--model-shapes" bin/tandem-sweep --model-shapes foo
 t "tandem-sweep --kernel foo: exit 2 naming the option" exits 2 "--kernel" bin/tandem-sweep --shape 64,256 --kernel foo
@@ -76,32 +69,29 @@ t "gpu-run with GPU_RUN_AB27_FORMAT=nvfp8: exit 2 naming the formats" exits 2 "n
 t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
     GPU_RUN_AB_TILES='$tmp/nosuch' GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>'$tmp/gre';
     [ \$? -eq 1 ] && grep -q 'no tile directory $tmp/nosuch' '$tmp/gre'"
-# scripts/gpu-run slab on stand-in tools: without the variant the part fails naming how to make it; with
-# it, each case's default-build run then the variant's slab-major run, over GPU_RUN_SLAB_PASSES passes
-t "gpu-run slab without a variant: exit 1, the summary naming scripts/variant-build" sh -c "
-    OUT='$tmp/grs0' '$g/scripts/gpu-run' slab >'$tmp/grs0.out' 2>&1; [ \$? -eq 1 ] && grep -q 'slab: *FAILED (no bin/tandem-coldbw-slab or -tile: scripts/variant-build slab' '$tmp/grs0.out'"
-printf '#!/bin/sh\necho "slab $*"\n' >"$g/bin/tandem-coldbw-slab" && chmod +x "$g/bin/tandem-coldbw-slab"
+# scripts/gpu-run order on stand-in tools: without the variant the part fails naming how to make it; with
+# it, each case the default build then the variant, over GPU_RUN_ORDER_PASSES passes
+t "gpu-run order without a variant: exit 1, the summary naming scripts/variant-build" sh -c "
+    OUT='$tmp/gro0' '$g/scripts/gpu-run' order >'$tmp/gro0.out' 2>&1; [ \$? -eq 1 ] &&
+    grep -q 'order: *FAILED (no bin/tandem-coldbw-tiles or -rows: scripts/variant-build tiles' '$tmp/gro0.out'"
+printf '#!/bin/sh\necho "tiles $*"\n' >"$g/bin/tandem-coldbw-tiles" && chmod +x "$g/bin/tandem-coldbw-tiles"
 printf '#!/bin/sh\necho "default $*"\n' >"$g/bin/tandem-coldbw"
-t "gpu-run slab: seven cases (NVFP4 at 1, 16, 32 rows, FP8), the default build then --slab-major, two passes" sh -c "
-    OUT='$tmp/grs' '$g/scripts/gpu-run' slab >/dev/null 2>&1 && [ \$(grep -c '^slab .*--slab-major' '$tmp/grs/slab.txt') -eq 14 ] &&
-    [ \$(grep -c '^default --kernel' '$tmp/grs/slab.txt') -eq 14 ] &&
-    grep -q '^slab --kernel nvfp4 --shape 17408,5120 --rows 32 ' '$tmp/grs/slab.txt' &&
-    grep -q '^slab --kernel fp8 --shape 17408,5120 --rows 1 ' '$tmp/grs/slab.txt' &&
-    awk '/^default --kernel nvfp4 --shape 5120,6144 --rows 1 /{d=NR} /^slab --kernel nvfp4 --shape 5120,6144 --rows 1 /{if (d && NR > d) ok=1} END{exit !ok}' '$tmp/grs/slab.txt' &&
-    grep -q -- '--json $tmp/grs/slab-default-nvfp4-5120,6144-1-p2.json' '$tmp/grs/slab.txt' &&
-    grep -q -- '--json $tmp/grs/slab-slab-nvfp4-5120,6144-1-p2.json' '$tmp/grs/slab.txt'"
-t "gpu-run slab with GPU_RUN_SLAB_PASSES=1: seven of each" sh -c "
-    GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs1' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
-    [ \$(grep -c '^slab .*--slab-major' '$tmp/grs1/slab.txt') -eq 7 ] && [ \$(grep -c '^default --kernel' '$tmp/grs1/slab.txt') -eq 7 ]"
-printf '#!/bin/sh\necho "tile $*"\n' >"$g/bin/tandem-coldbw-tile" && chmod +x "$g/bin/tandem-coldbw-tile"
-t "gpu-run slab with both variants built: each case the default build, then slab, then tile" sh -c "
-    GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs2' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
-    [ \$(grep -c '^tile .*--slab-major' '$tmp/grs2/slab.txt') -eq 7 ] && [ \$(grep -c '^slab .*--slab-major' '$tmp/grs2/slab.txt') -eq 7 ] &&
-    grep -q -- '--json $tmp/grs2/slab-tile-fp8-17408,5120-1-p1.json' '$tmp/grs2/slab.txt' &&
-    awk '/^default --kernel fp8/{d=NR} /^slab --kernel fp8/{s=NR} /^tile --kernel fp8/{t=NR} END{exit !(d < s && s < t)}' '$tmp/grs2/slab.txt'"
-t "gpu-run slab with GPU_RUN_SLAB_VARIANTS=tile: the tile variant alone" sh -c "
-    GPU_RUN_SLAB_VARIANTS=tile GPU_RUN_SLAB_PASSES=1 OUT='$tmp/grs3' '$g/scripts/gpu-run' slab >/dev/null 2>&1 &&
-    [ \$(grep -c '^tile .*--slab-major' '$tmp/grs3/slab.txt') -eq 7 ] && ! grep -q '^slab ' '$tmp/grs3/slab.txt'"
+t "gpu-run order: six NVFP4 cases (1, 16, 32 rows), the default build then tiles, two passes" sh -c "
+    OUT='$tmp/gor' '$g/scripts/gpu-run' order >/dev/null 2>&1 && [ \$(grep -c '^tiles --kernel nvfp4' '$tmp/gor/order.txt') -eq 12 ] &&
+    [ \$(grep -c '^default --kernel nvfp4' '$tmp/gor/order.txt') -eq 12 ] &&
+    grep -q '^tiles --kernel nvfp4 --shape 17408,5120 --rows 32 ' '$tmp/gor/order.txt' &&
+    awk '/^default --kernel nvfp4 --shape 5120,6144 --rows 1 /{d=NR} /^tiles --kernel nvfp4 --shape 5120,6144 --rows 1 /{if (d && NR > d) ok=1} END{exit !ok}' '$tmp/gor/order.txt' &&
+    grep -q -- '--json $tmp/gor/order-default-5120,6144-1-p2.json' '$tmp/gor/order.txt' &&
+    grep -q -- '--json $tmp/gor/order-tiles-5120,6144-1-p2.json' '$tmp/gor/order.txt'"
+t "gpu-run order with GPU_RUN_ORDER_PASSES=1: six of each" sh -c "
+    GPU_RUN_ORDER_PASSES=1 OUT='$tmp/gor1' '$g/scripts/gpu-run' order >/dev/null 2>&1 &&
+    [ \$(grep -c '^tiles --kernel' '$tmp/gor1/order.txt') -eq 6 ] && [ \$(grep -c '^default --kernel' '$tmp/gor1/order.txt') -eq 6 ]"
+printf '#!/bin/sh\necho "rows $*"\n' >"$g/bin/tandem-coldbw-rows" && chmod +x "$g/bin/tandem-coldbw-rows"
+t "gpu-run order with both variants built: each case the default build, then tiles, then rows" sh -c "
+    GPU_RUN_ORDER_PASSES=1 OUT='$tmp/gor2' '$g/scripts/gpu-run' order >/dev/null 2>&1 &&
+    [ \$(grep -c '^rows --kernel' '$tmp/gor2/order.txt') -eq 6 ] && [ \$(grep -c '^tiles --kernel' '$tmp/gor2/order.txt') -eq 6 ] &&
+    awk '/^default --kernel nvfp4 --shape 17408,5120 --rows 32 /{d=NR} /^tiles --kernel nvfp4 --shape 17408,5120 --rows 32 /{t=NR}
+         /^rows --kernel nvfp4 --shape 17408,5120 --rows 32 /{r=NR} END{exit !(d && d < t && t < r)}' '$tmp/gor2/order.txt'"
 printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo

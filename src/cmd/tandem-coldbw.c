@@ -36,18 +36,10 @@ static void usage(FILE *f)
             "                 ('slabs') at 1 and 4, when N is a multiple of 16 and K of 128\n"
             "  --shape N,K    the weight shape for --kernel (N outputs, K inputs)\n"
             "  --rows M       activation rows for --kernel (default 1; above 32 runs the wide GEMM)\n"
-            "  --slab-major   also time the kernel on a copy of each weight in another order, and\n"
-            "                 check that its output has the same bits; nvfp4 or fp8, 1-32 rows, K a\n"
-            "                 multiple of 128; only a build with TDM_MM_SLAB_MAJOR has that kernel\n"
-            "                 (scripts/variant-build), others exit 2: at 1 the copy is slab-major (a\n"
-            "                 128-k slab of every row side by side before the next slab: 'slab-major');\n"
-            "                 at 2 tile-major (16-row tiles, each tile's slabs one after another:\n"
-            "                 'tile-major'; N a multiple of 16), and that build's stored-order lines run\n"
-            "                 the checked path (slow: compare with the default build's lines)\n"
             "  --json FILE    also write the results as JSON\n"
             "  -h, --help     this text\n"
-            "Tile tables come from $TANDEM_TILES (default \"tiles\"). Exit 0, 1 when a CUDA call fails\n"
-            "or the other order's output differs, 2 on bad usage or when no CUDA device is visible.\n",
+            "Tile tables come from $TANDEM_TILES (default \"tiles\"). Exit 0, 1 when a CUDA call fails,\n"
+            "2 on bad usage or when no CUDA device is visible.\n",
             prog);
 }
 
@@ -112,76 +104,15 @@ static int buf_call(void *p, int i, void *stream)
     return tdm_dev_read(c->buf[i % 4], c->bytes, c->sink, stream);
 }
 
-/* The same calls on slab-major copies of the weights (tdm_matmul_slab_major): codes[i], scales[i]. */
-struct slab_ctx {
-    struct mm_ctx mc;
-    void **codes, **scales;
-};
-
-static int slab_call(void *p, int i, void *stream)
-{
-    struct slab_ctx *c = p;
-    const int j = i % c->mc.ws->copies;
-    struct tdm_dweight w = c->mc.ws->w[j];
-    w.w = c->codes[j];
-    if (w.fmt == TDM_W_NVFP4) w.scale = c->scales[j];
-    return tdm_matmul_slab_major(&w, w.row0 + w.n, c->mc.x, w.k, c->mc.xb, c->mc.m, c->mc.y, w.n, c->mc.tiles, stream);
-}
-
-/* Times the kernel on slab-major copies of ws's weights (--slab-major) after checking on copy 0 that
- * its output has the bits of the stored order's (mm_call); adds the line and the JSON fields. Exits
- * 1 when a call fails or the bits differ. */
-static void time_slab_major(struct mm_ctx *mc, const char *kernel, int order, double bytes, long reps, json_t *krec,
-                            void *st)
-{
-    struct tdm_wset *ws = mc->ws;
-    const int64_t n = ws->w[0].n, k = ws->w[0].k;
-    const size_t cb = (size_t)tdm_wfmt_code_bytes(ws->w[0].fmt, n, k);
-    const size_t sb = ws->w[0].fmt == TDM_W_NVFP4 ? (size_t)tdm_wfmt_scale_bytes(TDM_W_NVFP4, TDM_DT_F32, n, k) : 0;
-    const char *what = order == TDM_MM_ORDER_TILES ? "tile-major" : "slab-major";
-    struct slab_ctx sc = {.mc = *mc};
-    sc.codes = calloc((size_t)ws->copies, sizeof *sc.codes);
-    sc.scales = calloc((size_t)ws->copies, sizeof *sc.scales);
-    if (!sc.codes || !sc.scales) tdm_die_usage(prog, "out of memory", NULL);
-    for (int i = 0; i < ws->copies; i++)
-        if (tdm_cuda_malloc(&sc.codes[i], cb) != 0 || (sb && tdm_cuda_malloc(&sc.scales[i], sb) != 0) ||
-            tdm_dev_slab_major(&ws->w[i], order, sc.codes[i], sc.scales[i], st) != 0)
-            tdm_die_check(prog);
-    const size_t yb = (size_t)(mc->m * n * 2);
-    int64_t diff = 0;
-    if (tdm_cuda_malloc(&sc.mc.y, yb) != 0 || mm_call(mc, 0, st) != 0 || slab_call(&sc, 0, st) != 0) tdm_die_check(prog);
-    if (tdm_dev_count_diff(mc->y, sc.mc.y, yb, &diff, st) != 0) tdm_die_check(prog);
-    double ms;
-    if (tdm_time_calls(slab_call, &sc, ws->copies, (int)reps, 1, st, &ms) != 0) tdm_die_check(prog);
-    char name[96];
-    snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%" PRId64 " %s", kernel, n, k, mc->m, what);
-    table_line(name, bytes, ms);
-    json_object_set_new(krec, "slab_major_ms", json_real(ms));
-    json_object_set_new(krec, "slab_major_gbps", json_real(bytes / ms / 1e6));
-    json_object_set_new(krec, "slab_major_bytes_differ", json_integer((json_int_t)diff));
-    json_object_set_new(krec, "slab_major_order", json_string(order == TDM_MM_ORDER_TILES ? "tiles" : "slabs"));
-    tdm_cuda_free(sc.mc.y);
-    for (int i = 0; i < ws->copies; i++) tdm_cuda_free(sc.codes[i]), tdm_cuda_free(sc.scales[i]);
-    free(sc.codes);
-    free(sc.scales);
-    if (diff) {
-        fprintf(stderr, "%s: --slab-major: %" PRId64 " output bytes of the %s copy differ from the stored order's\n", prog,
-                diff, what);
-        exit(TDM_EXIT_CHECK);
-    }
-}
-
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"mib", required_argument, 0, 'b'}, {"reps", required_argument, 0, 'r'},
         {"kernel", required_argument, 0, 'k'}, {"shape", required_argument, 0, 's'},
         {"rows", required_argument, 0, 'm'}, {"json", required_argument, 0, 'j'},
-        {"slab-major", no_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     long mib = 0, reps = 20, rows = 1;
-    int slab_major = 0;
     const char *kernel = NULL, *shape = NULL, *json_path = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -192,7 +123,6 @@ int main(int argc, char **argv)
         case 's': shape = optarg; break;
         case 'm': rows = tdm_opt_long(prog, "--rows", optarg, 1, 1 << 20); break;
         case 'j': json_path = optarg; break;
-        case 'S': slab_major = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return TDM_EXIT_USAGE;
         }
@@ -211,14 +141,6 @@ int main(int argc, char **argv)
     } else if (shape) {
         tdm_die_usage(prog, "--shape needs --kernel", NULL);
     }
-    if (slab_major && (!kernel || fmt == TDM_W_BF16 || rows > TDM_MM_MAX_ROWS || k % TDM_MM_SLAB_K))
-        tdm_die_usage(prog, "--slab-major needs --kernel nvfp4 or fp8, 1-32 rows and K a multiple of 128", NULL);
-    const int built_order = tdm_matmul_slab_major_built();   /* the other order this build's kernel reads */
-    if (slab_major && !built_order)
-        tdm_die_usage(prog, "--slab-major: this build has no slab-major kernel (build with TDM_MM_SLAB_MAJOR=1 or 2: "
-                            "scripts/variant-build)", NULL);
-    if (slab_major && built_order == TDM_MM_ORDER_TILES && n % TDM_MM_TILE_ROWS)
-        tdm_die_usage(prog, "--slab-major: this build's tile-major copy needs N a multiple of 16", NULL);
     if (tdm_settings_check() != 0) tdm_die_input(prog);
     if (tdm_cuda_device_count() < 1) tdm_die_usage(prog, "no CUDA device visible", NULL);
 
@@ -302,8 +224,6 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "%s %" PRId64 "x%" PRId64 " m=%ld one copy", kernel, n, k, rows);
         table_line(name, bytes, one_copy_ms);
         fprintf(stderr, "# %s: %d weight copies (%zu MiB) rotated per pass\n", prog, ws.copies, ws.bytes >> 20);
-        if (built_order == TDM_MM_ORDER_TILES && fmt != TDM_W_BF16)
-            fprintf(stderr, "# %s: a tile-major build: its stored-order lines run the checked path\n", prog);
         /* NVFP4: the same weights read the kernel's way with nothing else done (tdm_dev_read_rows), at
          * 1-8 slabs in flight a warp: what the access pattern allows apart from the arithmetic; the
          * random weights read as if stored in another order measure that order (the same bytes) */
@@ -336,7 +256,6 @@ int main(int argc, char **argv)
                                       eager_ms, "eager_gbps", bytes / eager_ms / 1e6, "graph_ms", graph_ms, "graph_gbps",
                                       bytes / graph_ms / 1e6));
         json_object_set_new(json_object_get(rec, "kernel"), "one_copy_ms", json_real(one_copy_ms));
-        if (slab_major) time_slab_major(&mc, kernel, built_order, bytes, reps, json_object_get(rec, "kernel"), st);
         json_object_set_new(rec, "rows_read_alone", pattern);
         tdm_cuda_free((void *)mc.x);
         tdm_cuda_free((void *)mc.xb);

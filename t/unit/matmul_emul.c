@@ -204,7 +204,7 @@ static void load_chunk(const struct tdm_qweight *q, const uint8_t *w, const uint
     const int fmt = q->fmt, cb = tdm_mm_chunk_bytes(fmt);
     const int64_t rowbytes = q->k * bytes_per_k_num(fmt) / bytes_per_k_den(fmt);
     const int64_t off = (int64_t)slab * 4 * cb + (int64_t)t * cb;   /* in the row */
-    const uint8_t *p = w + tdm_mm_chunk_at(order, q->n, rowbytes, cb, srow, slab, t);
+    const uint8_t *p = w + tdm_mm_chunk_at(order, rowbytes, cb, srow, slab, t);
     for (int i = 0; i < cb / 4; i++) {
         uint32_t v = 0;
         for (int b = 0; b < 4; b++)
@@ -213,7 +213,7 @@ static void load_chunk(const struct tdm_qweight *q, const uint8_t *w, const uint
     }
     if (fmt == TDM_W_NVFP4) {
         const int64_t sr = q->k / 16, so = (int64_t)slab * 8 + 2 * t;
-        const uint8_t *s = scale + tdm_mm_scales_at(order, q->n, q->k, srow, slab, t);
+        const uint8_t *s = scale + tdm_mm_scales_at(order, q->k, srow, slab, t);
         *sc_nv = (so < sr ? s[0] : 0u) | (so + 1 < sr ? (uint32_t)s[1] << 8 : 0u);
     }
 }
@@ -265,12 +265,12 @@ struct emul_case {
     enum tdm_dtype sdt;
     int chains;                /* kchains (the emulation may use any) */
     struct tdm_tile_geom tile; /* nt, wn, wk, cs, pf (the chains above) */
-    int order;                 /* the weights' order (mm_layout.h: TDM_MM_ORDER_*; the others than rows as
-                                  TDM_MM_SLAB_MAJOR builds read them, from a copy) */
+    int order;                 /* the weights' order (mm_layout.h: TDM_MM_ORDER_*; tile-major as the
+                                  upload holds NVFP4 with TDM_MM_NVFP4_TILES, from a copy) */
 };
 
 /* The copy of a stored matrix (k a multiple of 128) in `order`, chunk by chunk from where the stored
- * order has it to where tdm_mm_chunk_at / tdm_mm_scales_at put it, as tdm_dev_slab_major copies it. */
+ * order has it to where tdm_mm_chunk_at / tdm_mm_scales_at put it, as tdm_dev_reorder copies it. */
 static void order_copy(const struct weight *W, int order, uint8_t **codes, uint8_t **scales)
 {
     const int fmt = W->q.fmt, cb = tdm_mm_chunk_bytes(fmt);
@@ -280,11 +280,11 @@ static void order_copy(const struct weight *W, int order, uint8_t **codes, uint8
     for (int64_t r = 0; r < n; r++)
         for (int64_t sl = 0; sl < k / TDM_MM_SLAB_K; sl++)
             for (int t = 0; t < 4; t++) {
-                memcpy(*codes + tdm_mm_chunk_at(order, n, rowbytes, cb, r, sl, t),
-                       W->w + tdm_mm_chunk_at(TDM_MM_ORDER_ROWS, n, rowbytes, cb, r, sl, t), (size_t)cb);
+                memcpy(*codes + tdm_mm_chunk_at(order, rowbytes, cb, r, sl, t),
+                       W->w + tdm_mm_chunk_at(TDM_MM_ORDER_ROWS, rowbytes, cb, r, sl, t), (size_t)cb);
                 if (*scales)
-                    memcpy(*scales + tdm_mm_scales_at(order, n, k, r, sl, t),
-                           W->scale + tdm_mm_scales_at(TDM_MM_ORDER_ROWS, n, k, r, sl, t), 2);
+                    memcpy(*scales + tdm_mm_scales_at(order, k, r, sl, t),
+                           W->scale + tdm_mm_scales_at(TDM_MM_ORDER_ROWS, k, r, sl, t), 2);
             }
 }
 
@@ -496,8 +496,8 @@ static void test_tile_steps(void)
     order_copy(&W, TDM_MM_ORDER_TILES, &codes, &scales);
     int64_t bad_bytes = 0, bad_groups = 0;
     for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *row = codes + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rows, rowbytes, 16, r, 0, 0);
-        const uint8_t *groups = scales + tdm_mm_scales_at(TDM_MM_ORDER_TILES, rows, k, r, 0, 0);
+        const uint8_t *row = codes + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, 16, r, 0, 0);
+        const uint8_t *groups = scales + tdm_mm_scales_at(TDM_MM_ORDER_TILES, k, r, 0, 0);
         for (int64_t off = 0; off < rowbytes; off++) bad_bytes += row[tdm_mm_tile_byte_step(off)] != W.w[r * rowbytes + off];
         for (int64_t g = 0; g < k / 16; g++) bad_groups += groups[tdm_mm_tile_group_step(g)] != W.scale[r * (k / 16) + g];
     }
@@ -528,10 +528,8 @@ int main(void)
         {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1}, 0},
         {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1}, 0},  /* chains not a power of two, 3 warps */
         {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1}, 0},
-        /* slab-major copies (the layout probe's order): views, so the slab holds rows outside them */
-        {TDM_W_NVFP4, 120, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, TDM_MM_ORDER_SLABS},
-        {TDM_W_FP8, 300, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, TDM_MM_ORDER_SLABS},
-        /* tile-major copies (its other order): views from a row inside a tile, across tiles */
+        /* tile-major copies (TDM_MM_NVFP4_TILES; the addressing holds for FP8 too): views from a row inside
+         * a tile, across tiles */
         {TDM_W_NVFP4, 128, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, TDM_MM_ORDER_TILES},
         {TDM_W_FP8, 304, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, TDM_MM_ORDER_TILES},
     };
@@ -549,7 +547,7 @@ int main(void)
                 ok(err < 2e-5 && written, "%s n=%lld k=%lld row0=%lld chains=%d nt=%d wn=%d wk=%d m=%d%s%s: relative error "
                    "%.2e, every output written once", tdm_wfmt_name(c->fmt), (long long)c->n, (long long)c->k,
                    (long long)c->row0, c->chains, c->tile.nt, c->tile.wn, c->tile.wk, ms[j], swap ? " (weights as A)" : "",
-                   c->order == TDM_MM_ORDER_SLABS ? " (slab-major)" : c->order == TDM_MM_ORDER_TILES ? " (tile-major)" : "", err);
+                   c->order == TDM_MM_ORDER_TILES ? " (tile-major)" : "", err);
             }
         free(x);
         free(W.w);

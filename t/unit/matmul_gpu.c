@@ -8,6 +8,8 @@
  *     so does one with a few-row geometry of its own at 1-8 rows (tiles.h: lo);
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
+ *   orders: an NVFP4 weight as the upload holds it (tile-major: mm_layout.h) against the same weight in
+ *     rows, bit for bit, at 1-32 rows with and without x's blocked copy and in the wide GEMM;
  *   NVFP4 and FP8 at 1-32 rows in each activation form (TANDEM_MM_DIRECT on: NVFP4 loaded per lane
  *     at 1-16 rows; off: staged; per lane from x's blocked copy, mm_layout.h: xb) against the
  *     one-row calls, bit for bit, and tdm_mm_pack_xb against the layout's index on the host;
@@ -618,6 +620,57 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
     free(h.scale);
 }
 
+/* The two orders of an NVFP4 weight (mm_layout.h: TDM_MM_NVFP4_TILES): uploaded as the build holds it
+ * (tdm_dweight_upload: tile-major where the shape fits, in such builds) and in rows
+ * (tdm_dweight_upload_rows; there the checked path), the same bits at 1, 5, 16, 20 and 32 rows, with
+ * and without x's blocked copy (the skinny forms), and at 33 and 100 (the wide GEMM); outputs poisoned
+ * with different bytes, so an output one call leaves unwritten differs. */
+static void run_orders(const char *label, int64_t rows, int64_t k, int64_t row0, int64_t n)
+{
+    struct hweight h;
+    make_weight(&h, TDM_W_NVFP4, rows, k, TDM_DT_F32);
+    const struct tdm_qweight hv = tdm_qweight_rows(&h.q, row0, n);
+    const int want = TDM_MM_NVFP4_TILES && tdm_mm_tiles_fit(row0 + n, k) ?   /* the upload's stored rows */
+                      TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
+    struct tdm_dweight dt, dr;
+    const int XR = 100;
+    uint16_t *hx = NULL, *dx = NULL, *dxb = NULL;
+    float *xf = NULL;
+    void *dy1 = NULL, *dy2 = NULL;
+    const size_t ybytes = (size_t)XR * n * 4, xbb = (size_t)tdm_mm_xb_elems(k) * 2;
+    int rc = tdm_dweight_upload(&hv, &dt) || tdm_dweight_upload_rows(&hv, &dr) || make_dx(XR, k, &hx, &xf, &dx) ||
+             tdm_cuda_malloc(&dy1, ybytes) || tdm_cuda_malloc(&dy2, ybytes) || tdm_cuda_malloc((void **)&dxb, xbb + 16);
+    ok(!rc && dt.order == want && dr.order == TDM_MM_ORDER_ROWS, "%s: held %s by the upload (order %d), in rows by "
+       "tdm_dweight_upload_rows (%d)%s%s", label, want == TDM_MM_ORDER_TILES ? "tile-major" : "in rows", rc ? -1 : dt.order,
+       rc ? -1 : dr.order, rc ? ": " : "", rc ? tdm_err() : "");
+    static const int ms[] = {1, 5, 16, 20, 32, 33, 100};
+    int bad = 0, runs = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof *ms && !rc; i++)
+        for (int from_xb = 0; from_xb <= (ms[i] <= TDM_MM_MAX_ROWS && xbb) && !rc; from_xb++) {
+            const int m = ms[i];
+            const uint16_t *xb = from_xb ? dxb : NULL;
+            int64_t diff = 0;
+            rc = (xb && tdm_mm_pack_xb(dx, k, m, k, dxb, st)) || tdm_dev_fill_bytes(dy1, (size_t)m * n * 4, 0, 0, 0xff, st) ||
+                 tdm_dev_fill_bytes(dy2, (size_t)m * n * 4, 0, 0, 0xfe, st) ||
+                 tdm_matmul_xb(&dt, dx, k, xb, m, dy1, n, TDM_MM_F32, tiles, st) ||
+                 tdm_matmul_xb(&dr, dx, k, xb, m, dy2, n, TDM_MM_F32, tiles, st) ||
+                 tdm_dev_count_diff(dy1, dy2, (size_t)m * n * 4, &diff, st);
+            runs++;
+            if (diff) bad++;
+        }
+    ok(!rc && bad == 0, "%s: the upload's order and rows give the same bits at 1, 5, 16, 20, 32 rows (with and without "
+       "x's blocked copy), 33 and 100 (%d of %d runs differ)%s%s", label, bad, runs, rc ? ": " : "", rc ? tdm_err() : "");
+    if (!rc) tdm_dweight_free(&dt), tdm_dweight_free(&dr);
+    tdm_cuda_free(dx);
+    tdm_cuda_free(dxb);
+    tdm_cuda_free(dy1);
+    tdm_cuda_free(dy2);
+    free(hx);
+    free(xf);
+    free(h.w);
+    free(h.scale);
+}
+
 /* The gated up product (tdm_matmul_gated: up's product with the SiLU x up in its epilogue) against
  * tdm_matmul of gate and of up, then tdm_silu_mul, bit for bit, y and its blocked copy, at every row
  * count 1..32, in place (y the gate's output, as the engine runs it) and, at one row count, into a
@@ -713,6 +766,10 @@ int main(void)
     ok(tdm_tiles_load(NULL, arch, &tiles) == 0, "tile tables for %s load: %s", arch, tiles ? "ok" : tdm_err());
     printf("# %s, %s\n", info.name, arch);
     test_nvfp4_order(&info);
+    run_orders("orders nvfp4 17408x5120", 17408, 5120, 0, 17408);
+    run_orders("orders nvfp4 96x5120", 96, 5120, 0, 96);
+    run_orders("orders nvfp4 view rows 64..191 of 256x512", 256, 512, 64, 128);
+    run_orders("orders nvfp4 200x1056 (rows in both: k not whole slabs)", 200, 1056, 0, 200);
 
     const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
     for (int mi = 0; tdm_model_names[mi]; mi++) {
