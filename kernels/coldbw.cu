@@ -335,10 +335,8 @@ extern "C" int tdm_wset_alloc(struct tdm_wset *s, enum tdm_wfmt fmt, int64_t n, 
         w->scale = sb ? base + soff : NULL;
         w->scale_dt = sdt;
         w->scale2 = 1.0f / 4096;
-#if TDM_MM_NVFP4_TILES
         // random codes and scales: any order holds them; held as an upload would hold them
-        if (fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(n, k)) w->order = TDM_MM_ORDER_TILES;
-#endif
+        w->order = tdm_dweight_order_for(fmt, n, k);
         const uint64_t sd = seed * 0x9e3779b97f4a7c15ull + (uint64_t)c;
         int rc = 0;
         if (fmt == TDM_W_BF16) rc = tdm_dev_fill_bf16((uint16_t *)base, (size_t)(n * k), sd, 0.05f, NULL);

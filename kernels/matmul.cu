@@ -73,7 +73,11 @@ extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
     return 0;
 }
 
-#if TDM_MM_NVFP4_TILES
+extern "C" int tdm_dweight_order_for(enum tdm_wfmt fmt, int64_t rows, int64_t k)
+{
+    return TDM_MM_NVFP4_TILES && fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(rows, k) ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
+}
+
 // An NVFP4 matrix uploaded in rows (tdm_dweight_upload_rows: its codes, then its scales, in d->owned)
 // put into the tile order (mm_layout.h): written into a new allocation of the same layout
 // (tdm_dev_reorder), which then replaces the rows; synchronous.
@@ -98,7 +102,6 @@ static int to_tiles(struct tdm_dweight *d)
     d->order = TDM_MM_ORDER_TILES;
     return 0;
 }
-#endif
 
 extern "C" int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_dweight *d)
 {
@@ -130,12 +133,10 @@ extern "C" int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_d
 extern "C" int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d)
 {
     if (tdm_dweight_upload_rows(h, d) != 0) return -1;
-#if TDM_MM_NVFP4_TILES
-    if (d->fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(d->row0 + d->n, d->k) && to_tiles(d) != 0) {
+    if (tdm_dweight_order_for(d->fmt, d->row0 + d->n, d->k) == TDM_MM_ORDER_TILES && to_tiles(d) != 0) {
         tdm_dweight_free(d);
         return -1;
     }
-#endif
     return 0;
 }
 

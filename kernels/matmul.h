@@ -42,6 +42,9 @@ int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
  * tests that compare the orders (an NVFP4 weight held in rows takes the checked path in builds
  * with TDM_MM_NVFP4_TILES). */
 int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_dweight *d);
+/* The order (mm_layout.h: TDM_MM_ORDER_*) tdm_dweight_upload holds a weight of format fmt in, of
+ * `rows` stored rows and k inputs: TILES for NVFP4 that fits in builds with TDM_MM_NVFP4_TILES, else ROWS. */
+int tdm_dweight_order_for(enum tdm_wfmt fmt, int64_t rows, int64_t k);
 /* One device weight of a's rows followed by b's ([a.n + b.n, k], row0 0), so that one product
  * gives both outputs side by side (qwen3_5's in_proj_b and in_proj_a): the host matrix of
  * tdm_qweight_cat (only where tdm_qweight_cat_exact: else -1 with tdm_err()), uploaded as

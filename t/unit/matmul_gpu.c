@@ -630,8 +630,7 @@ static void run_orders(const char *label, int64_t rows, int64_t k, int64_t row0,
     struct hweight h;
     make_weight(&h, TDM_W_NVFP4, rows, k, TDM_DT_F32);
     const struct tdm_qweight hv = tdm_qweight_rows(&h.q, row0, n);
-    const int want = TDM_MM_NVFP4_TILES && tdm_mm_tiles_fit(row0 + n, k) ?   /* the upload's stored rows */
-                      TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
+    const int want = tdm_dweight_order_for(TDM_W_NVFP4, row0 + n, k);   /* the upload's stored rows */
     struct tdm_dweight dt, dr;
     const int XR = 100;
     uint16_t *hx = NULL, *dx = NULL, *dxb = NULL;
