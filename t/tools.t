@@ -1,5 +1,6 @@
 #!/bin/sh
-# Every tool: a true --help (exit 0), bad usage exits 2; the parts not built yet say so and exit 2;
+# Every tool: a true --help (exit 0), bad usage exits 2 (an unknown option, or one without its
+# value, with one line naming it); the parts not built yet say so and exit 2;
 # tandem-run --settings lists every switch with its value and origin; tandem-benchround refuses bad
 # options, a missing model, a missing device and a context too small with exit 2 and one line.
 n=0
@@ -7,7 +8,18 @@ t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n -
 for tool in build/san/bin/tandem-*; do
     name=$(basename "$tool")
     t "$name --help exits 0 and shows usage" "$tool --help 2>&1 | grep -q '^usage: $name'"
-    t "$name --bogus-option exits 2" "$tool --bogus-option >/dev/null 2>&1; [ \$? -eq 2 ]"
+    t "$name --bogus-option exits 2 with one line naming it" \
+      "out=\$($tool --bogus-option 2>&1 >/dev/null); [ \$? -eq 2 ] && [ \$(printf '%s\n' \"\$out\" | wc -l) -eq 1 ] &&
+       printf '%s\n' \"\$out\" | grep -q \"^$name: unknown or ambiguous option '--bogus-option'\""
+    t "$name -Z (no such short option) exits 2 with one line naming it" \
+      "out=\$($tool -Z 2>&1 >/dev/null); [ \$? -eq 2 ] && [ \"\$out\" = \"$name: unknown option '-Z' (--help lists the options)\" ]"
+    t "$name --help=x: exit 2, one line saying --help takes no value" \
+      "out=\$($tool --help=x 2>&1 >/dev/null); [ \$? -eq 2 ] && [ \"\$out\" = \"$name: option '--help' takes no value (--help lists the options)\" ]"
+done
+for a in "tandem-run --prompt" "tandem-sweep --shape" "tandem-coldbw --kernel" "tandem-exactcheck -m" "tandem-mkmodel -o"; do
+    set -- $a
+    t "$a (its value missing): exit 2, one line naming the option" \
+      "out=\$(build/san/bin/$a 2>&1 >/dev/null); [ \$? -eq 2 ] && [ \"\$out\" = \"$1: option '$2' needs a value (--help lists the options)\" ]"
 done
 t "tandem-exactcheck --backend cuda: exit 2 with one line (no device visible, or the bad model)" \
   "out=\$(build/san/bin/tandem-exactcheck -m x -p x --backend cuda 2>&1 >/dev/null); rc=\$?; [ \$rc -eq 2 ] &&

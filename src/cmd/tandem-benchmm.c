@@ -336,7 +336,7 @@ int main(int argc, char **argv)
     int nmodels = 0, baseline = 1, token = 1;
     const char *json_path = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = tdm_getopt(prog, argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'M':
             if (nmodels == 4) tdm_die_usage(prog, "too many --model", NULL);

@@ -431,7 +431,7 @@ int main(int argc, char **argv)
                                          {"reps", 1, 0, 'r'},  {"rows", 1, 0, 'R'}, {"tree", 1, 0, 'T'},
                                          {"json", 1, 0, 'j'},  {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+    while ((o = tdm_getopt(prog, argc, argv, "m:h", opts)) != -1) {
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'c': ctx = tdm_opt_long(prog, "--ctx", optarg, 1, 1 << 24); break;

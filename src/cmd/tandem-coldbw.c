@@ -115,7 +115,7 @@ int main(int argc, char **argv)
     long mib = 0, reps = 20, rows = 1;
     const char *kernel = NULL, *shape = NULL, *json_path = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = tdm_getopt(prog, argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'b': mib = tdm_opt_long(prog, "--mib", optarg, 64, 1 << 20); break;
         case 'r': reps = tdm_opt_long(prog, "--reps", optarg, 1, 100000); break;

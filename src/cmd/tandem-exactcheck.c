@@ -410,7 +410,7 @@ int main(int argc, char **argv)
         {"draft", 1, 0, 'D'}, {"tree", 1, 0, 'T'}, {"draft-model", 1, 0, 'M'}, {"tie-margin", 1, 0, 't'},
         {"rows", 1, 0, 'r'}, {"backend", 1, 0, 'b'}, {"json", 1, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
+    while ((o = tdm_getopt(prog, argc, argv, "m:p:n:h", opts)) != -1) {
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt_path = optarg; break;

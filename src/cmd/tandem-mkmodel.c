@@ -631,7 +631,7 @@ int main(int argc, char **argv)
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     n_threads = online < 1 ? 1 : online > 64 ? 64 : (int)online;
     const long BIG = 1L << 24;
-    while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    while ((o = tdm_getopt(prog, argc, argv, "o:h", opts)) != -1) {
         switch (o) {
         case 'o': out_dir = optarg; break;
         case O_LAYOUT: layout = optarg; break;
@@ -656,7 +656,6 @@ int main(int argc, char **argv)
         case O_SHARD: shard_mb = tdm_opt_long(prog, "--shard-mb", optarg, 1, BIG); break;
         case O_THREADS: n_threads = (int)tdm_opt_long(prog, "--threads", optarg, 1, 64); break;
         case 'h': usage(stdout); return 0;
-        case '?': usage(stderr); return TDM_EXIT_USAGE;
         default: ov[o] = tdm_opt_long(prog, opts[o - O_LAYOUT + 1].name, optarg, 1, BIG); break;
         }
     }

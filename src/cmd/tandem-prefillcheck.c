@@ -241,7 +241,7 @@ int main(int argc, char **argv)
                                          {"backend", 1, 0, 'b'}, {"chunk", 1, 0, 'c'},  {"new-tokens", 1, 0, 'n'},
                                          {"json", 1, 0, 'j'},    {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
+    while ((o = tdm_getopt(prog, argc, argv, "m:p:n:h", opts)) != -1) {
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt_path = optarg; break;

@@ -219,7 +219,7 @@ int main(int argc, char **argv)
         {"draft", required_argument, 0, 'D'}, {"tree", required_argument, 0, 'T'},
         {"draft-model", required_argument, 0, 'M'}, {"ngram", required_argument, 0, 'G'}, {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "m:p:n:h", opts, NULL)) != -1) {
+    while ((o = tdm_getopt(prog, argc, argv, "m:p:n:h", opts)) != -1) {
         switch (o) {
         case 'm': model_dir = optarg; break;
         case 'p': prompt_path = optarg; break;

@@ -392,7 +392,7 @@ int main(int argc, char **argv)
     long reps = 10;
     const char *out_dir = NULL, *json_path = NULL, *arch_opt = NULL, *device_opt = NULL, *note = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "hm:", opts, NULL)) != -1) {
+    while ((c = tdm_getopt(prog, argc, argv, "hm:", opts)) != -1) {
         switch (c) {
         case 'O': {
             int o = 0;

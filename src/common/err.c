@@ -1,5 +1,6 @@
 #include <errno.h>
 #include "err.h"
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,4 +65,37 @@ long tdm_opt_long(const char *prog, const char *opt, const char *v, long lo, lon
         exit(TDM_EXIT_USAGE);
     }
     return x;
+}
+
+/* The long option named by argv token arg ("--name" or "--name=value"), or NULL. */
+static const struct option *long_opt(const struct option *longopts, const char *arg)
+{
+    if (strncmp(arg, "--", 2) != 0) return NULL;
+    const size_t len = strcspn(arg + 2, "=");
+    for (const struct option *o = longopts; o && o->name; o++)
+        if (strlen(o->name) == len && strncmp(arg + 2, o->name, len) == 0) return o;
+    return NULL;
+}
+
+int tdm_getopt(const char *prog, int argc, char **argv, const char *shortopts, const struct option *longopts)
+{
+    opterr = 0;
+    const int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+    if (c != '?') return c;
+    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    const struct option *o = long_opt(longopts, arg);
+    char name[64];
+    const char *fault;
+    if (strncmp(arg, "--", 2) == 0 && (!optopt || (o && o->val == optopt))) {   /* a long option, as written */
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
+        fault = !o ? "unknown or ambiguous option" : o->has_arg == no_argument ? "takes no value" : "needs a value";
+    } else {   /* a short option: known (its value missing) or not */
+        snprintf(name, sizeof name, "-%c", optopt ? optopt : '?');
+        fault = optopt && optopt != ':' && strchr(shortopts, optopt) ? "needs a value" : "unknown option";
+    }
+    if (strcmp(fault, "unknown option") == 0 || strcmp(fault, "unknown or ambiguous option") == 0)
+        fprintf(stderr, "%s: %s '%s' (--help lists the options)\n", prog, fault, name);
+    else
+        fprintf(stderr, "%s: option '%s' %s (--help lists the options)\n", prog, name, fault);
+    exit(TDM_EXIT_USAGE);
 }

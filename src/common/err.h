@@ -24,6 +24,10 @@ __attribute__((noreturn)) void tdm_die_usage(const char *prog, const char *msg, 
 __attribute__((noreturn)) void tdm_die_check(const char *prog);
 /* An integer option value in lo..hi, or exit 2 with one line naming the option and the range. */
 long tdm_opt_long(const char *prog, const char *opt, const char *v, long lo, long hi);
+struct option;
+/* getopt_long with getopt's own messages off: an unknown option, or one without its value, exits 2
+ * with one line naming it ("prog: unknown option '--x' (--help lists the options)"). */
+int tdm_getopt(const char *prog, int argc, char **argv, const char *shortopts, const struct option *longopts);
 #ifdef __cplusplus
 }
 #endif
