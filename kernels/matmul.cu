@@ -257,6 +257,14 @@ static bool rows_aligned(const struct tdm_dweight *w)
     return true;
 }
 
+// Whether the skinny kernels' fast path (the vector instantiation) may read w: its rows aligned, and
+// where the fast path reads w's format tile-major (mm_skinny.cuh: TDM_MM_FAST_TILES) w held so; else
+// the checked path reads it (either order: load_chunk), which has no SwiGLU form of its own.
+static bool fast_path_reads(const struct tdm_dweight *w)
+{
+    return rows_aligned(w) && !(TDM_MM_FAST_TILES((int)w->fmt) && w->order != TDM_MM_ORDER_TILES);
+}
+
 // Whether a product of m rows reads x's blocked copy xb per lane (the form TDM_MM_FORM_NT and
 // TDM_MM_DIRECT_XB name xb_lane): a copy given, the vector instantiation, the per-lane form at m rows.
 static int xb_lane_of(const uint16_t *xb, bool vec, int64_t m) { return xb && vec && tdm_mm_direct_rows(m); }
@@ -266,9 +274,6 @@ static int run_skinny(tdm_mm::SkinnyArgs &a, const struct tdm_dweight *w, struct
                       void *stream)
 {
     t = tdm_tile_at(&t, m);   // the few-row geometry where the setting has one (tiles.h)
-    // where the fast path reads a format tile-major (mm_skinny.cuh: TDM_MM_FAST_TILES), a weight of it
-    // held in rows takes the checked path (which reads either order: load_chunk)
-    if (TDM_MM_FAST_TILES((int)w->fmt) && a.order != TDM_MM_ORDER_TILES) vec = false;
     if (!vec) t.nt = t.pf = 1;
     const int mt = tdm_mm_rows_mt(m);   // 0: rows 8-15 of the tile known zero
     // TANDEM_MM_DIRECT: NVFP4 at 1-16 rows (1-32 from x's blocked copy) and FP8 at 1-32 rows from the
@@ -338,7 +343,7 @@ static int skinny(const struct tdm_dweight *w, const uint16_t *x, int64_t ldx, c
 {
     tdm_mm::SkinnyArgs a;
     if (make_args(w, x, ldx, xb, m, y, ldy, out, &a, who) != 0) return -1;
-    const bool vec = rows_aligned(w) && a.x_vec;
+    const bool vec = fast_path_reads(w) && a.x_vec;
     if (gate) {
         if (tdm_ly::xb_refused(who, yb, (int)m)) return -1;
         a.gate_y = gate;
@@ -403,7 +408,7 @@ static bool swiglu_setting(const struct tdm_dweight *gate, const struct tdm_dwei
     if (k < 0) return false;
     *kk = (enum tdm_mmk)k;
     *t = tdm_tiles_get(tiles, *kk, gate->n, gate->k);
-    const bool vec = rows_aligned(gate) && rows_aligned(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
+    const bool vec = fast_path_reads(gate) && fast_path_reads(up) && (uintptr_t)x % 16 == 0 && ldx % 8 == 0;
     const int xb_lane = xb_lane_of((uintptr_t)xb % 16 == 0 ? xb : NULL, vec, m);   // a misaligned copy is refused
     return vec && tdm_tile_at(t, m).nt == 2 && TDM_MM_FORM_NT((int)gate->fmt, 2, tdm_mm_rows_mt(m), xb_lane) == 2;
 }

@@ -172,13 +172,15 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 /* TDM_MM_NVFP4_TILES (default 0): 1 builds tile-major NVFP4 weights for the whole library: the upload
  * (kernels/matmul.cu) and the timing weight sets (tdm_wset_alloc) hold an NVFP4 matrix whose k is a
  * multiple of TDM_MM_SLAB_K and whose stored rows are a multiple of 16 in TDM_MM_ORDER_TILES
- * (tdm_dweight.order); the skinny kernels' fast path reads NVFP4 tiles with a constant step (the other
- * NVFP4 weights take the checked path, which reads either order); the wide GEMM reads either order. The MoE
- * experts keep rows (their own upload and kernels). Measured as a probe (bench/NOTES.md, the
- * twenty-second session): a 27B token's NVFP4 products -1.3 / -3.1 / -6.6 % at 1 / 16 / 32 rows. A knob
- * for the A/B (scripts/variant-build tiles "-DTDM_MM_NVFP4_TILES=1" ...). Its first GPU run (the
- * twenty-third session) failed on a bug in matmul.cu's skinny() (it lost the weight's order), since
- * fixed; the fixed build has not yet run on a GPU, so the default stays 0. */
+ * (tdm_dweight.order; tdm_dweight_order_for); the skinny kernels' fast path reads NVFP4 tiles with a
+ * constant step (the other NVFP4 weights take the checked path, which reads either order and has no
+ * SwiGLU form); the wide GEMM reads either order. The MoE experts keep rows (their own upload and
+ * kernels). Measured (bench/NOTES.md, the twenty-fourth session; H100, the SM clock at 1980 MHz
+ * throughout both builds): a 27B token's NVFP4 products -1.1 to -1.9 / -4.3 to -5.4 / -5.8 to -7.4 % at
+ * 1 / 16 / 32 rows, the 16-layer 27B's step -12 %, its 16- and 32-row rounds -15 and -14 %. Its test
+ * programs passed there but for the SwiGLU of weights held in rows (fixed after, not yet run), and the
+ * tools' GPU tests have not run on it: so the default stays 0 until they do
+ * (scripts/variant-build tiles "-DTDM_MM_NVFP4_TILES=1" ..., for the A/B). */
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 0
 #endif

@@ -533,6 +533,30 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
     free(hx); free(xf); free(ref); free(glu); free(one);
 }
 
+/* NVFP4 gate and up weights of n rows that cannot be held tile-major (n not a multiple of 16): in a
+ * build that holds NVFP4 tile-major (mm_layout.h: TDM_MM_NVFP4_TILES) they take the checked path, which
+ * has no SwiGLU form, so at every row count the one-product form is refused (tdm_matmul_swiglu_ok 0,
+ * tdm_matmul_swiglu an error, not a failed launch) and the MLP's form is another. */
+static void swiglu_refused(const char *label, int64_t n, int64_t k)
+{
+    struct tdm_dweight g, u;
+    if (make_gate_up(label, TDM_W_NVFP4, n, k, &g, &u) != 0) return;
+    uint16_t *hx, *dx, *dy = NULL;
+    float *xf;
+    int refused = 0, rc = make_dx(32, k, &hx, &xf, &dx) || tdm_cuda_malloc((void **)&dy, (size_t)32 * n * 2);
+    for (int m = 1; m <= 32 && !rc; m++)
+        refused += !tdm_matmul_swiglu_ok(&g, &u, dx, k, NULL, m, tiles) &&
+                   tdm_matmul_swiglu(&g, &u, dx, k, NULL, m, dy, n, NULL, tiles, st) != 0 && strstr(tdm_err(), "cannot run as one") &&
+                   tdm_matmul_swiglu_form(TDM_MLP_FUSE_AUTO, &g, &u, dx, k, NULL, m, tiles) != TDM_SWIGLU_ONE;
+    ok(!rc && refused == 32, "%s: the one-product form refused at %d of 32 row counts (%s)", label, refused, rc ? tdm_err() : "-");
+    tdm_dweight_free(&g);
+    tdm_dweight_free(&u);
+    tdm_cuda_free(dx);
+    tdm_cuda_free(dy);
+    free(hx);
+    free(xf);
+}
+
 /* Programmatic launches: PAIRS pairs of (add_rmsnorm of residual rows h_p into the one buffer xn,
  * then the product of xn into y_p) on one stream with no sync between, with TANDEM_PDL on (eager
  * and from a graph) and off; every y_p bit for bit the same. The residuals differ pair to pair, so a
@@ -812,7 +836,11 @@ int main(void)
     /* SwiGLU in one product: the 27B's MLP (the shipped tables: nt 2 at 1-16 and 17-32 rows), a
      * shape whose last CTA is partial, and BF16 where a setting takes nt 2 */
     run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, tiles, 0, 32);
-    run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, tiles, 0, 0);
+    run_swiglu("swiglu nvfp4 208x512 (a partial last CTA, rows a multiple of 16)", TDM_W_NVFP4, 208, 512, tiles, 0, 0);
+    if (tdm_dweight_order_for(TDM_W_NVFP4, TDM_MM_TILE_ROWS, TDM_MM_SLAB_K) == TDM_MM_ORDER_TILES)
+        swiglu_refused("swiglu nvfp4 200x512 held in rows (a tile-major build)", 200, 512);
+    else
+        run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, tiles, 0, 0);
     run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, tiles, 0, 0);
     /* FP8: the 27B's MLP with the shipped table where it sets nt 2 (sm_90's: at 1-16 rows; sm_121's
      * nt 1 has no SwiGLU form), and edge shapes with an FP8 table of nt 2 settings written here (a
