@@ -539,7 +539,6 @@ extern "C" int tdm_matmul_swiglu(const struct tdm_dweight *gate, const struct td
     a.scale_up = (const uint8_t *)up->scale;
     a.row0_up = up->row0;
     a.out_scale_up = out_scale_of(up);
-    if (up->order != gate->order) return tdm_errf("matmul (SwiGLU): gate and up weights held in different orders");
     return run_skinny(a, gate, t, m, true, stream);
 }
 

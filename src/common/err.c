@@ -85,17 +85,16 @@ int tdm_getopt(const char *prog, int argc, char **argv, const char *shortopts, c
     const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "";
     const struct option *o = long_opt(longopts, arg);
     char name[64];
-    const char *fault;
+    const char *fault;   /* NULL: no such option */
     if (strncmp(arg, "--", 2) == 0 && (!optopt || (o && o->val == optopt))) {   /* a long option, as written */
         snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
-        fault = !o ? "unknown or ambiguous option" : o->has_arg == no_argument ? "takes no value" : "needs a value";
+        fault = !o ? NULL : o->has_arg == no_argument ? "takes no value" : "needs a value";
+        if (!o) fprintf(stderr, "%s: unknown or ambiguous option '%s' (--help lists the options)\n", prog, name);
     } else {   /* a short option: known (its value missing) or not */
         snprintf(name, sizeof name, "-%c", optopt ? optopt : '?');
-        fault = optopt && optopt != ':' && strchr(shortopts, optopt) ? "needs a value" : "unknown option";
+        fault = optopt && optopt != ':' && strchr(shortopts, optopt) ? "needs a value" : NULL;
+        if (!fault) fprintf(stderr, "%s: unknown option '%s' (--help lists the options)\n", prog, name);
     }
-    if (strcmp(fault, "unknown option") == 0 || strcmp(fault, "unknown or ambiguous option") == 0)
-        fprintf(stderr, "%s: %s '%s' (--help lists the options)\n", prog, fault, name);
-    else
-        fprintf(stderr, "%s: option '%s' %s (--help lists the options)\n", prog, name, fault);
+    if (fault) fprintf(stderr, "%s: option '%s' %s (--help lists the options)\n", prog, name, fault);
     exit(TDM_EXIT_USAGE);
 }
