@@ -112,12 +112,16 @@ static void test_swiglu_forms(void)
         return;
     }
     const uintptr_t at = 4096;   /* an address aligned for every load; never read */
-    const struct tdm_dweight nv = {TDM_W_NVFP4, 17408, 5120, 0, (const void *)at, (const void *)at, TDM_DT_F8_E4M3, 1, NULL, 0};
+    /* each weight in the order the upload holds it in (tile-major NVFP4 in builds with TDM_MM_NVFP4_TILES) */
+    struct tdm_dweight nv = {TDM_W_NVFP4, 17408, 5120, 0, (const void *)at, (const void *)at, TDM_DT_F8_E4M3, 1, NULL, 0};
+    nv.order = tdm_dweight_order_for(nv.fmt, nv.n, nv.k);
     struct tdm_dweight f8 = nv, b16 = nv;
     f8.fmt = TDM_W_FP8;
     f8.scale_dt = TDM_DT_F32;
+    f8.order = tdm_dweight_order_for(f8.fmt, f8.n, f8.k);
     b16.fmt = TDM_W_BF16;
     b16.scale = NULL;
+    b16.order = tdm_dweight_order_for(b16.fmt, b16.n, b16.k);
     const uint16_t *x = (const uint16_t *)at, *xb = (const uint16_t *)(2 * at);
     static const struct {
         enum tdm_mlp_fuse fuse;
@@ -143,6 +147,16 @@ static void test_swiglu_forms(void)
         tdm_matmul_swiglu_forms(cases[i].fuse, w, w, x, 5120, cases[i].with_xb ? xb : NULL, tl, got, sizeof got);
         ok(strcmp(got, cases[i].want) == 0, "the SwiGLU forms, %s: %s", cases[i].what, got);
     }
+    /* an NVFP4 weight held in rows where the build holds NVFP4 tile-major: the fast path does not read it,
+     * so no one-launch form (the checked path's products) */
+    struct tdm_dweight nv_rows = nv;
+    nv_rows.order = TDM_MM_ORDER_ROWS;
+    char got[256];
+    tdm_matmul_swiglu_forms(TDM_MLP_FUSE_AUTO, &nv_rows, &nv_rows, x, 5120, xb, tl, got, sizeof got);
+    const char *want = nv.order == TDM_MM_ORDER_TILES ? "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows"
+                                                      : cases[0].want;
+    ok(strcmp(got, want) == 0, "the SwiGLU forms, NVFP4 held in rows (the build holds NVFP4 in %s), auto: %s",
+       nv.order == TDM_MM_ORDER_TILES ? "tiles" : "rows", got);
     char small[24];
     tdm_matmul_swiglu_forms(TDM_MLP_FUSE_AUTO, &nv, &nv, x, 5120, xb, tl, small, sizeof small);
     ok(strlen(small) == sizeof small - 1 && strncmp(small, "one launch at 1-8 and 2", sizeof small - 1) == 0,
