@@ -169,20 +169,22 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 #define TDM_MM_ORDER_TILES 2
 #define TDM_MM_TILE_ROWS 16
 
-/* TDM_MM_NVFP4_TILES (default 0): 1 builds tile-major NVFP4 weights for the whole library: the upload
+/* TDM_MM_NVFP4_TILES (default 1): tile-major NVFP4 weights for the whole library: the upload
  * (kernels/matmul.cu) and the timing weight sets (tdm_wset_alloc) hold an NVFP4 matrix whose k is a
  * multiple of TDM_MM_SLAB_K and whose stored rows are a multiple of 16 in TDM_MM_ORDER_TILES
  * (tdm_dweight.order; tdm_dweight_order_for); the skinny kernels' fast path reads NVFP4 tiles with a
  * constant step (the other NVFP4 weights take the checked path, which reads either order and has no
  * SwiGLU form); the wide GEMM reads either order. The MoE experts keep rows (their own upload and
- * kernels). Measured (bench/NOTES.md, the twenty-fourth session; H100, the SM clock at 1980 MHz
- * throughout both builds): a 27B token's NVFP4 products -1.1 to -1.9 / -4.3 to -5.4 / -5.8 to -7.4 % at
- * 1 / 16 / 32 rows, the 16-layer 27B's step -12 %, its 16- and 32-row rounds -15 and -14 %. Its test
- * programs passed there but for the SwiGLU of weights held in rows (fixed after, not yet run), and the
- * tools' GPU tests have not run on it: so the default stays 0 until they do
- * (scripts/variant-build tiles "-DTDM_MM_NVFP4_TILES=1" ..., for the A/B). */
+ * kernels). 0 holds every weight in rows (scripts/variant-build rows "-DTDM_MM_NVFP4_TILES=0" ..., for
+ * the A/B). Measured against rows (bench/NOTES.md, the twenty-fourth session; H100, the SM clock at
+ * 1980 MHz throughout both builds): a 27B token's NVFP4 products -1.1 to -1.9 / -4.3 to -5.4 / -5.8 to
+ * -7.4 % at 1 / 16 / 32 rows, the 16-layer 27B's step -12 %, its 16- and 32-row rounds -15 and -14 %.
+ * Traced by kernel (the twenty-fifth session), the step's gain is the MLP's products inside the engine
+ * (the SwiGLU pair 47.1 -> 38.1 us a layer), which the lone timings barely show. Every t/gpu file but
+ * sweep.t passed on this build on an H100; sweep.t ran out of its time there, every candidate it
+ * checked identical. */
 #ifndef TDM_MM_NVFP4_TILES
-#define TDM_MM_NVFP4_TILES 0
+#define TDM_MM_NVFP4_TILES 1
 #endif
 /* An NVFP4 row's slab: its code bytes (two k a byte) and its group scales (one a TDM_NVFP4_GROUP of 16 k). */
 #define TDM_MM_NVFP4_SLAB_BYTES (TDM_MM_SLAB_K / 2)
