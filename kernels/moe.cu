@@ -850,10 +850,8 @@ struct ExpertOp {
     }
     __device__ const uint16_t *arow(int r) const { return pairs[r] >= 0 ? a + (int64_t)(pairs[r] / div) * lda : nullptr; }
     __device__ const uint8_t *brow(int j) const { return wrow(j).w; }
-#if TDM_MM_NVFP4_TILES
     __device__ const uint8_t *bytes_at(const uint8_t *row, int64_t off) const { return row + off; }   // experts: rows
     __device__ uint32_t group_at(const uint8_t *groups, int64_t g) const { return groups[g]; }
-#endif
     __device__ const uint8_t *bgroups(int j) const { return wrow(j).s; }
     __device__ float bscale(int j, int kb) const
     {

@@ -27,32 +27,25 @@ struct DenseOp {
     __device__ int64_t vrow(int j) const { return a.row0 + min(n0 + j, a.n - 1); }
     // NVFP4 weights held tile-major (mm_layout.h: TDM_MM_NVFP4_TILES; a.order): a row's slab
     // (its 64 code bytes, 8 group scales) every 16 rows' worth
+    __device__ bool tiles() const { return TDM_MM_NVFP4_TILES && a.order == TDM_MM_ORDER_TILES; }
     __device__ const uint8_t *brow(int j) const
     {
-#if TDM_MM_NVFP4_TILES
-        if (a.order == TDM_MM_ORDER_TILES) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, tdm_mm_chunk_bytes(TDM_MMF_NVFP4), vrow(j), 0, 0);
-#endif
+        if (tiles()) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, tdm_mm_chunk_bytes(TDM_MMF_NVFP4), vrow(j), 0, 0);
         return a.w + vrow(j) * rowbytes;
     }
-#if TDM_MM_NVFP4_TILES
     __device__ const uint8_t *bytes_at(const uint8_t *row, int64_t off) const
     {
-        return a.order == TDM_MM_ORDER_TILES ? row + tdm_mm_tile_byte_step(off) : row + off;
+        return tiles() ? row + tdm_mm_tile_byte_step(off) : row + off;
     }
-#endif
     __device__ const uint8_t *bgroups(int j) const
     {
-#if TDM_MM_NVFP4_TILES
-        if (a.order == TDM_MM_ORDER_TILES) return a.scale + tdm_mm_scales_at(TDM_MM_ORDER_TILES, a.k, vrow(j), 0, 0);
-#endif
+        if (tiles()) return a.scale + tdm_mm_scales_at(TDM_MM_ORDER_TILES, a.k, vrow(j), 0, 0);
         return a.scale + vrow(j) * (a.k / 16);
     }
-#if TDM_MM_NVFP4_TILES
     __device__ uint32_t group_at(const uint8_t *groups, int64_t g) const
     {
-        return a.order == TDM_MM_ORDER_TILES ? groups[tdm_mm_tile_group_step(g)] : groups[g];
+        return tiles() ? groups[tdm_mm_tile_group_step(g)] : groups[g];
     }
-#endif
     __device__ float bscale(int j, int kb) const
     {
         const int64_t idx = (vrow(j) >> 7) * a.slabs + kb;

@@ -59,8 +59,7 @@ __device__ __forceinline__ int tile_col(int wn, int j, int e, int t) { return 32
 //   const uint16_t *arow(int r)      row r (0..BM-1) of the activations, nullptr: zeros
 //   const uint8_t *brow(int j)       the stored bytes of weight row j (0..BN-1), always a real row
 //   const uint8_t *bytes_at(const uint8_t *row, int64_t off)   byte off of that row (off as the row
-//                                    order counts it: the row's slabs may lie apart, mm_layout.h; read
-//                                    in TDM_MM_NVFP4_TILES builds, the default's code adds off itself)
+//                                    order counts it: the row's slabs may lie apart, mm_layout.h)
 //   const uint8_t *bgroups(int j)    NVFP4: its group scales [k / 16]
 //   uint32_t group_at(const uint8_t *groups, int64_t g)        NVFP4: group scale g of that row (the same)
 //   float bscale(int j, int kb)      FP8: its block scale for k block kb (128 k)
@@ -122,18 +121,10 @@ __device__ __forceinline__ void mainloop(const Op &op, float (&acc)[2][4][4])
             if (!bp[i]) continue;
             const int c = (tid + i * THREADS) % T::PER_ROW;
             const int64_t off = (kbase + (int64_t)c * T::KPC) * T::BPK_NUM / T::BPK_DEN;
-#if TDM_MM_NVFP4_TILES
             wb[i] = load16(op.bytes_at(bp[i], off), rowbytes - off, op.vec);
-#else
-            wb[i] = load16(bp[i] + off, rowbytes - off, op.vec);
-#endif
             if constexpr (FMT == TDM_MMF_NVFP4) {
                 const int64_t srow = op.k / 16, so = (kbase + (int64_t)c * 32) / 16;
-#if TDM_MM_NVFP4_TILES
                 wsc[i] = (so < srow ? op.group_at(gp[i], so) : 0u) | (so + 1 < srow ? op.group_at(gp[i], so + 1) << 8 : 0u);
-#else
-                wsc[i] = (so < srow ? gp[i][so] : 0u) | (so + 1 < srow ? (uint32_t)gp[i][so + 1] << 8 : 0u);
-#endif
             }
         }
     };
