@@ -73,7 +73,7 @@ t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 nami
 # it, each case the default build then the variant, over GPU_RUN_ORDER_PASSES passes
 t "gpu-run order without a variant: exit 1, the summary naming scripts/variant-build" sh -c "
     OUT='$tmp/gro0' '$g/scripts/gpu-run' order >'$tmp/gro0.out' 2>&1; [ \$? -eq 1 ] &&
-    grep -q 'order: *FAILED (no bin/tandem-coldbw-tiles or -rows: scripts/variant-build tiles' '$tmp/gro0.out'"
+    grep -q 'order: *FAILED (no bin/tandem-coldbw-rows or -tiles: scripts/variant-build rows' '$tmp/gro0.out'"
 printf '#!/bin/sh\necho "tiles $*"\n' >"$g/bin/tandem-coldbw-tiles" && chmod +x "$g/bin/tandem-coldbw-tiles"
 printf '#!/bin/sh\necho "default $*"\n' >"$g/bin/tandem-coldbw"
 t "gpu-run order: six NVFP4 cases (1, 16, 32 rows), the default build then tiles, two passes" sh -c "
@@ -87,11 +87,25 @@ t "gpu-run order with GPU_RUN_ORDER_PASSES=1: six of each" sh -c "
     GPU_RUN_ORDER_PASSES=1 OUT='$tmp/gor1' '$g/scripts/gpu-run' order >/dev/null 2>&1 &&
     [ \$(grep -c '^tiles --kernel' '$tmp/gor1/order.txt') -eq 6 ] && [ \$(grep -c '^default --kernel' '$tmp/gor1/order.txt') -eq 6 ]"
 printf '#!/bin/sh\necho "rows $*"\n' >"$g/bin/tandem-coldbw-rows" && chmod +x "$g/bin/tandem-coldbw-rows"
-t "gpu-run order with both variants built: each case the default build, then tiles, then rows" sh -c "
+t "gpu-run order with both variants built: each case the default build, then rows, then tiles" sh -c "
     GPU_RUN_ORDER_PASSES=1 OUT='$tmp/gor2' '$g/scripts/gpu-run' order >/dev/null 2>&1 &&
     [ \$(grep -c '^rows --kernel' '$tmp/gor2/order.txt') -eq 6 ] && [ \$(grep -c '^tiles --kernel' '$tmp/gor2/order.txt') -eq 6 ] &&
     awk '/^default --kernel nvfp4 --shape 17408,5120 --rows 32 /{d=NR} /^tiles --kernel nvfp4 --shape 17408,5120 --rows 32 /{t=NR}
-         /^rows --kernel nvfp4 --shape 17408,5120 --rows 32 /{r=NR} END{exit !(d && d < t && t < r)}' '$tmp/gor2/order.txt'"
+         /^rows --kernel nvfp4 --shape 17408,5120 --rows 32 /{r=NR} END{exit !(d && d < r && r < t)}' '$tmp/gor2/order.txt'"
+# scripts/gpu-run tests on stand-in test files: one job slot starts them longest first (the script's list, then
+# any other file), or in the order GPU_RUN_TESTS names them
+mkdir -p "$g/t/gpu"
+for f in benchmm coldbw layers sweep zz; do
+    printf '#!/bin/sh\necho %s >>"%s/started"\necho 1..1\necho ok 1\n' "$f" "$tmp" >"$g/t/gpu/$f.t"
+done
+t "gpu-run tests with one job slot: longest first (sweep, layers, benchmm, coldbw), then the file not in its list" sh -c "
+    : >'$tmp/started'; GPU_RUN_TEST_JOBS=1 OUT='$tmp/gte' '$g/scripts/gpu-run' tests >/dev/null 2>&1 &&
+    [ \"\$(tr '\n' ' ' <'$tmp/started')\" = 'sweep layers benchmm coldbw zz ' ] &&
+    grep -q '^# t/gpu/zz.t: exit 0, ' '$tmp/gte/gpu-tests.log'"
+t "gpu-run tests with GPU_RUN_TESTS: its files in its order; a file not there fails the part" sh -c "
+    : >'$tmp/started'; GPU_RUN_TEST_JOBS=1 GPU_RUN_TESTS='t/gpu/coldbw.t t/gpu/sweep.t' OUT='$tmp/gtf' '$g/scripts/gpu-run' tests >/dev/null 2>&1 &&
+    [ \"\$(tr '\n' ' ' <'$tmp/started')\" = 'coldbw sweep ' ] &&
+    { GPU_RUN_TESTS='t/gpu/nosuch.t' OUT='$tmp/gtg' '$g/scripts/gpu-run' tests >/dev/null 2>&1; [ \$? -eq 1 ]; }"
 printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
 t "tandem-benchmm --rows 0: exit 2 naming --rows" exits 2 "--rows" bin/tandem-benchmm --rows 0
 t "tandem-benchmm --model foo: exit 2 naming --model" exits 2 "--model" bin/tandem-benchmm --model foo
