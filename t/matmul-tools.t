@@ -47,7 +47,7 @@ t "scripts/bundle --list: every tool and test program, the fixtures, nothing wri
 g=$tmp/gr; mkdir -p "$g/scripts" "$g/bin" "$tmp/tA/sm_90" && cp scripts/gpu-run "$g/scripts/"
 printf '#!/bin/sh\nexit 0\n' >"$g/bin/tandem-coldbw"
 printf '#!/bin/sh\necho "$*" >>"%s/mkargs"\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && mkdir -p "$2" && : >"$2/config.json"; shift; done\n' "$tmp" >"$g/bin/tandem-mkmodel"
-printf '#!/bin/sh\necho "$0 $TANDEM_TILES" >>"%s/runs"\necho "$*" >>"%s/args"\necho "step 1 a b c d e 0.5"\n' "$tmp" "$tmp" >"$g/bin/tandem-benchround"
+printf '#!/bin/sh\necho "$0 $TANDEM_TILES" >>"%s/runs"\necho "$*" >>"%s/args"\necho "fuse=$TANDEM_MLP_FUSE" >>"%s/fuses0"\necho "step 1 a b c d e 0.5"\n' "$tmp" "$tmp" "$tmp" >"$g/bin/tandem-benchround"
 chmod +x "$g/bin/"*
 t "gpu-run ab80 with GPU_RUN_AB_TILES: the default build, then the tiles directory through TANDEM_TILES" sh -c "
     GPU_RUN_AB_TILES='$tmp/tA' GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>&1 &&
@@ -66,6 +66,16 @@ t "gpu-run ab27 with GPU_RUN_AB27_FORMAT=fp8: the 16-layer 27B made in FP8" sh -
     grep -qx 'new 1 step 1 0.5' '$tmp/gro27f/ab27.txt'"
 t "gpu-run with GPU_RUN_AB27_FORMAT=nvfp8: exit 2 naming the formats" exits 2 "nvfp4, fp8 or bf16" env GPU_RUN_AB27_FORMAT=nvfp8 \
     OUT="$tmp/gro27x" "$g/scripts/gpu-run" ab27
+printf '#!/bin/sh\necho "fuse=$TANDEM_MLP_FUSE" >>"%s/fuses"\necho "step 1 a b c d e 0.5"\n' "$tmp" >"$g/bin/tandem-benchround-fz"
+chmod +x "$g/bin/tandem-benchround-fz"
+t "gpu-run ab27 with GPU_RUN_AB_SETTINGS: the default build, then the default binary with the setting (set1)" sh -c "
+    GPU_RUN_AB=fz GPU_RUN_AB_SETTINGS='TANDEM_MLP_FUSE=on' GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/gros' \
+        '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 &&
+    grep -qx 'new 1 step 1 0.5' '$tmp/gros/ab27.txt' && grep -qx 'fz 1 step 1 0.5' '$tmp/gros/ab27.txt' &&
+    grep -qx 'set1 1 step 1 0.5' '$tmp/gros/ab27.txt' && grep -qx 'fuse=' '$tmp/fuses' &&
+    [ \"\$(tail -2 '$tmp/fuses0' | tr '\n' ' ')\" = 'fuse= fuse=on ' ]"
+t "gpu-run ab27: a GPU_RUN_AB_SETTINGS word not TANDEM_NAME=VALUE: exit 2 naming it" exits 2 "'MLP_FUSE=on' is not TANDEM_NAME=VALUE" \
+    env GPU_RUN_AB_SETTINGS=MLP_FUSE=on GPU_RUN_MODEL27S="$tmp/m27" OUT="$tmp/grox" "$g/scripts/gpu-run" ab27
 t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
     GPU_RUN_AB_TILES='$tmp/nosuch' GPU_RUN_MODEL80='$tmp/m80' OUT='$tmp/gro' '$g/scripts/gpu-run' ab80 >/dev/null 2>'$tmp/gre';
     [ \$? -eq 1 ] && grep -q 'no tile directory $tmp/nosuch' '$tmp/gre'"
