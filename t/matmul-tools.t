@@ -3,16 +3,7 @@
 # visible CUDA device (exit 2, "no CUDA device visible", forced with CUDA_VISIBLE_DEVICES=), and
 # tandem-sweep --write-defaults, which needs no GPU; the device helpers' (scripts/variant-build,
 # scripts/bundle) usage and scripts/bundle's list; scripts/gpu-run's tile-table A/B on stand-in tools.
-n=0; failed=0
-t() { # t DESCRIPTION COMMAND... : ok when the command succeeds
-    n=$((n + 1)); d=$1; shift
-    if "$@" >/dev/null 2>&1; then echo "ok $n - $d"; else echo "not ok $n - $d"; failed=$((failed + 1)); fi
-}
-exits() { # exits CODE PATTERN CMD...: exit status CODE and stderr one line matching PATTERN
-    code=$1; pat=$2; shift 2
-    err=$("$@" 2>&1 >/dev/null); rc=$?
-    [ "$rc" -eq "$code" ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf "%s" "$err" | grep -q -e "$pat"
-}
+. t/cmd-tap.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for tool in tandem-coldbw tandem-sweep tandem-benchmm; do
     t "$tool --help exits 0 and prints the usage" sh -c "bin/$tool --help | grep -q '^usage: $tool'"

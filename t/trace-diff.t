@@ -2,16 +2,7 @@
 # scripts/trace-diff on two small traces in kerneltrace's format: graphs matched by number, each kernel's
 # span a launch in both, the largest change first, a kernel in one trace alone shown with "-", --graph and
 # --min, and bad usage or a file that is no trace (exit 2, one line naming it).
-n=0; failed=0
-t() { # t DESCRIPTION COMMAND... : ok when the command succeeds
-    n=$((n + 1)); d=$1; shift
-    if "$@" >/dev/null 2>&1; then echo "ok $n - $d"; else echo "not ok $n - $d"; failed=$((failed + 1)); fi
-}
-exits() { # exits CODE PATTERN CMD...: exit status CODE and stderr one line matching PATTERN
-    code=$1; pat=$2; shift 2
-    err=$("$@" 2>&1 >/dev/null); rc=$?
-    [ "$rc" -eq "$code" ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf "%s" "$err" | grep -q -e "$pat"
-}
+. t/cmd-tap.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 TD=scripts/trace-diff
 cat >"$tmp/a.txt" <<'T'
