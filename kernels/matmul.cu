@@ -75,12 +75,12 @@ extern "C" int tdm_nvfp4_to_device_order(void *w, int64_t bytes)
 
 extern "C" int tdm_dweight_order_for(enum tdm_wfmt fmt, int64_t rows, int64_t k)
 {
-    return TDM_MM_NVFP4_TILES && fmt == TDM_W_NVFP4 && tdm_mm_tiles_fit(rows, k) ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
+    return TDM_MM_TILES_FMT((int)fmt) && tdm_mm_tiles_fit(rows, k) ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
 }
 
-// An NVFP4 matrix uploaded in rows (tdm_dweight_upload_rows: its codes, then its scales, in d->owned)
-// put into the tile order (mm_layout.h): written into a new allocation of the same layout
-// (tdm_dev_reorder), which then replaces the rows; synchronous.
+// A matrix uploaded in rows (tdm_dweight_upload_rows: its codes, then its scales, in d->owned) put into
+// the tile order (mm_layout.h): written into a new allocation of the same layout (tdm_dev_reorder; FP8's
+// block scales, which no order moves, copied as they are), which then replaces the rows; synchronous.
 static int to_tiles(struct tdm_dweight *d)
 {
     struct tdm_dweight whole = *d;
@@ -90,8 +90,13 @@ static int to_tiles(struct tdm_dweight *d)
     const int64_t bytes = soff + tdm_wfmt_scale_bytes(d->fmt, d->scale_dt, whole.n, d->k);
     void *tiles;
     if (tdm_cuda_malloc(&tiles, (size_t)bytes) != 0) return -1;
-    if (tdm_dev_reorder(&whole, TDM_MM_ORDER_TILES, tiles, (char *)tiles + soff, nullptr) != 0 ||
-        tdm_cuda_sync() != 0) {
+    const int64_t sbytes = bytes - soff;
+    int rc = tdm_dev_reorder(&whole, TDM_MM_ORDER_TILES, tiles, (char *)tiles + soff, nullptr);
+    if (rc == 0 && d->fmt != TDM_W_NVFP4 && sbytes > 0) {
+        const cudaError_t e = cudaMemcpy((char *)tiles + soff, d->scale, (size_t)sbytes, cudaMemcpyDeviceToDevice);
+        if (e != cudaSuccess) rc = tdm_errf("CUDA: the block scales' copy to the tile order: %s", cudaGetErrorString(e));
+    }
+    if (rc != 0 || tdm_cuda_sync() != 0) {
         tdm_cuda_free(tiles);
         return -1;
     }

@@ -164,7 +164,7 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  *   TILES  tile-major: 16-row tiles (TDM_MM_TILE_ROWS), each tile's slabs one after another, the 16
  *          rows of a slab side by side: ((row / 16) * slabs + s) * 16 + row % 16, so that a warp's
  *          slab is one 1 KB run (NVFP4) and one slab to the next is a constant step (16 * 4 cb bytes;
- *          the stored rows a multiple of 16). NVFP4 only (TDM_MM_NVFP4_TILES). */
+ *          the stored rows a multiple of 16). NVFP4 (TDM_MM_NVFP4_TILES) and FP8 (TDM_MM_FP8_TILES). */
 #define TDM_MM_ORDER_ROWS 0
 #define TDM_MM_ORDER_TILES 2
 #define TDM_MM_TILE_ROWS 16
@@ -186,21 +186,33 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 1
 #endif
+/* TDM_MM_FP8_TILES (default 0): the same tile-major order for block-FP8 weights, their codes (a slab
+ * 128 bytes a row, so 2 KB a tile's slab; the block scales follow the output rows in blocks of 128,
+ * which no tile crosses, so they stay as stored): upload, timing sets, the skinny kernels' fast and
+ * checked paths and the wide GEMM, as for NVFP4. A build for the A/B (scripts/variant-build fp8t
+ * "-DTDM_MM_FP8_TILES=1" ...): the NVFP4 order's step gain came from the products inside the engine,
+ * which FP8's row reads may share (bench/NOTES.md, the twenty-fifth session). Not yet run on a GPU. */
+#ifndef TDM_MM_FP8_TILES
+#define TDM_MM_FP8_TILES 0
+#endif
+/* Whether this build holds weights of format fmt (TDM_MMF_*) tile-major where they fit (tdm_mm_tiles_fit). */
+#define TDM_MM_TILES_FMT(fmt) ((TDM_MM_NVFP4_TILES && (fmt) == TDM_MMF_NVFP4) || (TDM_MM_FP8_TILES && (fmt) == TDM_MMF_FP8))
 /* An NVFP4 row's slab: its code bytes (two k a byte) and its group scales (one a TDM_NVFP4_GROUP of 16 k). */
 #define TDM_MM_NVFP4_SLAB_BYTES (TDM_MM_SLAB_K / 2)
 #define TDM_MM_NVFP4_SLAB_GROUPS (TDM_MM_SLAB_K / 16)
-/* In a tile-major NVFP4 matrix, how far byte `off` of a row (off as the row order counts it:
- * TDM_MM_NVFP4_SLAB_BYTES a slab) lies from the row's first byte (tdm_mm_chunk_at of slab 0, chunk 0), and
- * group scale g from the row's first (tdm_mm_scales_at of slab 0, lane 0): what the wide GEMM reads a row by. */
-TDM_HD int64_t tdm_mm_tile_byte_step(int64_t off)
+/* In a tile-major matrix of slab_bytes a row's slab (4 tdm_mm_chunk_bytes: NVFP4 64, FP8 128), how far
+ * byte `off` of a row (off as the row order counts it) lies from the row's first byte (tdm_mm_chunk_at of
+ * slab 0, chunk 0), and in an NVFP4 one group scale g from the row's first (tdm_mm_scales_at of slab 0,
+ * lane 0): what the wide GEMM reads a row by. */
+TDM_HD int64_t tdm_mm_tile_byte_step(int64_t off, int64_t slab_bytes)
 {
-    return off / TDM_MM_NVFP4_SLAB_BYTES * (TDM_MM_TILE_ROWS * TDM_MM_NVFP4_SLAB_BYTES) + off % TDM_MM_NVFP4_SLAB_BYTES;
+    return off / slab_bytes * (TDM_MM_TILE_ROWS * slab_bytes) + off % slab_bytes;
 }
 TDM_HD int64_t tdm_mm_tile_group_step(int64_t g)
 {
     return g / TDM_MM_NVFP4_SLAB_GROUPS * (TDM_MM_TILE_ROWS * TDM_MM_NVFP4_SLAB_GROUPS) + g % TDM_MM_NVFP4_SLAB_GROUPS;
 }
-/* Whether an NVFP4 matrix of `rows` stored rows and k inputs can be held tile-major. */
+/* Whether a matrix of `rows` stored rows and k inputs can be held tile-major. */
 TDM_HD int tdm_mm_tiles_fit(int64_t rows, int64_t k) { return k % TDM_MM_SLAB_K == 0 && rows % TDM_MM_TILE_ROWS == 0; }
 
 /* Where lane chunk t (tdm_mm_chunk_bytes cb) of slab `slab` of stored row `row` lies, in bytes from

@@ -84,7 +84,7 @@ struct SkinnyArgs {
 // Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES):
 // NVFP4 with TDM_MM_NVFP4_TILES. The kernel's addressing and run_skinny's choice of path (matmul.cu)
 // both follow it.
-#define TDM_MM_FAST_TILES(fmt) (TDM_MM_NVFP4_TILES && (fmt) == TDM_MMF_NVFP4)
+#define TDM_MM_FAST_TILES(fmt) TDM_MM_TILES_FMT(fmt)
 
 // ---- small device pieces ------------------------------------------------------------------------
 
@@ -243,11 +243,11 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     constexpr int NW = CB / 4;
     const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
     const int64_t off = (int64_t)slab * 4 * CB + t * CB;
-#if TDM_MM_NVFP4_TILES
-    // NVFP4 weights held tile-major (a.order; mm_layout.h) reach the checked path only in the
-    // checked instantiation (their k is whole slabs: the vector one runs them on the fast path alone),
-    // so the vector instantiation keeps the row-only code (the order's branch there cost registers)
-    const bool tiled = !VEC && FMT == TDM_MMF_NVFP4 && a.order == TDM_MM_ORDER_TILES;
+#if TDM_MM_NVFP4_TILES || TDM_MM_FP8_TILES
+    // weights held tile-major (a.order; mm_layout.h) reach the checked path only in the checked
+    // instantiation (their k is whole slabs: the vector one runs them on the fast path alone), so the
+    // vector instantiation keeps the row-only code (the order's branch there cost registers)
+    const bool tiled = !VEC && TDM_MM_TILES_FMT(FMT) && a.order == TDM_MM_ORDER_TILES;
     const uint8_t *p = wm + (tiled ? tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, CB, row0 + vrow, slab, t)
                                    : (row0 + vrow) * rowbytes + off);
 #else

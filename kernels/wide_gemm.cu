@@ -18,6 +18,7 @@ namespace {
 constexpr int WM = 2;
 
 // The operands of CTA (m0, n0) of y = x W^T: rows m0.. of x, rows n0.. of the view (clamped into it).
+template <int FMT>
 struct DenseOp {
     const tdm_mm::SkinnyArgs &a;
     int m0, n0, k, rows;
@@ -25,17 +26,17 @@ struct DenseOp {
     int64_t rowbytes;
     __device__ const uint16_t *arow(int r) const { return m0 + r < a.m ? a.x + (int64_t)(m0 + r) * a.ldx : nullptr; }
     __device__ int64_t vrow(int j) const { return a.row0 + min(n0 + j, a.n - 1); }
-    // NVFP4 weights held tile-major (mm_layout.h: TDM_MM_NVFP4_TILES; a.order): a row's slab
-    // (its 64 code bytes, 8 group scales) every 16 rows' worth
-    __device__ bool tiles() const { return TDM_MM_NVFP4_TILES && a.order == TDM_MM_ORDER_TILES; }
+    // weights held tile-major (mm_layout.h: TDM_MM_TILES_FMT; a.order): a row's slab (NVFP4: its 64
+    // code bytes, 8 group scales; FP8: its 128 code bytes) every 16 rows' worth
+    __device__ bool tiles() const { return TDM_MM_TILES_FMT(FMT) && a.order == TDM_MM_ORDER_TILES; }
     __device__ const uint8_t *brow(int j) const
     {
-        if (tiles()) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, tdm_mm_chunk_bytes(TDM_MMF_NVFP4), vrow(j), 0, 0);
+        if (tiles()) return a.w + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, tdm_mm_chunk_bytes(FMT), vrow(j), 0, 0);
         return a.w + vrow(j) * rowbytes;
     }
     __device__ const uint8_t *bytes_at(const uint8_t *row, int64_t off) const
     {
-        return tiles() ? row + tdm_mm_tile_byte_step(off) : row + off;
+        return tiles() ? row + tdm_mm_tile_byte_step(off, 4 * tdm_mm_chunk_bytes(FMT)) : row + off;
     }
     __device__ const uint8_t *bgroups(int j) const
     {
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(tdm_wide::THREADS) wide_kernel(const tdm_mm::S
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
     const int m0 = blockIdx.x * T::BM, n0 = blockIdx.y * T::BN;
-    const DenseOp op{a, m0, n0, a.k, a.m - m0, vec != 0, a.x_vec != 0, (int64_t)a.k * T::BPK_NUM / T::BPK_DEN};
+    const DenseOp<FMT> op{a, m0, n0, a.k, a.m - m0, vec != 0, a.x_vec != 0, (int64_t)a.k * T::BPK_NUM / T::BPK_DEN};
     float acc[2][4][4];
     tdm_wide::mainloop<FMT, WM>(op, acc);
 #pragma unroll

@@ -484,26 +484,32 @@ static double emulate(const struct emul_case *c, const struct weight *W, const f
     return worst;
 }
 
-/* The wide GEMM's reads of a tile-major NVFP4 matrix (kernels/wide_gemm.cu: a row's first byte and
+/* The wide GEMM's reads of a tile-major matrix (kernels/wide_gemm.cu: a row's first byte and, NVFP4,
  * scale by tdm_mm_chunk_at / tdm_mm_scales_at, then tdm_mm_tile_byte_step / tdm_mm_tile_group_step):
- * every byte and group scale of every row where the tile-major copy put it. */
-static void test_tile_steps(void)
+ * every byte and group scale of every row where the tile-major copy put it; NVFP4 and FP8 (its slab
+ * twice NVFP4's bytes). */
+static void test_tile_steps(enum tdm_wfmt fmt)
 {
     struct weight W;
-    const int64_t rows = 48, k = 640, rowbytes = k / 2;
-    make_weight(&W, TDM_W_NVFP4, rows, k, TDM_DT_F32);
+    const int64_t rows = 48, k = 640;
+    const int cb = tdm_mm_chunk_bytes((int)fmt);
+    make_weight(&W, fmt, rows, k, TDM_DT_F32);
+    const int64_t rowbytes = tdm_wfmt_code_bytes(fmt, 1, k);
     uint8_t *codes, *scales;
     order_copy(&W, TDM_MM_ORDER_TILES, &codes, &scales);
     int64_t bad_bytes = 0, bad_groups = 0;
     for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *row = codes + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, 16, r, 0, 0);
+        const uint8_t *row = codes + tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, cb, r, 0, 0);
+        for (int64_t off = 0; off < rowbytes; off++)
+            bad_bytes += row[tdm_mm_tile_byte_step(off, 4 * cb)] != W.w[r * rowbytes + off];
+        if (fmt != TDM_W_NVFP4) continue;
         const uint8_t *groups = scales + tdm_mm_scales_at(TDM_MM_ORDER_TILES, k, r, 0, 0);
-        for (int64_t off = 0; off < rowbytes; off++) bad_bytes += row[tdm_mm_tile_byte_step(off)] != W.w[r * rowbytes + off];
         for (int64_t g = 0; g < k / 16; g++) bad_groups += groups[tdm_mm_tile_group_step(g)] != W.scale[r * (k / 16) + g];
     }
-    ok(bad_bytes == 0, "tile-major NVFP4: the wide GEMM's byte steps find every code byte of 48 rows x 640 k (%lld differ)",
-       (long long)bad_bytes);
-    ok(bad_groups == 0, "tile-major NVFP4: its group steps find every group scale (%lld differ)", (long long)bad_groups);
+    ok(bad_bytes == 0, "tile-major %s: the wide GEMM's byte steps find every code byte of 48 rows x 640 k (%lld differ)",
+       tdm_wfmt_name(fmt), (long long)bad_bytes);
+    if (fmt == TDM_W_NVFP4)
+        ok(bad_groups == 0, "tile-major NVFP4: its group steps find every group scale (%lld differ)", (long long)bad_groups);
     free(codes);
     free(scales);
     free(W.w);
@@ -513,7 +519,8 @@ static void test_tile_steps(void)
 int main(void)
 {
     test_decoders();
-    test_tile_steps();
+    test_tile_steps(TDM_W_NVFP4);
+    test_tile_steps(TDM_W_FP8);
 
     const struct emul_case cases[] = {
         /* fmt, stored rows, k, row0, n, scale dtype, chains, tile {nt, wn, wk, cs, pf}, order */
@@ -528,8 +535,8 @@ int main(void)
         {TDM_W_BF16, 96, 640, 0, 96, TDM_DT_F32, 4, {2, 2, 4, 1, 1}, 0},
         {TDM_W_NVFP4, 100, 1536, 0, 100, TDM_DT_F32, 6, {2, 3, 2, 3, 1}, 0},  /* chains not a power of two, 3 warps */
         {TDM_W_FP8, 130, 640, 0, 130, TDM_DT_F32, 3, {1, 5, 1, 3, 1}, 0},
-        /* tile-major copies (TDM_MM_NVFP4_TILES; the addressing holds for FP8 too): views from a row inside
-         * a tile, across tiles */
+        /* tile-major copies (TDM_MM_NVFP4_TILES, TDM_MM_FP8_TILES): views from a row inside a tile, across
+         * tiles */
         {TDM_W_NVFP4, 128, 1024, 24, 80, TDM_DT_F32, 4, {2, 2, 2, 2, 1}, TDM_MM_ORDER_TILES},
         {TDM_W_FP8, 304, 512, 100, 150, TDM_DT_BF16, 2, {1, 8, 2, 1, 1}, TDM_MM_ORDER_TILES},
     };

@@ -644,17 +644,18 @@ static void test_nvfp4_order(const struct tdm_device_info *info)
     free(h.scale);
 }
 
-/* The two orders of an NVFP4 weight (mm_layout.h: TDM_MM_NVFP4_TILES): uploaded as the build holds it
- * (tdm_dweight_upload: tile-major where the shape fits, in such builds) and in rows
+/* The two orders of an NVFP4 or FP8 weight (mm_layout.h: TDM_MM_NVFP4_TILES, TDM_MM_FP8_TILES): uploaded as
+ * the build holds it (tdm_dweight_upload: tile-major where the shape fits, in such builds) and in rows
  * (tdm_dweight_upload_rows; there the checked path), the same bits at 1, 5, 16, 20 and 32 rows, with
  * and without x's blocked copy (the skinny forms), and at 33 and 100 (the wide GEMM); outputs poisoned
  * with different bytes, so an output one call leaves unwritten differs. */
-static void run_orders(const char *label, int64_t rows, int64_t k, int64_t row0, int64_t n)
+static void run_orders(const char *label, enum tdm_wfmt fmt, enum tdm_dtype sdt, int64_t rows, int64_t k, int64_t row0,
+                       int64_t n)
 {
     struct hweight h;
-    make_weight(&h, TDM_W_NVFP4, rows, k, TDM_DT_F32);
+    make_weight(&h, fmt, rows, k, sdt);
     const struct tdm_qweight hv = tdm_qweight_rows(&h.q, row0, n);
-    const int want = tdm_dweight_order_for(TDM_W_NVFP4, row0 + n, k);   /* the upload's stored rows */
+    const int want = tdm_dweight_order_for(fmt, row0 + n, k);   /* the upload's stored rows */
     struct tdm_dweight dt, dr;
     const int XR = 100;
     uint16_t *hx = NULL, *dx = NULL, *dxb = NULL;
@@ -789,10 +790,14 @@ int main(void)
     ok(tdm_tiles_load(NULL, arch, &tiles) == 0, "tile tables for %s load: %s", arch, tiles ? "ok" : tdm_err());
     printf("# %s, %s\n", info.name, arch);
     test_nvfp4_order(&info);
-    run_orders("orders nvfp4 17408x5120", 17408, 5120, 0, 17408);
-    run_orders("orders nvfp4 96x5120", 96, 5120, 0, 96);
-    run_orders("orders nvfp4 view rows 64..191 of 256x512", 256, 512, 64, 128);
-    run_orders("orders nvfp4 200x1056 (rows in both: k not whole slabs)", 200, 1056, 0, 200);
+    run_orders("orders nvfp4 17408x5120", TDM_W_NVFP4, TDM_DT_F32, 17408, 5120, 0, 17408);
+    run_orders("orders nvfp4 96x5120", TDM_W_NVFP4, TDM_DT_F32, 96, 5120, 0, 96);
+    run_orders("orders nvfp4 view rows 64..191 of 256x512", TDM_W_NVFP4, TDM_DT_F32, 256, 512, 64, 128);
+    run_orders("orders nvfp4 200x1056 (rows in both: k not whole slabs)", TDM_W_NVFP4, TDM_DT_F32, 200, 1056, 0, 200);
+    /* FP8 (tile-major in builds with TDM_MM_FP8_TILES; else rows both ways): its block scales stay as stored */
+    run_orders("orders fp8 17408x5120", TDM_W_FP8, TDM_DT_F32, 17408, 5120, 0, 17408);
+    run_orders("orders fp8 view rows 64..191 of 256x512 (bf16 block scales)", TDM_W_FP8, TDM_DT_BF16, 256, 512, 64, 128);
+    run_orders("orders fp8 200x1056 (rows in both: k not whole slabs)", TDM_W_FP8, TDM_DT_F32, 200, 1056, 0, 200);
 
     const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
     for (int mi = 0; tdm_model_names[mi]; mi++) {
