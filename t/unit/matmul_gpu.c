@@ -790,14 +790,23 @@ int main(void)
     ok(tdm_tiles_load(NULL, arch, &tiles) == 0, "tile tables for %s load: %s", arch, tiles ? "ok" : tdm_err());
     printf("# %s, %s\n", info.name, arch);
     test_nvfp4_order(&info);
-    run_orders("orders nvfp4 17408x5120", TDM_W_NVFP4, TDM_DT_F32, 17408, 5120, 0, 17408);
-    run_orders("orders nvfp4 96x5120", TDM_W_NVFP4, TDM_DT_F32, 96, 5120, 0, 96);
-    run_orders("orders nvfp4 view rows 64..191 of 256x512", TDM_W_NVFP4, TDM_DT_F32, 256, 512, 64, 128);
-    run_orders("orders nvfp4 200x1056 (rows in both: k not whole slabs)", TDM_W_NVFP4, TDM_DT_F32, 200, 1056, 0, 200);
-    /* FP8 (tile-major in builds with TDM_MM_FP8_TILES; else rows both ways): its block scales stay as stored */
-    run_orders("orders fp8 17408x5120", TDM_W_FP8, TDM_DT_F32, 17408, 5120, 0, 17408);
-    run_orders("orders fp8 view rows 64..191 of 256x512 (bf16 block scales)", TDM_W_FP8, TDM_DT_BF16, 256, 512, 64, 128);
-    run_orders("orders fp8 200x1056 (rows in both: k not whole slabs)", TDM_W_FP8, TDM_DT_F32, 200, 1056, 0, 200);
+    /* FP8 is tile-major in builds with TDM_MM_FP8_TILES (else rows both ways); its block scales stay as stored */
+    static const struct {
+        const char *label;
+        enum tdm_wfmt fmt;
+        enum tdm_dtype sdt;
+        int64_t rows, k, row0, n;
+    } orders[] = {
+        {"orders nvfp4 17408x5120", TDM_W_NVFP4, TDM_DT_F32, 17408, 5120, 0, 17408},
+        {"orders nvfp4 96x5120", TDM_W_NVFP4, TDM_DT_F32, 96, 5120, 0, 96},
+        {"orders nvfp4 view rows 64..191 of 256x512", TDM_W_NVFP4, TDM_DT_F32, 256, 512, 64, 128},
+        {"orders nvfp4 200x1056 (rows in both: k not whole slabs)", TDM_W_NVFP4, TDM_DT_F32, 200, 1056, 0, 200},
+        {"orders fp8 17408x5120", TDM_W_FP8, TDM_DT_F32, 17408, 5120, 0, 17408},
+        {"orders fp8 view rows 64..191 of 256x512 (bf16 block scales)", TDM_W_FP8, TDM_DT_BF16, 256, 512, 64, 128},
+        {"orders fp8 200x1056 (rows in both: k not whole slabs)", TDM_W_FP8, TDM_DT_F32, 200, 1056, 0, 200},
+    };
+    for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++)
+        run_orders(orders[i].label, orders[i].fmt, orders[i].sdt, orders[i].rows, orders[i].k, orders[i].row0, orders[i].n);
 
     const enum tdm_wfmt fmts[3] = {TDM_W_NVFP4, TDM_W_FP8, TDM_W_BF16};
     for (int mi = 0; tdm_model_names[mi]; mi++) {
