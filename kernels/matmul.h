@@ -30,20 +30,21 @@ struct tdm_dweight {
     enum tdm_dtype scale_dt;
     float scale2;          /* NVFP4 global scale */
     void *owned;           /* the allocation tdm_dweight_upload made (NULL for views) */
-    int order;             /* the stored matrix's order (mm_layout.h): TDM_MM_ORDER_ROWS, or TILES for
-                              NVFP4 in builds with TDM_MM_NVFP4_TILES */
+    int order;             /* the stored matrix's order (mm_layout.h): TDM_MM_ORDER_ROWS, or TILES for the
+                              formats the build holds so (TDM_MM_TILES_FMT: NVFP4 by default) */
 };
 
 /* Copies rows [0, h->row0 + h->n) of the stored matrix and their scales to the device; d keeps
  * h's row0 and n. Formats: BF16, FP8 (F32 or BF16 scales), NVFP4 (k a multiple of 16; its codes in
  * the order tdm_nvfp4_packed names). */
 int tdm_dweight_upload(const struct tdm_qweight *h, struct tdm_dweight *d);
-/* The same in the stored row order (TDM_MM_ORDER_ROWS) whatever the build holds NVFP4 in: for the
- * tests that compare the orders (an NVFP4 weight held in rows takes the checked path in builds
- * with TDM_MM_NVFP4_TILES). */
+/* The same in the stored row order (TDM_MM_ORDER_ROWS) whatever the build holds the format in: for the
+ * tests that compare the orders (a weight held in rows whose format the build holds tile-major takes
+ * the checked path). */
 int tdm_dweight_upload_rows(const struct tdm_qweight *h, struct tdm_dweight *d);
 /* The order (mm_layout.h: TDM_MM_ORDER_*) tdm_dweight_upload holds a weight of format fmt in, of
- * `rows` stored rows and k inputs: TILES for NVFP4 that fits in builds with TDM_MM_NVFP4_TILES, else ROWS. */
+ * `rows` stored rows and k inputs: TILES where the build holds the format so (TDM_MM_TILES_FMT) and the
+ * shape fits (tdm_mm_tiles_fit), else ROWS. */
 int tdm_dweight_order_for(enum tdm_wfmt fmt, int64_t rows, int64_t k);
 /* One device weight of a's rows followed by b's ([a.n + b.n, k], row0 0), so that one product
  * gives both outputs side by side (qwen3_5's in_proj_b and in_proj_a): the host matrix of

@@ -82,8 +82,8 @@ struct SkinnyArgs {
 };
 
 // Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES):
-// NVFP4 with TDM_MM_NVFP4_TILES. The kernel's addressing and run_skinny's choice of path (matmul.cu)
-// both follow it.
+// NVFP4 with TDM_MM_NVFP4_TILES, FP8 with TDM_MM_FP8_TILES (TDM_MM_TILES_FMT). The kernel's addressing
+// and run_skinny's choice of path (matmul.cu) both follow it.
 #define TDM_MM_FAST_TILES(fmt) TDM_MM_TILES_FMT(fmt)
 
 // ---- small device pieces ------------------------------------------------------------------------
@@ -622,9 +622,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint8_t *wp[NT];
     const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
-    // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or with TDM_MM_NVFP4_TILES NVFP4
-    // tile-major (run_skinny sends NVFP4 weights held in rows to the checked path); one slab to the next,
-    // the codes and NVFP4's scales, a constant step.
+    // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or tile-major where the build holds
+    // the format so (TDM_MM_FAST_TILES; run_skinny sends such weights held in rows to the checked path);
+    // one slab to the next, the codes and NVFP4's scales, a constant step.
     constexpr bool tiled = TDM_MM_FAST_TILES(FMT);
     constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
     constexpr int64_t wstep = tiled ? TDM_MM_TILE_ROWS * 4 * CB : SB;
