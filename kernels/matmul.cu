@@ -263,11 +263,11 @@ static bool rows_aligned(const struct tdm_dweight *w)
 }
 
 // Whether the skinny kernels' fast path (the vector instantiation) may read w: its rows aligned, and
-// where the fast path reads w's format tile-major (mm_skinny.cuh: TDM_MM_FAST_TILES) w held so; else
+// where the fast path reads w's format tile-major (mm_layout.h: TDM_MM_TILES_FMT) w held so; else
 // the checked path reads it (either order: load_chunk), which has no SwiGLU form of its own.
 static bool fast_path_reads(const struct tdm_dweight *w)
 {
-    return rows_aligned(w) && !(TDM_MM_FAST_TILES((int)w->fmt) && w->order != TDM_MM_ORDER_TILES);
+    return rows_aligned(w) && !(TDM_MM_TILES_FMT((int)w->fmt) && w->order != TDM_MM_ORDER_TILES);
 }
 
 // Whether a product of m rows reads x's blocked copy xb per lane (the form TDM_MM_FORM_NT and

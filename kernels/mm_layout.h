@@ -197,8 +197,7 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
 #endif
 /* Whether this build holds weights of format fmt (TDM_MMF_*) tile-major where they fit (tdm_mm_tiles_fit). */
 #define TDM_MM_TILES_FMT(fmt) ((TDM_MM_NVFP4_TILES && (fmt) == TDM_MMF_NVFP4) || (TDM_MM_FP8_TILES && (fmt) == TDM_MMF_FP8))
-/* An NVFP4 row's slab: its code bytes (two k a byte) and its group scales (one a TDM_NVFP4_GROUP of 16 k). */
-#define TDM_MM_NVFP4_SLAB_BYTES (TDM_MM_SLAB_K / 2)
+/* An NVFP4 row's slab: its group scales (one a TDM_NVFP4_GROUP of 16 k). */
 #define TDM_MM_NVFP4_SLAB_GROUPS (TDM_MM_SLAB_K / 16)
 /* In a tile-major matrix of slab_bytes a row's slab (4 tdm_mm_chunk_bytes: NVFP4 64, FP8 128), how far
  * byte `off` of a row (off as the row order counts it) lies from the row's first byte (tdm_mm_chunk_at of

@@ -75,16 +75,13 @@ struct SkinnyArgs {
     // by one thread). NULL: a plain product.
     const uint16_t *gate_y;
     int64_t ld_gate;
-    // The weights' order in memory (mm_layout.h: TDM_MM_ORDER_ROWS, or TDM_MM_ORDER_TILES for NVFP4
-    // weights in builds with TDM_MM_NVFP4_TILES), their codes and NVFP4's group scales alike: the
-    // weight's own (tdm_dweight.order).
+    // The weights' order in memory (mm_layout.h: TDM_MM_ORDER_ROWS, or TDM_MM_ORDER_TILES for the
+    // formats the build holds so, TDM_MM_TILES_FMT), their codes and NVFP4's group scales alike: the
+    // weight's own (tdm_dweight.order). The fast path reads those formats tile-major alone (its
+    // addressing and run_skinny's choice of path, matmul.cu: fast_path_reads, both follow
+    // TDM_MM_TILES_FMT); the checked path reads either order.
     int order;
 };
-
-// Whether the fast path reads weights of format fmt tile-major (mm_layout.h: TDM_MM_ORDER_TILES):
-// NVFP4 with TDM_MM_NVFP4_TILES, FP8 with TDM_MM_FP8_TILES (TDM_MM_TILES_FMT). The kernel's addressing
-// and run_skinny's choice of path (matmul.cu) both follow it.
-#define TDM_MM_FAST_TILES(fmt) TDM_MM_TILES_FMT(fmt)
 
 // ---- small device pieces ------------------------------------------------------------------------
 
@@ -243,16 +240,13 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     constexpr int NW = CB / 4;
     const int64_t rowbytes = (int64_t)a.k * FmtInfo<FMT>::NUM / FmtInfo<FMT>::DEN;
     const int64_t off = (int64_t)slab * 4 * CB + t * CB;
-#if TDM_MM_NVFP4_TILES || TDM_MM_FP8_TILES
     // weights held tile-major (a.order; mm_layout.h) reach the checked path only in the checked
     // instantiation (their k is whole slabs: the vector one runs them on the fast path alone), so the
-    // vector instantiation keeps the row-only code (the order's branch there cost registers)
+    // vector instantiation keeps the row-only code (the order's branch there cost registers); in a
+    // format the build holds in rows alone, tiled is a constant false
     const bool tiled = !VEC && TDM_MM_TILES_FMT(FMT) && a.order == TDM_MM_ORDER_TILES;
     const uint8_t *p = wm + (tiled ? tdm_mm_chunk_at(TDM_MM_ORDER_TILES, rowbytes, CB, row0 + vrow, slab, t)
                                    : (row0 + vrow) * rowbytes + off);
-#else
-    const uint8_t *p = wm + (row0 + vrow) * rowbytes + off;
-#endif
     const bool full = off + CB <= rowbytes;
     if (VEC && full) {
 #pragma unroll
@@ -266,11 +260,7 @@ __device__ __forceinline__ void load_chunk(Chunk<FMT> &c, const SkinnyArgs &a, c
     }
     if constexpr (FMT == TDM_MMF_NVFP4) {
         const int64_t srow = a.k / 16, soff = (int64_t)slab * 8 + 2 * t;   // two groups of 16 k
-#if TDM_MM_NVFP4_TILES
         const uint8_t *s = sm + (tiled ? tdm_mm_scales_at(TDM_MM_ORDER_TILES, a.k, row0 + vrow, slab, t) : (row0 + vrow) * srow + soff);
-#else
-        const uint8_t *s = sm + (row0 + vrow) * srow + soff;
-#endif
         if (VEC && soff + 2 <= srow) {
             c.sc = ldg_stream_u16(s);
         } else {
@@ -623,9 +613,9 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
     const uint8_t *sp[NT];      // NVFP4: this lane's two group scales of slab 0 of the chain
     int64_t fs0[NT], fs1[NT];   // FP8: scale index of slab 0 of the chain for C columns 2t, 2t+1
     // The weights' order (mm_layout.h, tdm_mm_chunk_at): row by row, or tile-major where the build holds
-    // the format so (TDM_MM_FAST_TILES; run_skinny sends such weights held in rows to the checked path);
+    // the format so (TDM_MM_TILES_FMT; run_skinny sends such weights held in rows to the checked path);
     // one slab to the next, the codes and NVFP4's scales, a constant step.
-    constexpr bool tiled = TDM_MM_FAST_TILES(FMT);
+    constexpr bool tiled = TDM_MM_TILES_FMT(FMT);
     constexpr int order = tiled ? TDM_MM_ORDER_TILES : TDM_MM_ORDER_ROWS;
     constexpr int64_t wstep = tiled ? TDM_MM_TILE_ROWS * 4 * CB : SB;
     constexpr int sstep = tiled ? TDM_MM_TILE_ROWS * 8 : 8;   // an int, as the row order always had it (an int64 moved ptxas's registers)

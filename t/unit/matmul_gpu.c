@@ -8,8 +8,9 @@
  *     so does one with a few-row geometry of its own at 1-8 rows (tiles.h: lo);
  *   graph: graph replay equals eager, bit for bit (m = 5 and 32);
  *   wide: 33 and 100 rows (the wide GEMM) against the reference with the same bound;
- *   orders: an NVFP4 weight as the upload holds it (tile-major: mm_layout.h) against the same weight in
- *     rows, bit for bit, at 1-32 rows with and without x's blocked copy and in the wide GEMM;
+ *   orders: an NVFP4 or FP8 weight as the upload holds it (tile-major where the build holds the format
+ *     so: mm_layout.h) against the same weight in rows, bit for bit, at 1-32 rows with and without x's
+ *     blocked copy and in the wide GEMM;
  *   NVFP4 and FP8 at 1-32 rows in each activation form (TANDEM_MM_DIRECT on: NVFP4 loaded per lane
  *     at 1-16 rows; off: staged; per lane from x's blocked copy, mm_layout.h: xb) against the
  *     one-row calls, bit for bit, and tdm_mm_pack_xb against the layout's index on the host;
