@@ -12,10 +12,13 @@ JG=build/t/json_get
 . t/gpu-skip.sh
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
+t0=$(date +%s)
+took() { t1=$(date +%s); echo "# $1: $((t1 - t0)) s"; t0=$t1; }
 $SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --out "$tmp/sm" --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 skip_without_device $rc "$tmp/a.err"
 echo "1..11"
+took "the sweep of 1024,5120"
 n=0
 t() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; tail -5 "$tmp"/*.err 2>/dev/null | sed 's/^/# /'; fi; }
 T=$tmp/sm/nvfp4-skinny.json
@@ -27,14 +30,16 @@ t "the report: the default first and identical, timed at rows 1, 2, 4, 8 and 16"
 t "a few-row setting, where written, serves at most 2 rows and has its time" \
   "! $JG $T shapes.1024,5120.lo >/dev/null 2>&1 ||
    { r=\$($JG $T shapes.1024,5120.lo.rows) && [ \$r -ge 1 ] && [ \$r -le 2 ] && $JG $T shapes.1024,5120.lo.us >/dev/null; }"
-$SW --shape 48,5120 --kernel nvfp4-skinny --reps 3 --lo-rows 0 --out "$tmp/sm" >"$tmp/b.out" 2>"$tmp/b.err"
+$SW --shape 2048,5120 --kernel nvfp4-skinny --reps 3 --lo-rows 0 --out "$tmp/sm" >"$tmp/b.out" 2>"$tmp/b.err"
 rcb=$?
+took "the merging sweep of 2048,5120"
 t "a second sweep merges into the table (the first entry read back and kept)" \
-  "[ $rcb -eq 0 ] && $JG $T shapes.1024,5120.nt >/dev/null && $JG $T shapes.48,5120.nt >/dev/null"
-t "--lo-rows 0: no few-row setting" "! $JG $T shapes.48,5120.lo >/dev/null 2>&1"
-t "the picks on stderr" "grep -q '1024,5120: picked nt=' $tmp/a.err && grep -q '48,5120: picked nt=' $tmp/b.err"
+  "[ $rcb -eq 0 ] && $JG $T shapes.1024,5120.nt >/dev/null && $JG $T shapes.2048,5120.nt >/dev/null"
+t "--lo-rows 0: no few-row setting" "! $JG $T shapes.2048,5120.lo >/dev/null 2>&1"
+t "the picks on stderr" "grep -q '1024,5120: picked nt=' $tmp/a.err && grep -q '2048,5120: picked nt=' $tmp/b.err"
 $SW --shape 1024,5120 --kernel nvfp4-skinny --reps 3 --objective split --out "$tmp/sp" --json "$tmp/c.json" >"$tmp/c.out" 2>"$tmp/c.err"
 rcc=$?
+took "the split sweep"
 S=$tmp/sp/nvfp4-skinny.json
 E=shapes.1024,5120
 t "split: exit 0; lo, where written, has the main setting's nt and serves rows 1..8" \
@@ -56,13 +61,14 @@ split_main_fastest() {
     [ -n "$mine" ] && awk -v a="$mine" -v b="$least" 'BEGIN { exit !(a + 0 == b + 0) }'
 }
 t "split: the main setting is the fastest of its nt at 16 rows in the report" split_main_fastest
-$SW --plan --shape 48,5120 --kernel nvfp4-skinny --reps 2 --json "$tmp/p.json" >"$tmp/p.out" 2>"$tmp/p.err"
+$SW --plan --shape 1024,5120 --kernel nvfp4-skinny --reps 2 --json "$tmp/p.json" >"$tmp/p.out" 2>"$tmp/p.err"
 rcp=$?
-rule=$(sed -n 's/^# nvfp4-skinny 48,5120: fastest at \([0-9]*\) chains, the rule picks \([0-9]*\)$/\2/p' "$tmp/p.out")
+took "--plan"
+rule=$(sed -n 's/^# nvfp4-skinny 1024,5120: fastest at \([0-9]*\) chains, the rule picks \([0-9]*\)$/\2/p' "$tmp/p.out")
 t "--plan: exit 0, one verdict line, the rule's count among the timed counts" \
-  "[ $rcp -eq 0 ] && [ -n \"$rule\" ] && awk -v r=\"$rule\" '\$1 == \"nvfp4-skinny\" && \$2 == \"48,5120\" && \$3 == r && /the rule.s count/ { f = 1 } END { exit !f }' $tmp/p.out"
+  "[ $rcp -eq 0 ] && [ -n \"$rule\" ] && awk -v r=\"$rule\" '\$1 == \"nvfp4-skinny\" && \$2 == \"1024,5120\" && \$3 == r && /the rule.s count/ { f = 1 } END { exit !f }' $tmp/p.out"
 t "--plan: the report holds timed candidates of the shape" \
-  "[ \"\$($JG $tmp/p.json 0.n)\" = 48 ] && [ \"\$($JG $tmp/p.json 0.k)\" = 5120 ] && $JG $tmp/p.json 0.score_us >/dev/null && $JG $tmp/p.json 0.us.1 >/dev/null"
-$SW --plan --shape 48,5120 --kernel nvfp4-skinny --out "$tmp/x" >"$tmp/q.out" 2>"$tmp/q.err"
+  "[ \"\$($JG $tmp/p.json 0.n)\" = 1024 ] && [ \"\$($JG $tmp/p.json 0.k)\" = 5120 ] && $JG $tmp/p.json 0.score_us >/dev/null && $JG $tmp/p.json 0.us.1 >/dev/null"
+$SW --plan --shape 1024,5120 --kernel nvfp4-skinny --out "$tmp/x" >"$tmp/q.out" 2>"$tmp/q.err"
 rcq=$?
 t "--plan with --out: exit 2 naming the conflict, no table" "[ $rcq -eq 2 ] && grep -q 'writes no table' $tmp/q.err && [ ! -e $tmp/x ]"
