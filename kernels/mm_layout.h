@@ -180,20 +180,21 @@ TDM_HD int tdm_mm_chunk_bytes(int fmt)
  * 1980 MHz throughout both builds): a 27B token's NVFP4 products -1.1 to -1.9 / -4.3 to -5.4 / -5.8 to
  * -7.4 % at 1 / 16 / 32 rows, the 16-layer 27B's step -12 %, its 16- and 32-row rounds -15 and -14 %.
  * Traced by kernel (the twenty-fifth session), the step's gain is the MLP's products inside the engine
- * (the SwiGLU pair 47.1 -> 38.1 us a layer), which the lone timings barely show. Every t/gpu file but
- * sweep.t passed on this build on an H100; sweep.t ran out of its time there, every candidate it
- * checked identical. */
+ * (the SwiGLU pair 47.1 -> 38.1 us a layer), which the lone timings barely show. Every t/gpu file passed
+ * on this build on an H100 (sweep.t in the twenty-sixth session). */
 #ifndef TDM_MM_NVFP4_TILES
 #define TDM_MM_NVFP4_TILES 1
 #endif
-/* TDM_MM_FP8_TILES (default 0): the same tile-major order for block-FP8 weights, their codes (a slab
+/* TDM_MM_FP8_TILES (default 1): the same tile-major order for block-FP8 weights, their codes (a slab
  * 128 bytes a row, so 2 KB a tile's slab; the block scales follow the output rows in blocks of 128,
  * which no tile crosses, so they stay as stored): upload, timing sets, the skinny kernels' fast and
- * checked paths and the wide GEMM, as for NVFP4. A build for the A/B (scripts/variant-build fp8t
- * "-DTDM_MM_FP8_TILES=1" ...): the NVFP4 order's step gain came from the products inside the engine,
- * which FP8's row reads may share (bench/NOTES.md, the twenty-fifth session). Not yet run on a GPU. */
+ * checked paths and the wide GEMM, as for NVFP4; the FP8 weights that do not fit take the checked
+ * path and have no SwiGLU form. 0 holds FP8 in rows (scripts/variant-build fp8r "-DTDM_MM_FP8_TILES=0"
+ * ..., for the A/B). Measured against rows (bench/NOTES.md, the twenty-sixth session; H100): the
+ * 16-layer FP8 27B's step 3.013-3.033 -> 2.817-2.823 ms (-6.6 %), its 16-row rounds 3.99-4.05 ->
+ * 3.77-3.87, 32 rows within the noise; a 27B token's FP8 products alone -1 % at one row, -9 % at 16. */
 #ifndef TDM_MM_FP8_TILES
-#define TDM_MM_FP8_TILES 0
+#define TDM_MM_FP8_TILES 1
 #endif
 /* Whether this build holds weights of format fmt (TDM_MMF_*) tile-major where they fit (tdm_mm_tiles_fit). */
 #define TDM_MM_TILES_FMT(fmt) ((TDM_MM_NVFP4_TILES && (fmt) == TDM_MMF_NVFP4) || (TDM_MM_FP8_TILES && (fmt) == TDM_MMF_FP8))

@@ -534,26 +534,41 @@ static void run_swiglu(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t 
     free(hx); free(xf); free(ref); free(glu); free(one);
 }
 
-/* NVFP4 gate and up weights of n rows that cannot be held tile-major (n not a multiple of 16): in a
- * build that holds NVFP4 tile-major (mm_layout.h: TDM_MM_NVFP4_TILES) they take the checked path, which
- * has no SwiGLU form, so at every row count the one-product form is refused (tdm_matmul_swiglu_ok 0,
- * tdm_matmul_swiglu an error, not a failed launch) and the MLP's form is another. */
-static void swiglu_refused(const char *label, int64_t n, int64_t k)
+/* Whether this build holds weights of format fmt tile-major where they fit (mm_layout.h:
+ * TDM_MM_NVFP4_TILES, TDM_MM_FP8_TILES). */
+static int build_holds_tiles(enum tdm_wfmt fmt)
+{
+    return tdm_dweight_order_for(fmt, TDM_MM_TILE_ROWS, TDM_MM_SLAB_K) == TDM_MM_ORDER_TILES;
+}
+
+/* Gate and up weights of format fmt that cannot be held tile-major (n not a multiple of 16, or k not
+ * whole slabs): in a build that holds the format tile-major (build_holds_tiles) they take the checked
+ * path, which has no SwiGLU form, so at every row count the one-product form is refused under the
+ * tables tl, from x's blocked copy where from_xb (tdm_matmul_swiglu_ok 0, tdm_matmul_swiglu an error,
+ * not a failed launch) and the MLP's form is another. */
+static void swiglu_refused(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k, const struct tdm_tiles *tl,
+                           int from_xb)
 {
     struct tdm_dweight g, u;
-    if (make_gate_up(label, TDM_W_NVFP4, n, k, &g, &u) != 0) return;
-    uint16_t *hx, *dx, *dy = NULL;
+    if (make_gate_up(label, fmt, n, k, &g, &u) != 0) return;
+    uint16_t *hx, *dx, *dy = NULL, *dxb = NULL;
     float *xf;
-    int refused = 0, rc = make_dx(32, k, &hx, &xf, &dx) || tdm_cuda_malloc((void **)&dy, (size_t)32 * n * 2);
-    for (int m = 1; m <= 32 && !rc; m++)
-        refused += !tdm_matmul_swiglu_ok(&g, &u, dx, k, NULL, m, tiles) &&
-                   tdm_matmul_swiglu(&g, &u, dx, k, NULL, m, dy, n, NULL, tiles, st) != 0 && strstr(tdm_err(), "cannot run as one") &&
-                   tdm_matmul_swiglu_form(TDM_MLP_FUSE_AUTO, &g, &u, dx, k, NULL, m, tiles) != TDM_SWIGLU_ONE;
+    const size_t xbb = (size_t)tdm_mm_xb_elems(k) * 2;
+    int refused = 0, rc = make_dx(32, k, &hx, &xf, &dx) || tdm_cuda_malloc((void **)&dy, (size_t)32 * n * 2) ||
+                          (from_xb && tdm_cuda_malloc((void **)&dxb, xbb + 16));
+    for (int m = 1; m <= 32 && !rc; m++) {
+        const uint16_t *xb = from_xb && xbb && m <= TDM_MM_XB_ROWS ? dxb : NULL;
+        if (xb && tdm_mm_pack_xb(dx, k, m, k, dxb, st) != 0) break;
+        refused += !tdm_matmul_swiglu_ok(&g, &u, dx, k, xb, m, tl) &&
+                   tdm_matmul_swiglu(&g, &u, dx, k, xb, m, dy, n, NULL, tl, st) != 0 && strstr(tdm_err(), "cannot run as one") &&
+                   tdm_matmul_swiglu_form(TDM_MLP_FUSE_AUTO, &g, &u, dx, k, xb, m, tl) != TDM_SWIGLU_ONE;
+    }
     ok(!rc && refused == 32, "%s: the one-product form refused at %d of 32 row counts (%s)", label, refused, rc ? tdm_err() : "-");
     tdm_dweight_free(&g);
     tdm_dweight_free(&u);
     tdm_cuda_free(dx);
     tdm_cuda_free(dy);
+    tdm_cuda_free(dxb);
     free(hx);
     free(xf);
 }
@@ -762,18 +777,29 @@ static void run_gated(const char *label, enum tdm_wfmt fmt, int64_t n, int64_t k
 }
 
 /* FP8 SwiGLU on edge shapes: an FP8 table of nt 2 settings written for them (t/tiletest.h), each
- * then run as one product at 1-16 rows from the blocked copy. */
+ * then run as one product at 1-16 rows from the blocked copy; in a build that holds FP8 tile-major,
+ * the shapes that cannot be (rows not a multiple of 16, k not whole slabs) refused instead. */
 static void fp8_swiglu_edges(const char *arch)
 {
-    static const int64_t shapes[][2] = {{200, 528}, {512, 256}, {344, 1024}};
+    static const int64_t shapes[][2] = {{200, 528}, {512, 256}, {344, 1024}, {208, 1024}};
     static const char *labels[] = {"swiglu fp8 200x528 (a partial last CTA and slab)", "swiglu fp8 512x256 (the tiny fixtures' MLP)",
-                                   "swiglu fp8 344x1024 (a partial last CTA)"};
+                                   "swiglu fp8 344x1024 (a partial last CTA)",
+                                   "swiglu fp8 208x1024 (a partial last CTA, rows a multiple of 16)"};
     enum { NS = sizeof shapes / sizeof shapes[0] };
     char dir[64];
     struct tdm_tiles *tl = NULL;
     ok(fp8_nt2_tables(arch, shapes, NS, dir, &tl) == 0, "an FP8 table of nt 2 settings for the SwiGLU edge shapes: %s",
        tl ? "loads" : tdm_err());
-    for (int i = 0; tl && i < NS; i++) run_swiglu(labels[i], TDM_W_FP8, shapes[i][0], shapes[i][1], tl, 1, 16);
+    for (int i = 0; tl && i < NS; i++) {
+        const int64_t n = shapes[i][0], k = shapes[i][1];
+        if (build_holds_tiles(TDM_W_FP8) && tdm_dweight_order_for(TDM_W_FP8, n, k) == TDM_MM_ORDER_ROWS) {
+            char label[128];
+            snprintf(label, sizeof label, "%s held in rows (a tile-major build)", labels[i]);
+            swiglu_refused(label, TDM_W_FP8, n, k, tl, 1);
+        } else {
+            run_swiglu(labels[i], TDM_W_FP8, n, k, tl, 1, 16);
+        }
+    }
     tdm_tiles_free(tl);
     fp8_nt2_tables_remove(arch, dir);
 }
@@ -852,8 +878,8 @@ int main(void)
      * shape whose last CTA is partial, and BF16 where a setting takes nt 2 */
     run_swiglu("swiglu nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, tiles, 0, 32);
     run_swiglu("swiglu nvfp4 208x512 (a partial last CTA, rows a multiple of 16)", TDM_W_NVFP4, 208, 512, tiles, 0, 0);
-    if (tdm_dweight_order_for(TDM_W_NVFP4, TDM_MM_TILE_ROWS, TDM_MM_SLAB_K) == TDM_MM_ORDER_TILES)
-        swiglu_refused("swiglu nvfp4 200x512 held in rows (a tile-major build)", 200, 512);
+    if (build_holds_tiles(TDM_W_NVFP4))
+        swiglu_refused("swiglu nvfp4 200x512 held in rows (a tile-major build)", TDM_W_NVFP4, 200, 512, tiles, 0);
     else
         run_swiglu("swiglu nvfp4 200x512 (a partial last CTA)", TDM_W_NVFP4, 200, 512, tiles, 0, 0);
     run_swiglu("swiglu nvfp4 512x256 (the tiny fixtures' MLP)", TDM_W_NVFP4, 512, 256, tiles, 0, 0);
