@@ -65,6 +65,11 @@ t "gpu-run ab27 with GPU_RUN_AB_SETTINGS: the default build, then the default bi
     grep -qx 'new 1 step 1 0.5' '$tmp/gros/ab27.txt' && grep -qx 'fz 1 step 1 0.5' '$tmp/gros/ab27.txt' &&
     grep -qx 'set1 1 step 1 0.5' '$tmp/gros/ab27.txt' && grep -qx 'fuse=' '$tmp/fuses' &&
     [ \"\$(tail -2 '$tmp/fuses0' | tr '\n' ' ')\" = 'fuse= fuse=on ' ]"
+printf '#!/bin/sh\necho "step 1 a b c d e 0.55"\n' >"$g/bin/tandem-benchround-sl" && chmod +x "$g/bin/tandem-benchround-sl"
+t "gpu-run ab27 over two passes: the second in the reverse order (new sl, then sl new), each build against new as the median of the passes' ratios" sh -c "
+    GPU_RUN_AB=sl GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/grab' '$g/scripts/gpu-run' ab27 >'$tmp/grab.out' 2>&1 &&
+    [ \"\$(cut -d' ' -f1,2 '$tmp/grab/ab27.txt' | tr '\n' ' ')\" = 'new 1 sl 1 sl 2 new 2 ' ] &&
+    grep -q '^ *sl vs new (median of the passes.* ratios): step 1 +10.0 % (2)\$' '$tmp/grab.out'"
 t "gpu-run ab27: a GPU_RUN_AB_SETTINGS word not TANDEM_NAME=VALUE: exit 2 naming it" exits 2 "'MLP_FUSE=on' is not TANDEM_NAME=VALUE" \
     env GPU_RUN_AB_SETTINGS=MLP_FUSE=on GPU_RUN_MODEL27S="$tmp/m27" OUT="$tmp/grox" "$g/scripts/gpu-run" ab27
 t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
