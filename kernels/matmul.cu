@@ -428,10 +428,11 @@ extern "C" int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct
 
 extern "C" int tdm_matmul_swiglu_pays(const struct tdm_dweight *gate, int64_t m)
 {
-    // NVFP4's two launches win from the second mma row tile (9 rows) up to the 17-24-row form's top
-    // while up carries the SiLU x up, else to the second tile's top (16 rows)
+    // NVFP4 held in rows: the two launches win from the second mma row tile (9 rows) up to the
+    // 17-24-row form's top while up carries the SiLU x up, else to the second tile's top (16 rows).
+    // Held tile-major, the one launch wins at every row count.
     const bool two = TDM_MLP_GATED_UP ? m <= TDM_MM_HI24_ROWS : tdm_mm_rows_mt(m) <= 1;
-    return !(gate && gate->fmt == TDM_W_NVFP4 && tdm_mm_rows_mt(m) >= 1 && two);
+    return !(gate && gate->fmt == TDM_W_NVFP4 && gate->order == TDM_MM_ORDER_ROWS && tdm_mm_rows_mt(m) >= 1 && two);
 }
 
 extern "C" int tdm_matmul_gated_pays(const struct tdm_dweight *up, int64_t m)

@@ -112,10 +112,14 @@ int tdm_matmul_skinny_plan(const struct tdm_dweight *w, const uint16_t *x, int64
  * where y's blocked copy goes as well (m <= TDM_MM_XB_ROWS), for the product that reads y. */
 int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweight *up, const uint16_t *x, int64_t ldx,
                          const uint16_t *xb, int64_t m, const struct tdm_tiles *tiles);
-/* Whether the one launch is the faster at m rows of gate's format, where it can run (the engine's
- * TANDEM_MLP_FUSE=auto): at every row count but NVFP4's 9-24 (9-16 with TDM_MLP_GATED_UP=0). At 9-16
- * it ran a 16-layer 27B's 12- and 16-row verifies ~0.1 ms slower than the three launches, and the pair
- * alone 51.6 us against two products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row
+/* Whether the one launch is the faster at m rows of gate's format and order, where it can run (the
+ * engine's TANDEM_MLP_FUSE=auto): at every row count but 9-24 of NVFP4 held in rows (9-16 with
+ * TDM_MLP_GATED_UP=0; a build with TDM_MM_NVFP4_TILES=0). Held tile-major (the default), the one launch
+ * ran a 16-layer 27B's 12-, 16- and 24-row verifies 1.5 / 1.2 / 1.6 % faster than the gated form (the
+ * median of five paired passes on an H100, one pair of five the other way; 1 and 32 rows, where both
+ * run one launch, +0.1 and -0.4 %), and alone 41.05 against 42.80 us at 16 rows (bench/NOTES.md, the
+ * twenty-sixth session). Held in rows, at 9-16 it ran the 12- and 16-row verifies ~0.1 ms slower than
+ * the three launches, and the pair alone 51.6 us against two products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row
  * SwiGLU pair) its warps are latency-bound at the plain product's issue rate and it executes 2.33x the
  * instructions for 2x the bytes (the SwiGLU epilogue), so it cannot beat the two launches there. At
  * 17-24 rows (the 17-24-row form) the gate's product and up's with the SiLU x up (tdm_matmul_gated)

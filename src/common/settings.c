@@ -44,7 +44,8 @@ const struct tdm_setting_def tdm_settings[] = {
      "the gate's product, then up's with SiLU(gate) x up in its epilogue (1-32 rows but FP8's 17-24, where it is "
      "measured slower, tdm_matmul_gated_pays; past 32 rows and there up's product and the SiLU x up kernel), for "
      "comparison; auto runs the one launch where it is measured faster: every row "
-     "count but NVFP4's 9-24 (tdm_matmul_swiglu_pays), which run as off does"},
+     "count but 9-24 of NVFP4 held in rows (a build with TDM_MM_NVFP4_TILES=0; tdm_matmul_swiglu_pays), which "
+     "run as off does"},
     {"TANDEM_CONCURRENT", "on", "on|off",
      "CUDA engine: on runs a layer's sibling projections of one input on two streams in passes of at most 32 "
      "rows (a GDN layer's in_proj_z and in_proj_b/a, or in_proj_ba, beside in_proj_qkv or in_proj_qkvz; an "

@@ -889,8 +889,8 @@ int main(void)
     if (tdm_tiles_get(tiles, TDM_MMK_FP8, 17408, 5120).nt == 2)
         run_swiglu("swiglu fp8 17408x5120", TDM_W_FP8, 17408, 5120, tiles, 1, 16);
     fp8_swiglu_edges(arch);
-    /* the gated up product: the 27B's MLP in NVFP4 (the 9-16 rows the engine runs it at, and every
-     * other), FP8 and BF16 on smaller shapes, a partial last CTA and slab */
+    /* the gated up product: the 27B's MLP in NVFP4 (the engine's form under TANDEM_MLP_FUSE=off, and at
+     * 9-24 rows for NVFP4 held in rows), FP8 and BF16 on smaller shapes, a partial last CTA and slab */
     run_gated("gated nvfp4 17408x5120", TDM_W_NVFP4, 17408, 5120, tiles, 1);
     run_gated("gated nvfp4 200x1056 (a partial last CTA and slab)", TDM_W_NVFP4, 200, 1056, tiles, 0);
     run_gated("gated fp8 1024x5120", TDM_W_FP8, 1024, 5120, tiles, 1);
