@@ -142,6 +142,18 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p)
 #ifndef TDM_MM_L2PF_FP8
 #define TDM_MM_L2PF_FP8 256
 #endif
+// TDM_MM_TILE_PF (slabs; default 0, none): in the fast path over tile-major weights (mm_layout.h), each
+// weight load of slab i also asks L2 for slab i + TDM_MM_TILE_PF of the same tile (prefetch.global.L2,
+// one lane a 128-byte line, and one lane for NVFP4's 128 bytes of group scales of the tile's slab). Held in
+// rows, a lane's L2::128B load brought its row's next slab into L2 (TDM_MM_L2PF above); tile-major, a
+// tile's slab is one 1 KB (NVFP4) or 2 KB (FP8) run that the warp reads whole, so the hint reaches no
+// further than the slab itself and every slab is a DRAM miss met one ring depth before its use. A
+// build-time knob for A/B runs: the loads and the sums are unchanged, so are the bits.
+#ifndef TDM_MM_TILE_PF
+#define TDM_MM_TILE_PF 0
+#endif
+static_assert(TDM_MM_TILE_PF >= 0 && TDM_MM_TILE_PF <= 16, "a prefetch distance of 0..16 slabs");
+__device__ __forceinline__ void prefetch_line_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 // 16 bytes of a weight row of format FMT (ldg_stream at the format's L2 prefetch)
 template <int FMT>
 __device__ __forceinline__ uint4 ldg_weights(const uint8_t *p)
@@ -627,7 +639,20 @@ __global__ void __maxnreg__((skinny_regs<FMT, NT, MTA, PF, DA>())) skinny_kernel
         fs1[nt] = ((r0[nt] + ccol1[nt]) >> 7) * (int64_t)a.slabs + s_begin;
     }
     (void)sp; (void)fs0; (void)fs1; (void)sstep;
+    // TDM_MM_TILE_PF: the lanes whose chunk starts a 128-byte line of the tile's slab prefetch it
+    [[maybe_unused]] const bool pf_line = ((4 * g + t) * CB) % 128 == 0, pf_scales = lane == 0;
     auto load_fast = [&](Chunk<FMT>(&dst)[NT], int i) {
+        if constexpr (tiled && TDM_MM_TILE_PF > 0) {
+            const int ip = i + TDM_MM_TILE_PF;
+            if (ip < Lf) {
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    if (pf_line) prefetch_line_l2(wp[nt] + (int64_t)ip * wstep);
+                    if constexpr (FMT == TDM_MMF_NVFP4)
+                        if (pf_scales) prefetch_line_l2(sp[nt] + sstep * ip);
+                }
+            }
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const uint8_t *p = wp[nt] + (int64_t)i * wstep;
