@@ -48,8 +48,8 @@ t "gpu-run ab27: the 16-layer 27B made into GPU_RUN_MODEL27S, rounds of 1, 16 an
     GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/gro27' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 && [ -f '$tmp/m27/config.json' ] &&
     grep -qx 'new 1 step 1 0.5' '$tmp/gro27/ab27.txt' && grep -qx 'new 2 step 1 0.5' '$tmp/gro27/ab27.txt' &&
     grep -qx -- '-m $tmp/m27 --rows 1,16,32 --tree none --reps 10' '$tmp/args'"
-t "gpu-run ab27: ab27-times.txt, a line a run: build, pass, its start and end (seconds, end >= start)" sh -c "
-    [ \$(wc -l < '$tmp/gro27/ab27-times.txt') -eq 2 ] &&
+t "gpu-run ab27: ab27-times.txt, a line a run: build, pass, its start and end (seconds, end >= start); four passes by default" sh -c "
+    [ \$(wc -l < '$tmp/gro27/ab27-times.txt') -eq 4 ] &&
     awk '\$1 != \"new\" || \$2 != NR || NF != 4 || \$4 + 0 < \$3 + 0 || \$3 + 0 < 1e9 { bad = 1 } END { exit bad }' '$tmp/gro27/ab27-times.txt'"
 t "gpu-run ab27 with GPU_RUN_AB27_FORMAT=fp8: the 16-layer 27B made in FP8" sh -c "
     GPU_RUN_AB27_FORMAT=fp8 GPU_RUN_AB_PASSES=1 GPU_RUN_MODEL27S='$tmp/m27f' OUT='$tmp/gro27f' '$g/scripts/gpu-run' ab27 >/dev/null 2>&1 &&
@@ -66,10 +66,10 @@ t "gpu-run ab27 with GPU_RUN_AB_SETTINGS: the default build, then the default bi
     grep -qx 'set1 1 step 1 0.5' '$tmp/gros/ab27.txt' && grep -qx 'fuse=' '$tmp/fuses' &&
     [ \"\$(tail -2 '$tmp/fuses0' | tr '\n' ' ')\" = 'fuse= fuse=on ' ]"
 printf '#!/bin/sh\necho "step 1 a b c d e 0.55"\n' >"$g/bin/tandem-benchround-sl" && chmod +x "$g/bin/tandem-benchround-sl"
-t "gpu-run ab27 over two passes: the second in the reverse order (new sl, then sl new), each build against new as the median of the passes' ratios" sh -c "
+t "gpu-run ab27 over its default four passes: even ones in the reverse order (new sl, sl new, ...), each build against new as the median of the passes' ratios" sh -c "
     GPU_RUN_AB=sl GPU_RUN_MODEL27S='$tmp/m27' OUT='$tmp/grab' '$g/scripts/gpu-run' ab27 >'$tmp/grab.out' 2>&1 &&
-    [ \"\$(cut -d' ' -f1,2 '$tmp/grab/ab27.txt' | tr '\n' ' ')\" = 'new 1 sl 1 sl 2 new 2 ' ] &&
-    grep -q '^ *sl vs new (median of the passes.* ratios): step 1 +10.0 % (2)\$' '$tmp/grab.out'"
+    [ \"\$(cut -d' ' -f1,2 '$tmp/grab/ab27.txt' | tr '\n' ' ')\" = 'new 1 sl 1 sl 2 new 2 new 3 sl 3 sl 4 new 4 ' ] &&
+    grep -q '^ *sl vs new (median of the passes.* ratios): step 1 +10.0 % (4)\$' '$tmp/grab.out'"
 t "gpu-run ab27: a GPU_RUN_AB_SETTINGS word not TANDEM_NAME=VALUE: exit 2 naming it" exits 2 "'MLP_FUSE=on' is not TANDEM_NAME=VALUE" \
     env GPU_RUN_AB_SETTINGS=MLP_FUSE=on GPU_RUN_MODEL27S="$tmp/m27" OUT="$tmp/grox" "$g/scripts/gpu-run" ab27
 t "gpu-run ab80 with a GPU_RUN_AB_TILES directory that is not there: exit 1 naming it" sh -c "
