@@ -119,9 +119,10 @@ int tdm_matmul_swiglu_ok(const struct tdm_dweight *gate, const struct tdm_dweigh
  * median of five paired passes on an H100, one pair of five the other way; 1 and 32 rows, where both
  * run one launch, +0.1 and -0.4 %), and alone 41.05 against 42.80 us at 16 rows (bench/NOTES.md, the
  * twenty-sixth session). Held in rows, at 9-16 it ran the 12- and 16-row verifies ~0.1 ms slower than
- * the three launches, and the pair alone 51.6 us against two products' 2 x 20.5 at 16 rows. Under ncu (bench/NOTES.md, the 9-16-row
- * SwiGLU pair) its warps are latency-bound at the plain product's issue rate and it executes 2.33x the
- * instructions for 2x the bytes (the SwiGLU epilogue), so it cannot beat the two launches there. At
+ * the three launches, and the pair alone 51.6 us against two products' 2 x 20.5 at 16 rows. Under ncu
+ * (bench/NOTES.md, the 9-16-row SwiGLU pair) its warps are latency-bound at the plain product's issue
+ * rate and it executes 2.33x the instructions for 2x the bytes (the SwiGLU epilogue), so in rows it
+ * cannot beat the two launches there. At
  * 17-24 rows (the 17-24-row form) the gate's product and up's with the SiLU x up (tdm_matmul_gated)
  * ran the 16-layer 27B's verifies 1.2-1.8 % faster; at 25-32 they tie, and the one launch stays (H100,
  * bench/NOTES.md, the gated up product). FP8's (1-16 rows) pays at every row count: the 27B's pair

@@ -93,8 +93,9 @@ static void test_objectives(void)
 
 /* The forms the engine runs for a 27B MLP pair (17408x5120) at each row count, in the words of its
  * line, with every table setting nt 2 for the shape but BF16's (nt 1, as shipped): NVFP4's one launch
- * where tdm_matmul_swiglu_pays (every row count held tile-major, not 9-24 held in rows), FP8's at 1-16 rows and only from x's blocked copy, FP8's three launches
- * at 17-24 (tdm_matmul_gated_pays), BF16 never one launch; TANDEM_MLP_FUSE's on and off. */
+ * where tdm_matmul_swiglu_pays (every row count held tile-major, not 9-24 held in rows), FP8's at 1-16
+ * rows and only from x's blocked copy, FP8's three launches at 17-24 (tdm_matmul_gated_pays), BF16
+ * never one launch; TANDEM_MLP_FUSE's on and off. */
 static void test_swiglu_forms(void)
 {
     static const char *const kernels[] = {"nvfp4-skinny", "nvfp4-skinny-wide", "fp8", "bf16"};
@@ -123,33 +124,35 @@ static void test_swiglu_forms(void)
     b16.scale = NULL;
     b16.order = tdm_dweight_order_for(b16.fmt, b16.n, b16.k);
     const uint16_t *x = (const uint16_t *)at, *xb = (const uint16_t *)(2 * at);
-    static const struct {
+    /* NVFP4 under auto: one launch at every row count held tile-major; held in rows (a rows build),
+     * the gated form at 9-24 */
+    const char *nv_tiles = "one launch at 1-32 rows; three launches past 32 rows",
+               *nv_rows_auto = "one launch at 1-8 and 25-32 rows; gate, then up with the SiLU x up at 9-24 rows; "
+                               "three launches past 32 rows",
+               *gated = "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows";
+    const char *nv_auto = nv.order == TDM_MM_ORDER_TILES ? nv_tiles : nv_rows_auto;
+    const struct {
         enum tdm_mlp_fuse fuse;
         int fmt;   /* 0 NVFP4, 1 FP8, 2 BF16 */
         int with_xb;
         const char *want, *what;
     } cases[] = {
-        {TDM_MLP_FUSE_AUTO, 0, 1, NULL, "NVFP4, auto (the upload's order)"},
-        {TDM_MLP_FUSE_ON, 0, 1, "one launch at 1-32 rows; three launches past 32 rows", "NVFP4, on"},
-        {TDM_MLP_FUSE_OFF, 0, 1, "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows", "NVFP4, off"},
+        {TDM_MLP_FUSE_AUTO, 0, 1, nv_auto, "NVFP4, auto (the upload's order)"},
+        {TDM_MLP_FUSE_ON, 0, 1, nv_tiles, "NVFP4, on"},
+        {TDM_MLP_FUSE_OFF, 0, 1, gated, "NVFP4, off"},
         {TDM_MLP_FUSE_AUTO, 1, 1,
          "one launch at 1-16 rows; three launches at 17-24 and past 32 rows; gate, then up with the SiLU x up at 25-32 rows",
          "FP8, auto, from x's blocked copy"},
         {TDM_MLP_FUSE_AUTO, 1, 0,
          "gate, then up with the SiLU x up at 1-16 and 25-32 rows; three launches at 17-24 and past 32 rows",
          "FP8, auto, x as written (no one launch)"},
-        {TDM_MLP_FUSE_AUTO, 2, 1, "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows", "BF16 (nt 1), auto"},
+        {TDM_MLP_FUSE_AUTO, 2, 1, gated, "BF16 (nt 1), auto"},
     };
-    /* NVFP4 under auto: one launch at every row count held tile-major; held in rows (a rows build),
-     * the gated form at 9-24 */
-    const char *nv_tiles = "one launch at 1-32 rows; three launches past 32 rows",
-               *nv_rows_auto = "one launch at 1-8 and 25-32 rows; gate, then up with the SiLU x up at 9-24 rows; three launches past 32 rows";
-    const char *nv_auto = nv.order == TDM_MM_ORDER_TILES ? nv_tiles : nv_rows_auto;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct tdm_dweight *w = cases[i].fmt == 0 ? &nv : cases[i].fmt == 1 ? &f8 : &b16;
         char got[256];
         tdm_matmul_swiglu_forms(cases[i].fuse, w, w, x, 5120, cases[i].with_xb ? xb : NULL, tl, got, sizeof got);
-        ok(strcmp(got, cases[i].want ? cases[i].want : nv_auto) == 0, "the SwiGLU forms, %s: %s", cases[i].what, got);
+        ok(strcmp(got, cases[i].want) == 0, "the SwiGLU forms, %s: %s", cases[i].what, got);
     }
     /* an NVFP4 weight held in rows where the build holds NVFP4 tile-major: the fast path does not read it,
      * so no one-launch form (the checked path's products) */
@@ -157,8 +160,7 @@ static void test_swiglu_forms(void)
     nv_rows.order = TDM_MM_ORDER_ROWS;
     char got[256];
     tdm_matmul_swiglu_forms(TDM_MLP_FUSE_AUTO, &nv_rows, &nv_rows, x, 5120, xb, tl, got, sizeof got);
-    const char *want = nv.order == TDM_MM_ORDER_TILES ? "gate, then up with the SiLU x up at 1-32 rows; three launches past 32 rows"
-                                                      : nv_rows_auto;
+    const char *want = nv.order == TDM_MM_ORDER_TILES ? gated : nv_rows_auto;
     ok(strcmp(got, want) == 0, "the SwiGLU forms, NVFP4 held in rows (the build holds NVFP4 in %s), auto: %s",
        nv.order == TDM_MM_ORDER_TILES ? "tiles" : "rows", got);
     char small[24];
